@@ -1,0 +1,8 @@
+package walimpls
+
+import "context"
+
+var (
+	errContextCanceled = context.Canceled
+	errContextDeadline = context.DeadlineExceeded
+)

@@ -1,0 +1,78 @@
+package walimpls
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamwal/streamwal/message"
+)
+
+// Capabilities declares what a backend can do. The conformance suite skips
+// only the parts a backend declares it cannot do, naming why.
+type Capabilities struct {
+	// Fencing is true when opening a higher term stops every lower-term
+	// writer of the channel at the backend itself.
+	Fencing bool
+	// Durable is true when acknowledged appends survive a crash of the
+	// process.
+	Durable bool
+	// MaxMessageBytes is the largest Message.Size the backend accepts; 0 means
+	// no limit below what memory allows.
+	MaxMessageBytes int
+}
+
+// Opener opens WALs of one backend. It is safe for concurrent use.
+type Opener interface {
+	// Open opens a channel's WAL. A ReadWrite open at term T fences every
+	// lower-term writer where the backend can fence; an open below the
+	// channel's highest term is ErrFenced.
+	Open(ctx context.Context, ch Channel) (WALImpl, error)
+	// Capabilities declares what this backend can do.
+	Capabilities() Capabilities
+	// UnmarshalID decodes an ID this backend marshalled; anything else is
+	// message.ErrCorruptID.
+	UnmarshalID(s string) (message.ID, error)
+	// Close releases the opener. WALs it opened must be closed first; their
+	// later calls fail with ErrClosed.
+	Close() error
+}
+
+// WALImpl is one channel's log on a backend. It is safe for concurrent use.
+type WALImpl interface {
+	// WALName names the backend ("memory", "local", ...).
+	WALName() string
+	// Channel echoes the channel the WAL was opened with.
+	Channel() Channel
+	// Append stores m and returns its ID once the backend acknowledged it.
+	Append(ctx context.Context, m message.Message) (message.ID, error)
+	// Read starts a scanner.
+	Read(ctx context.Context, opt ReadOption) (Scanner, error)
+	// Truncate removes every message before upTo; upTo itself is kept.
+	Truncate(ctx context.Context, upTo message.ID) error
+	// Close releases the WAL; it is idempotent. Scanners it started end.
+	Close() error
+}
+
+// ConfigDecoder decodes a backend's configuration section into the backend's
+// own settings struct; a nil ConfigDecoder means "all defaults".
+type ConfigDecoder func(into any) error
+
+// BuildParams are what a Builder needs besides its configuration.
+type BuildParams struct {
+	// Config decodes the backend's section; nil leaves defaults.
+	Config ConfigDecoder
+	// Logger receives the backend's logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the backend's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Builder constructs a backend's Opener from configuration.
+type Builder interface {
+	// Name is the backend's name in configuration ("local", "kafka", ...).
+	Name() string
+	// Build validates the configuration and returns a ready Opener.
+	Build(ctx context.Context, p BuildParams) (Opener, error)
+}
