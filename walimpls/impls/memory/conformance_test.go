@@ -1,0 +1,38 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/impls/memory"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type cluster struct {
+	c   *memory.Cluster
+	cfg memory.Config
+}
+
+func (c cluster) NewOpener(t *testing.T) walimpls.Opener {
+	o, err := memory.NewOpener(c.c, c.cfg)
+	require.NoError(t, err)
+	return o
+}
+
+func TestConformance(t *testing.T) {
+	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
+		return cluster{c: memory.NewCluster()}
+	})
+}
+
+// A size limit exercises the suite's large-message and too-large paths.
+func TestConformanceWithSizeLimit(t *testing.T) {
+	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
+		return cluster{c: memory.NewCluster(), cfg: memory.Config{MaxMessageBytes: 64 << 10}}
+	})
+}

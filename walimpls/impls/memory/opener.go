@@ -1,0 +1,136 @@
+package memory
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Name is the backend's name in configuration and in its IDs.
+const Name = "memory"
+
+// Config tunes an Opener. The zero value is ready to use.
+type Config struct {
+	// MaxMessageBytes limits Message.Size; 0 means no limit.
+	MaxMessageBytes int `yaml:"maxMessageBytes"`
+}
+
+// Validate reports a config no Opener can use.
+func (c Config) Validate() error {
+	if c.MaxMessageBytes < 0 {
+		return errors.Wrapf(walimpls.ErrInvalidConfig, "memory: negative maxMessageBytes %d", c.MaxMessageBytes)
+	}
+	return nil
+}
+
+// Opener opens WALs on a Cluster; it is one node of that cluster.
+type Opener struct {
+	cluster *Cluster
+	cfg     Config
+
+	mu     sync.Mutex
+	closed bool
+	wals   map[*wal]struct{}
+}
+
+var _ walimpls.Opener = (*Opener)(nil)
+
+// NewOpener returns a node of cluster.
+func NewOpener(cluster *Cluster, cfg Config) (*Opener, error) {
+	if cluster == nil {
+		return nil, errors.Wrap(walimpls.ErrInvalidConfig, "memory: nil cluster")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Opener{cluster: cluster, cfg: cfg, wals: map[*wal]struct{}{}}, nil
+}
+
+// Capabilities implements walimpls.Opener.
+func (o *Opener) Capabilities() walimpls.Capabilities {
+	return walimpls.Capabilities{
+		Fencing:         o.cluster.FencingEnabled(),
+		Durable:         false,
+		MaxMessageBytes: o.cfg.MaxMessageBytes,
+	}
+}
+
+// UnmarshalID implements walimpls.Opener.
+func (o *Opener) UnmarshalID(s string) (message.ID, error) { return message.UnmarshalSeqID(Name, s) }
+
+// Open implements walimpls.Opener.
+func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Wrapf(err, "memory: open %s", ch)
+	}
+	if err := ch.Validate(); err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: open %s on a closed opener", ch)
+	}
+	l := o.cluster.log(ch.Name)
+	if ch.Mode == walimpls.ReadWrite {
+		fencing := o.cluster.FencingEnabled()
+		l.mu.Lock()
+		if fencing && ch.Term < l.term {
+			cur := l.term
+			l.mu.Unlock()
+			return nil, &walimpls.FencedError{Channel: ch.Name, Term: ch.Term, CurrentTerm: cur}
+		}
+		l.term = max(l.term, ch.Term)
+		l.mu.Unlock()
+	}
+	w := newWAL(o, l, ch)
+	o.wals[w] = struct{}{}
+	return w, nil
+}
+
+// Close closes the opener and every WAL it opened. Idempotent.
+func (o *Opener) Close() error {
+	o.mu.Lock()
+	o.closed = true
+	wals := o.wals
+	o.wals = map[*wal]struct{}{}
+	o.mu.Unlock()
+	for w := range wals {
+		_ = w.Close()
+	}
+	return nil
+}
+
+func (o *Opener) forget(w *wal) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.wals, w)
+}
+
+// Builder makes Openers of one Cluster from configuration.
+type Builder struct {
+	cluster *Cluster
+}
+
+var _ walimpls.Builder = Builder{}
+
+// NewBuilder returns a builder whose Openers share cluster.
+func NewBuilder(cluster *Cluster) Builder { return Builder{cluster: cluster} }
+
+// Name implements walimpls.Builder.
+func (Builder) Name() string { return Name }
+
+// Build implements walimpls.Builder.
+func (b Builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Opener, error) {
+	var cfg Config
+	if p.Config != nil {
+		if err := p.Config(&cfg); err != nil {
+			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "memory: decode config: %v", err)
+		}
+	}
+	return NewOpener(b.cluster, cfg)
+}

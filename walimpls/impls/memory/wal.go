@@ -1,0 +1,172 @@
+package memory
+
+import (
+	"context"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"go.uber.org/atomic"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+type wal struct {
+	opener *Opener
+	log    *channelLog
+	ch     walimpls.Channel
+
+	closed  atomic.Bool
+	closing chan struct{} // closed by Close; ends scanners and waits
+	scans   scannerSet
+}
+
+var _ walimpls.WALImpl = (*wal)(nil)
+
+func newWAL(o *Opener, l *channelLog, ch walimpls.Channel) *wal {
+	return &wal{opener: o, log: l, ch: ch, closing: make(chan struct{})}
+}
+
+func (w *wal) WALName() string            { return Name }
+func (w *wal) Channel() walimpls.Channel { return w.ch }
+
+// checkWrite returns why this WAL may not write, if it may not.
+func (w *wal) checkWrite(ctx context.Context, op string) error {
+	if w.closed.Load() {
+		return errors.Wrapf(walimpls.ErrClosed, "memory: %s on %s", op, w.ch)
+	}
+	if w.ch.Mode == walimpls.ReadOnly {
+		return errors.Wrapf(walimpls.ErrReadOnly, "memory: %s on %s", op, w.ch)
+	}
+	if err := ctx.Err(); err != nil {
+		return errors.Wrapf(err, "memory: %s on %s", op, w.ch)
+	}
+	return nil
+}
+
+// fencedLocked reports the fence error of this WAL. Assumes w.log.mu is held.
+func (w *wal) fencedLocked() error {
+	if w.log.term > w.ch.Term && w.opener.cluster.FencingEnabled() {
+		return &walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: w.log.term}
+	}
+	return nil
+}
+
+func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
+	if err := w.checkWrite(ctx, "append"); err != nil {
+		return message.ID{}, err
+	}
+	if limit := w.opener.cfg.MaxMessageBytes; limit > 0 && m.Size() > limit {
+		return message.ID{}, errors.Wrapf(&walimpls.TooLargeError{Size: m.Size(), Limit: limit}, "memory: append to %s", w.ch)
+	}
+	latency, fail := w.opener.cluster.appendFaults()
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return message.ID{}, errors.Wrapf(ctx.Err(), "memory: append to %s", w.ch)
+		case <-w.closing:
+			t.Stop()
+			return message.ID{}, errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch)
+		}
+	}
+	if fail {
+		return message.ID{}, errors.Wrapf(ErrInjected, "memory: append to %s", w.ch)
+	}
+	// Own the bytes: the caller may reuse its buffer once we return.
+	stored := message.Restore(append([]byte(nil), m.Payload()...), m.Properties().All())
+
+	l := w.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := w.fencedLocked(); err != nil {
+		return message.ID{}, err
+	}
+	if w.closed.Load() {
+		return message.ID{}, errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch)
+	}
+	seq := l.next()
+	l.entries = append(l.entries, stored)
+	l.broadcast()
+	return message.NewSeqID(Name, seq), nil
+}
+
+func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
+	if err := w.checkWrite(ctx, "truncate"); err != nil {
+		return err
+	}
+	seq, err := message.SeqOf(Name, upTo)
+	if err != nil {
+		return errors.Wrapf(walimpls.ErrInvalidPosition, "memory: truncate %s: %v", w.ch, err)
+	}
+	l := w.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := w.fencedLocked(); err != nil {
+		return err
+	}
+	if seq >= l.next() {
+		return errors.Wrapf(walimpls.ErrInvalidPosition,
+			"memory: truncate %s to %d: beyond the last message %d", w.ch, seq, l.next()-1)
+	}
+	if seq > l.first {
+		l.truncate(seq)
+	}
+	return nil
+}
+
+func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
+	if w.closed.Load() {
+		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: read %s", w.ch)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Wrapf(err, "memory: read %s", w.ch)
+	}
+	start, err := w.startSeq(opt.DeliverPolicy)
+	if err != nil {
+		return nil, err
+	}
+	s := newScanner(w, start)
+	if !w.scans.add(s) {
+		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: read %s", w.ch)
+	}
+	go s.run()
+	return s, nil
+}
+
+// startSeq resolves a deliver policy to the first sequence to deliver.
+func (w *wal) startSeq(p walimpls.DeliverPolicy) (int64, error) {
+	l := w.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case p.IsAll():
+		return l.first, nil
+	case p.IsLatest():
+		return l.next(), nil
+	}
+	id, inclusive, _ := p.StartID()
+	seq, err := message.SeqOf(Name, id)
+	if err != nil {
+		return 0, errors.Wrapf(walimpls.ErrInvalidPosition, "memory: read %s from %s: %v", w.ch, p, err)
+	}
+	if !inclusive {
+		seq++
+	}
+	if seq < l.first {
+		return 0, errors.Wrapf(walimpls.ErrPositionGone, "memory: read %s from %s: log starts at %d", w.ch, p, l.first)
+	}
+	return seq, nil
+}
+
+func (w *wal) Close() error {
+	if w.closed.Swap(true) {
+		return nil
+	}
+	close(w.closing)
+	w.scans.closeAll()
+	w.opener.forget(w)
+	return nil
+}

@@ -1,0 +1,63 @@
+package walimplstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Cluster is one fresh backend deployment for one part of the suite.
+type Cluster interface {
+	// NewOpener connects another node to this backend: Openers from one
+	// Cluster see the same channels. The suite closes every Opener it gets;
+	// Opener.Close must be idempotent.
+	NewOpener(t *testing.T) walimpls.Opener
+}
+
+// Factory returns a fresh, empty Cluster. Whatever it starts must be stopped
+// through t.Cleanup.
+type Factory func(t *testing.T) Cluster
+
+// Option tunes how the suite runs, never what it checks.
+type Option func(*options)
+
+type options struct {
+	waitTimeout time.Duration
+}
+
+// WithWaitTimeout sets the watchdog on every wait (default 30s): how long a
+// message may take to arrive before the part fails.
+func WithWaitTimeout(d time.Duration) Option {
+	return func(o *options) { o.waitTimeout = d }
+}
+
+// Run runs every part of the conformance suite against the backend f makes.
+// Run takes goroutine snapshots (ScannerContract): do not run it in parallel
+// with other tests of the same package.
+func Run(t *testing.T, f Factory, opts ...Option) {
+	o := options{waitTimeout: defaultWaitTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	parts := []struct {
+		name string
+		fn   func(t *testing.T, c *env)
+	}{
+		{"Lifecycle", testLifecycle},
+		{"ConcurrentAppendRead", testConcurrentAppendRead},
+		{"IDOrder", testIDOrder},
+		{"DeliverPolicies", testDeliverPolicies},
+		{"Truncate", testTruncate},
+		{"ScannerContract", testScannerContract},
+		{"ReadOnly", testReadOnly},
+		{"Context", testContext},
+		{"ParallelChannels", testParallelChannels},
+		{"Fencing", testFencing},
+	}
+	for _, p := range parts {
+		t.Run(p.name, func(t *testing.T) {
+			p.fn(t, newEnv(t, f(t), o))
+		})
+	}
+}
