@@ -1,0 +1,102 @@
+package message_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/message"
+)
+
+func TestNewRejectsReservedKeys(t *testing.T) {
+	_, err := message.New([]byte("x"), map[string]string{"ok": "1", "_t": "5"})
+	require.ErrorIs(t, err, message.ErrReservedProperty)
+	require.Contains(t, err.Error(), `"_t"`)
+
+	props := map[string]string{"a": "1"}
+	m, err := message.New([]byte("x"), props)
+	require.NoError(t, err)
+	props["a"] = "changed"
+	v, _ := m.Properties().Get("a")
+	require.Equal(t, "1", v, "New copies the properties")
+}
+
+func TestReservedAccessors(t *testing.T) {
+	m, err := message.New([]byte("p"), map[string]string{"user": "u"})
+	require.NoError(t, err)
+	require.Equal(t, message.KindData, m.Kind())
+	_, ok := m.Term()
+	require.False(t, ok)
+
+	m2 := m.WithTerm(7).WithTimeTick(1<<40 + 3).WithVChannel("vc1").WithKind(message.KindTermBegin)
+	term, ok := m2.Term()
+	require.True(t, ok)
+	require.EqualValues(t, 7, term)
+	tt, ok := m2.TimeTick()
+	require.True(t, ok)
+	require.EqualValues(t, 1<<40+3, tt)
+	require.Equal(t, "vc1", m2.VChannel())
+	require.Equal(t, message.KindTermBegin, m2.Kind())
+	require.Equal(t, "term-begin", m2.Kind().String())
+	require.Equal(t, map[string]string{"user": "u"}, m2.Properties().User())
+
+	// The original is untouched: With* returns copies.
+	require.Equal(t, 1, m.Properties().Len())
+	require.Equal(t, message.KindData, m2.WithKind(message.KindData).Kind())
+
+	_, err = m.WithReserved("plain", "x")
+	require.ErrorIs(t, err, message.ErrReservedProperty)
+	m3, err := m.WithReserved(message.KeyPartHeader, "1/3")
+	require.NoError(t, err)
+	v, _ := m3.Properties().Get(message.KeyPartHeader)
+	require.Equal(t, "1/3", v)
+
+	bad := message.Restore(nil, map[string]string{message.KeyKind: "zz", message.KeyTerm: "x"})
+	require.False(t, bad.Kind().Valid())
+	_, ok = bad.Term()
+	require.False(t, ok)
+	require.Equal(t, "kind(200)", message.Kind(200).String())
+}
+
+func TestSize(t *testing.T) {
+	m, err := message.New([]byte("12345"), map[string]string{"ab": "cd"})
+	require.NoError(t, err)
+	require.Equal(t, 9, m.Size())
+	require.Equal(t, 0, message.Message{}.Size())
+}
+
+func TestSeqID(t *testing.T) {
+	a, b := message.NewSeqID("x", 1), message.NewSeqID("x", 2)
+	require.True(t, a.LT(b))
+	require.True(t, a.LTE(b))
+	require.True(t, a.LTE(a))
+	require.True(t, a.EQ(message.NewSeqID("x", 1)))
+	require.False(t, b.LT(a))
+
+	other := message.NewSeqID("y", 1)
+	_, err := a.Compare(other)
+	require.ErrorIs(t, err, message.ErrIncomparableID)
+	require.False(t, a.LT(other))
+	require.False(t, a.EQ(other))
+	_, err = a.Compare(message.ID{})
+	require.ErrorIs(t, err, message.ErrIncomparableID)
+	require.Equal(t, "<none>", message.ID{}.String())
+	require.Equal(t, "x:1", a.String())
+
+	for _, s := range []string{"0", "7", "9223372036854775807"} {
+		id, err := message.UnmarshalSeqID("x", s)
+		require.NoError(t, err)
+		require.Equal(t, s, id.Marshal())
+	}
+	for _, s := range []string{"", "-1", "+1", "01", " 1", "1a", "9223372036854775808", "99999999999999999999"} {
+		_, err := message.UnmarshalSeqID("x", s)
+		require.ErrorIsf(t, err, message.ErrCorruptID, "%q", s)
+	}
+	seq, err := message.SeqOf("x", b)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, seq)
+	_, err = message.SeqOf("y", b)
+	require.ErrorIs(t, err, message.ErrIncomparableID)
+	_, err = message.SeqOf("y", message.ID{})
+	require.ErrorIs(t, err, message.ErrIncomparableID)
+}

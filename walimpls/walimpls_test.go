@@ -1,0 +1,94 @@
+package walimpls_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+type namedBuilder string
+
+func (b namedBuilder) Name() string { return string(b) }
+func (namedBuilder) Build(context.Context, walimpls.BuildParams) (walimpls.Opener, error) {
+	return nil, errors.New("not for building")
+}
+
+func TestRegistry(t *testing.T) {
+	r := walimpls.NewRegistry()
+	_, err := r.Lookup("local")
+	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
+	require.Contains(t, err.Error(), "registered: none")
+
+	require.NoError(t, r.Register(namedBuilder("memory")))
+	require.NoError(t, r.Register(namedBuilder("kafka")))
+	require.Error(t, r.Register(namedBuilder("kafka")), "a name registered twice")
+	require.Error(t, r.Register(namedBuilder("")), "an empty name")
+	require.Error(t, r.Register(nil))
+
+	b, err := r.Lookup("kafka")
+	require.NoError(t, err)
+	require.Equal(t, "kafka", b.Name())
+	_, err = r.Lookup("pulsr")
+	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
+	require.Contains(t, err.Error(), `"pulsr" (registered: kafka, memory)`)
+	require.Equal(t, []string{"kafka", "memory"}, r.Names())
+
+	// Registries are values: another one knows nothing of the first.
+	_, err = walimpls.NewRegistry().Lookup("kafka")
+	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
+}
+
+func TestChannelValidate(t *testing.T) {
+	require.NoError(t, walimpls.Channel{Name: "by-dev.rootcoord_dml_0", Term: 3}.Validate())
+	require.NoError(t, walimpls.Channel{Name: "a", Mode: walimpls.ReadOnly}.Validate())
+	for _, ch := range []walimpls.Channel{
+		{Name: ""}, {Name: "."}, {Name: ".."}, {Name: "a b"}, {Name: "ä"}, {Name: "a/b"},
+		{Name: strings.Repeat("a", 129)}, {Name: "a", Term: -1}, {Name: "a", Mode: 3},
+	} {
+		err := ch.Validate()
+		require.ErrorIsf(t, err, walimpls.ErrInvalidChannel, "%+v", ch)
+	}
+	require.Equal(t, "c@4(ro)", walimpls.Channel{Name: "c", Term: 4, Mode: walimpls.ReadOnly}.String())
+}
+
+func TestTypedErrors(t *testing.T) {
+	var err error = &walimpls.FencedError{Channel: "c", Term: 1, CurrentTerm: 2}
+	wrapped := errors.Wrap(err, "append")
+	require.ErrorIs(t, wrapped, walimpls.ErrFenced)
+	var fe *walimpls.FencedError
+	require.True(t, errors.As(wrapped, &fe))
+	require.EqualValues(t, 2, fe.CurrentTerm)
+	require.Contains(t, wrapped.Error(), `channel "c": term 1 fenced by term 2`)
+
+	tl := errors.Wrap(&walimpls.TooLargeError{Size: 10, Limit: 5}, "append")
+	require.ErrorIs(t, tl, walimpls.ErrTooLarge)
+	require.Contains(t, tl.Error(), "limit of 5 bytes")
+}
+
+func TestIsRetryable(t *testing.T) {
+	require.False(t, walimpls.IsRetryable(nil))
+	require.True(t, walimpls.IsRetryable(errors.New("connection reset")))
+	for _, err := range []error{walimpls.ErrFenced, walimpls.ErrTooLarge, walimpls.ErrClosed, walimpls.ErrReadOnly,
+		context.Canceled, context.DeadlineExceeded, &walimpls.FencedError{}} {
+		require.Falsef(t, walimpls.IsRetryable(errors.Wrap(err, "x")), "%v", err)
+	}
+}
+
+func TestDeliverPolicy(t *testing.T) {
+	require.True(t, walimpls.DeliverPolicy{}.IsAll(), "the zero policy is All")
+	require.True(t, walimpls.DeliverLatest().IsLatest())
+	id := message.NewSeqID("m", 3)
+	got, incl, ok := walimpls.DeliverStartFrom(id).StartID()
+	require.True(t, ok && incl && got.EQ(id))
+	_, incl, ok = walimpls.DeliverStartAfter(id).StartID()
+	require.True(t, ok && !incl)
+	_, _, ok = walimpls.DeliverAll().StartID()
+	require.False(t, ok)
+	require.Equal(t, "start-after(m:3)", walimpls.DeliverStartAfter(id).String())
+}
