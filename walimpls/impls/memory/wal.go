@@ -27,7 +27,7 @@ func newWAL(o *Opener, l *channelLog, ch walimpls.Channel) *wal {
 	return &wal{opener: o, log: l, ch: ch, closing: make(chan struct{})}
 }
 
-func (w *wal) WALName() string            { return Name }
+func (w *wal) WALName() string           { return Name }
 func (w *wal) Channel() walimpls.Channel { return w.ch }
 
 // checkWrite returns why this WAL may not write, if it may not.
