@@ -1,0 +1,116 @@
+package adaptor
+
+import (
+	"context"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Channel names the WAL to open and the owner's term.
+type Channel struct {
+	Name string
+	Term int64
+}
+
+// AppendResult is where an acknowledged message was stored.
+type AppendResult struct {
+	// ID is the backend position of the message (of its first part when it
+	// was split).
+	ID message.ID
+	// TimeTick is the message's timetick: strictly increasing per channel.
+	TimeTick uint64
+}
+
+// WAL is one channel's write-ahead log, as an embedding node uses it. It is
+// safe for concurrent use.
+type WAL interface {
+	// Channel returns the channel and term the WAL was opened with.
+	Channel() Channel
+	// Append stores m and returns once it is durable (as the backend defines
+	// durable). Retryable backend errors are retried until ctx ends.
+	// ErrFenced, ErrTooLarge and ErrClosed are returned at once.
+	Append(ctx context.Context, m message.Message) (AppendResult, error)
+	// AppendAsync stores m in the background and calls cb with the outcome,
+	// exactly once, from another goroutine. It blocks (back-pressure) while
+	// the number of appends in flight is at its bound, until ctx ends.
+	AppendAsync(ctx context.Context, m message.Message, cb func(AppendResult, error))
+	// AppendBatch appends every message concurrently and returns their
+	// results in order; the error is the first failure.
+	AppendBatch(ctx context.Context, msgs []message.Message) ([]AppendResult, error)
+	// Read starts a scanner.
+	Read(ctx context.Context, opt ReadOption) (Scanner, error)
+	// Sync appends a watermark now: once it returns, every message appended
+	// before the call is released to scanners.
+	Sync(ctx context.Context) error
+	// Available is closed when the WAL can no longer append: it was fenced
+	// by a higher term, or closed.
+	Available() <-chan struct{}
+	// Close stops the WAL and its scanners; idempotent.
+	Close() error
+}
+
+// Scanner delivers messages of one WAL in strictly increasing timetick order.
+type Scanner interface {
+	// Chan delivers messages; it is closed when the scanner ends.
+	Chan() <-chan message.Immutable
+	// Done is closed when the scanner has ended.
+	Done() <-chan struct{}
+	// Error is why the scanner ended: nil after Close.
+	Error() error
+	// Close stops the scanner and waits for it; idempotent.
+	Close() error
+}
+
+// ReadOption configures a scanner.
+type ReadOption struct {
+	// Name identifies the scanner in logs and metrics.
+	Name string
+	// DeliverPolicy says where to start; the zero value is DeliverAll.
+	DeliverPolicy DeliverPolicy
+	// Filter selects what is delivered; the zero value delivers every data
+	// message.
+	Filter Filter
+}
+
+// DeliverPolicy says where a scanner starts.
+type DeliverPolicy struct {
+	backend  walimpls.DeliverPolicy
+	fromTT   uint64
+	byTTOnly bool
+}
+
+// DeliverAll starts at the first message still kept.
+func DeliverAll() DeliverPolicy { return DeliverPolicy{backend: walimpls.DeliverAll()} }
+
+// DeliverLatest delivers only messages appended after Read returns.
+func DeliverLatest() DeliverPolicy { return DeliverPolicy{backend: walimpls.DeliverLatest()} }
+
+// DeliverStartFrom starts at id, inclusive.
+func DeliverStartFrom(id message.ID) DeliverPolicy {
+	return DeliverPolicy{backend: walimpls.DeliverStartFrom(id)}
+}
+
+// DeliverStartAfter starts right after id.
+func DeliverStartAfter(id message.ID) DeliverPolicy {
+	return DeliverPolicy{backend: walimpls.DeliverStartAfter(id)}
+}
+
+// DeliverFromTimeTick delivers every kept message whose timetick is at or
+// above tt.
+func DeliverFromTimeTick(tt uint64) DeliverPolicy {
+	return DeliverPolicy{backend: walimpls.DeliverAll(), fromTT: tt, byTTOnly: true}
+}
+
+// Filter selects messages; every set condition must hold.
+type Filter struct {
+	// VChannels keeps messages of these virtual channels; empty keeps all.
+	VChannels []string
+	// Kinds keeps messages of these kinds; empty keeps data messages only.
+	Kinds []message.Kind
+	// TimeTickAbove keeps messages whose timetick is > TimeTickAbove (when
+	// set, i.e. non-zero).
+	TimeTickAbove uint64
+	// TimeTickAtLeast keeps messages whose timetick is ≥ TimeTickAtLeast.
+	TimeTickAtLeast uint64
+}
