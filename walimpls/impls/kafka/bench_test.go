@@ -1,0 +1,193 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// The benchmarks compare the backend with raw franz-go against the same
+// kfake cluster in the same run; compare ratios, not absolute numbers
+// across runs. Every sub-benchmark uses its own topic.
+
+const benchRecord = 1 << 10
+
+func benchCluster(b *testing.B) (*kfake.Cluster, Config) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
+	require.NoError(b, err)
+	b.Cleanup(c.Close)
+	cfg := Config{SeedBrokers: c.ListenAddrs()}
+	return c, cfg
+}
+
+func rawProducer(b *testing.B, cfg Config) *kgo.Client {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.SeedBrokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.AllowAutoTopicCreation())
+	require.NoError(b, err)
+	b.Cleanup(cl.Close)
+	return cl
+}
+
+func createTopic(b *testing.B, c *kfake.Cluster, topic string) {
+	require.NoError(b, c.CreateTopic(topic, 1, nil))
+}
+
+// split runs fn(n) on k goroutines that share b.N operations.
+func split(b *testing.B, k int, fn func(n int)) {
+	var wg sync.WaitGroup
+	for g := range k {
+		n := b.N / k
+		if g < b.N%k {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(n)
+		}()
+	}
+	wg.Wait()
+}
+
+func report(b *testing.B, start time.Time) {
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	b.SetBytes(benchRecord)
+}
+
+func BenchmarkAppend(b *testing.B) {
+	c, cfg := benchCluster(b)
+	payload := make([]byte, benchRecord)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	ctx := context.Background()
+	topicN := 0
+	topic := func() string { topicN++; return fmt.Sprintf("bench-raw-%d", topicN) }
+
+	b.Run("raw-async", func(b *testing.B) {
+		cl := rawProducer(b, cfg)
+		t := topic()
+		createTopic(b, c, t)
+		b.ResetTimer()
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Add(b.N)
+		for range b.N {
+			cl.Produce(ctx, &kgo.Record{Topic: t, Value: payload}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					b.Error(err)
+				}
+				wg.Done()
+			})
+		}
+		wg.Wait()
+		report(b, start)
+	})
+	for _, k := range []int{1, 16} {
+		b.Run(fmt.Sprintf("raw-sync/appenders=%d", k), func(b *testing.B) {
+			cl := rawProducer(b, cfg)
+			t := topic()
+			createTopic(b, c, t)
+			b.ResetTimer()
+			start := time.Now()
+			split(b, k, func(n int) {
+				for range n {
+					if err := cl.ProduceSync(ctx, &kgo.Record{Topic: t, Value: payload}).FirstErr(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			report(b, start)
+		})
+		for _, txn := range []bool{true, false} {
+			b.Run(fmt.Sprintf("wal/transactions=%t/appenders=%d", txn, k), func(b *testing.B) {
+				wcfg := cfg
+				wcfg.DisableTransactions = !txn
+				o, err := New(ctx, wcfg, nil)
+				require.NoError(b, err)
+				defer o.Close()
+				w, err := o.Open(ctx, walimpls.Channel{Name: fmt.Sprintf("bench-%t-%d", txn, k), Term: 1})
+				require.NoError(b, err)
+				m := message.Restore(payload, nil)
+				b.ResetTimer()
+				start := time.Now()
+				split(b, k, func(n int) {
+					for range n {
+						if _, err := w.Append(ctx, m); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				report(b, start)
+			})
+		}
+	}
+}
+
+func BenchmarkScan(b *testing.B) {
+	const records = 20000
+	_, cfg := benchCluster(b)
+	ctx := context.Background()
+	o, err := New(ctx, cfg, nil)
+	require.NoError(b, err)
+	defer o.Close()
+	w, err := o.Open(ctx, walimpls.Channel{Name: "scan", Term: 1})
+	require.NoError(b, err)
+	payload := make([]byte, benchRecord)
+	m := message.Restore(payload, map[string]string{"_k": "0", "_tt": "123456789"})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range records / 16 {
+				if _, err := w.Append(ctx, m); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	topic := o.cfg.topicName("scan")
+
+	b.Run("raw", func(b *testing.B) {
+		start := time.Now()
+		for range b.N {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.SeedBrokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+				kgo.FetchMaxBytes(DefaultReadAheadBytes), kgo.FetchMaxPartitionBytes(DefaultReadAheadBytes))
+			require.NoError(b, err)
+			n := 0
+			for n < records {
+				fs := cl.PollFetches(ctx)
+				fs.EachRecord(func(*kgo.Record) { n++ })
+			}
+			cl.Close()
+		}
+		b.ReportMetric(float64(b.N*records)/time.Since(start).Seconds(), "records/s")
+	})
+	b.Run("wal", func(b *testing.B) {
+		start := time.Now()
+		for range b.N {
+			s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+			require.NoError(b, err)
+			for range records {
+				<-s.Chan()
+			}
+			_ = s.Close()
+		}
+		b.ReportMetric(float64(b.N*records)/time.Since(start).Seconds(), "records/s")
+	})
+}

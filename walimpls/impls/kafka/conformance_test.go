@@ -1,0 +1,56 @@
+package kafka
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
+)
+
+// kfakeCluster is one in-process kfake broker; every NewOpener is another
+// node with its own franz-go clients, built through the registry path
+// (NewBuilder and a config decoder).
+type kfakeCluster struct {
+	cfg Config
+}
+
+func (c kfakeCluster) NewOpener(t *testing.T) walimpls.Opener {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := c.cfg
+	o, err := NewBuilder().Build(ctx, walimpls.BuildParams{
+		Config: func(into any) error {
+			*(into.(*Config)) = cfg
+			return nil
+		},
+		Logger: testLogger(),
+	})
+	require.NoError(t, err)
+	return o
+}
+
+func conformanceFactory(mod func(*Config)) walimplstest.Factory {
+	return func(t *testing.T) walimplstest.Cluster {
+		c := newCluster(t)
+		cfg := testConfig(c)
+		if mod != nil {
+			mod(&cfg)
+		}
+		return kfakeCluster{cfg: cfg}
+	}
+}
+
+// The conformance runs are not parallel: the suite's goroutine-leak check
+// looks at the whole process, so it must not see other tests' clusters.
+
+func TestConformance(t *testing.T) {
+	walimplstest.Run(t, conformanceFactory(nil))
+}
+
+func TestConformanceNoTransactions(t *testing.T) {
+	walimplstest.Run(t, conformanceFactory(func(c *Config) { c.DisableTransactions = true }))
+}

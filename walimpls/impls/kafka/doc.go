@@ -1,0 +1,110 @@
+// Package kafka is the Kafka backend of streamwal, built on franz-go.
+//
+// # Layout
+//
+// Each channel is one topic, named TopicPrefix + channel name, created on
+// open through the admin API when missing (Config.Partitions,
+// ReplicationFactor, TopicConfigs; retention is off by default so that only
+// Truncate removes messages). The topic has at least two partitions:
+//
+//	partition 0  the log: one record per message
+//	             value   = payload (nil stays null, empty stays empty)
+//	             key     = null
+//	             headers = every property, reserved "_" keys included,
+//	                       byte for byte, in sorted key order
+//	             MessageID = the record's offset (message.SeqID "kafka",
+//	                       marshalled as a decimal string)
+//	partition 1  term claims, produced without a transaction
+//	             key     = "streamwal.claim"
+//	             value   = "swc1" | term int64 big-endian | nonce [16]byte
+//
+// Offsets in partition 0 are not dense: transaction markers and aborted
+// records take offsets too. IDs still strictly increase in append order.
+//
+// # Appends
+//
+// With transactions (the default), every ReadWrite WAL owns one transactional
+// producer whose transactional.id is TransactionalIDPrefix + channel name.
+// One goroutine takes every append queued while the previous transaction
+// was in flight (up to MaxBatchRecords / MaxBatchBytes) and writes them as
+// one transaction: BeginTransaction, one produce request, EndTransaction.
+// A transaction costs two round trips more than a plain produce (the produce
+// itself adds the partition to the transaction on brokers with KIP-890;
+// EndTxn writes the markers), so one sequential appender pays about three
+// round trips per append, while concurrent appenders share them. Readers use
+// read_committed and never see aborted records.
+//
+// With DisableTransactions, appends go straight to an idempotent producer,
+// which batches concurrent appends itself. It cannot be fenced, and the
+// backend declares Capabilities.Fencing false.
+//
+// A produce retried after an ambiguous failure (a timeout after the broker
+// applied it, a dropped connection) is deduplicated by the broker through
+// the producer's sequence numbers, so readers see one copy. An EndTxn whose
+// outcome is unknown makes the appends fail with a retryable error: they may
+// or may not be stored, as with a cancelled Append.
+//
+// # Sizes
+//
+// The broker limits the size of a record batch (message.max.bytes, or the
+// topic's max.message.bytes). Capabilities.MaxMessageBytes declares that
+// limit minus 349 bytes: the batch header (61), the record's varints (32)
+// and an allowance for the header length varints (256). An Append whose
+// Message.Size is above the declared limit, or whose exact framed size is
+// above the broker's limit, fails with a *walimpls.TooLargeError before
+// anything is sent; a broker MESSAGE_TOO_LARGE is mapped to the same error.
+// Compression is off: WAL payloads are usually already compact, and the
+// limit is checked on the uncompressed size.
+//
+// # Fencing
+//
+// Kafka fences a transactional producer when another producer initialises
+// the same transactional.id: InitProducerID bumps the epoch and aborts the
+// older producer's open transaction, whose later produce, commit and abort
+// fail with INVALID_PRODUCER_EPOCH or PRODUCER_FENCED. That stops a stale
+// writer, but it cannot tell a higher term from a lower one: whoever
+// initialises last wins. The terms therefore live in Kafka too, as claims in
+// partition 1, and a ReadWrite open at term T runs:
+//
+//  1. read every claim; if one has a term above T, fail with a
+//     *walimpls.FencedError (nobody is disturbed);
+//  2. append a claim (T, a fresh random nonce);
+//  3. create the transactional producer and initialise its producer id: this
+//     fences every older producer of the channel;
+//  4. read the claims again; the winner is the claim with the highest term,
+//     the last written among equal terms. If it is not ours, close the
+//     producer and fail with a FencedError: a higher (or later same-term)
+//     open raced us, and it wins;
+//  5. delete the claims before ours (they can never win again), so that
+//     partition 1 stays a few records long.
+//
+// A writer whose append fails with a fencing error reads the claims: if a
+// claim other than its own wins, it is fenced for good and every later
+// Append fails with the same FencedError (errors.Is(err,
+// walimpls.ErrFenced)). If its own claim still wins, the producer was fenced
+// by a concurrent open of a lower term that lost in step 4 and gives up; the
+// writer then re-acquires its producer (steps 3 and 4) on the next append
+// and fails only the batch in flight, with a retryable error. Every producer
+// initialisation is followed by a claim check before it appends, so once
+// Open(T) has returned no writer of a lower term commits another append. The
+// price is two claim reads and one claim write per ReadWrite open, and
+// producer fencing only works if every node uses the same
+// TransactionalIDPrefix and TopicPrefix.
+//
+// # Reads
+//
+// A scanner consumes partition 0 directly (no consumer group, no committed
+// offsets) with its own franz-go client, read_committed, and fetches of at
+// most ReadAheadBytes. DeliverAll starts at the log start, DeliverLatest at
+// the last stable offset when Read is called, StartFrom at the offset and
+// StartAfter at the offset plus one. The client never resets an offset on
+// its own (NoResetOffset): OFFSET_OUT_OF_RANGE below the log start ends the
+// scanner with ErrPositionGone (Read itself checks the start first), and a
+// position beyond the end is waited for.
+//
+// # Truncate
+//
+// Truncate(id) is DeleteRecords of partition 0 before the id's offset. An
+// offset at or below the log start is a no-op; an offset with no committed
+// message at or after it is ErrInvalidPosition.
+package kafka

@@ -1,0 +1,362 @@
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Name is the backend's name in configuration and in its message IDs.
+const Name = "kafka"
+
+// builder implements walimpls.Builder.
+type builder struct{}
+
+// NewBuilder returns the Kafka backend's walimpls.Builder. Its BuildParams
+// Config decodes into a Config.
+func NewBuilder() walimpls.Builder { return builder{} }
+
+func (builder) Name() string { return Name }
+
+func (builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Opener, error) {
+	var cfg Config
+	if p.Config != nil {
+		if err := p.Config(&cfg); err != nil {
+			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: decode config: %v", err)
+		}
+	}
+	o, err := New(ctx, cfg, p.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Opener opens channel WALs on one Kafka cluster. It implements
+// walimpls.Opener and is safe for concurrent use.
+type Opener struct {
+	cfg   Config
+	tls   *tls.Config
+	log   *slog.Logger
+	admin *kgo.Client
+	adm   *kadm.Client
+	// limit is the batch limit learned at construction (or configured).
+	limit int
+
+	mu     sync.Mutex
+	closed bool
+	wals   map[*wal]struct{}
+}
+
+var _ walimpls.Opener = (*Opener)(nil)
+
+// New validates cfg, connects to the cluster and returns an Opener. Unless
+// cfg.MaxMessageBytes is set, it asks the brokers for their message size
+// limit, so the cluster must be reachable within ctx.
+func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Opener, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	logger = logger.With("wal", Name)
+	tc, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	o := &Opener{cfg: cfg, tls: tc, log: logger, wals: map[*wal]struct{}{}}
+	opts := append(o.baseOpts(),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
+	)
+	opts = append(opts, cfg.ClientOptions...)
+	o.admin, err = kgo.NewClient(opts...)
+	if err != nil {
+		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
+	}
+	o.adm = kadm.NewClient(o.admin)
+	o.limit, err = o.learnLimit(ctx)
+	if err != nil {
+		o.admin.Close()
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *Opener) baseOpts() []kgo.Opt { return o.cfg.baseOpts(o.tls, o.log) }
+
+// learnLimit returns the broker-side batch limit new topics get.
+func (o *Opener) learnLimit(ctx context.Context) (int, error) {
+	if o.cfg.MaxMessageBytes > 0 {
+		return o.cfg.MaxMessageBytes, nil
+	}
+	if v, ok := o.cfg.TopicConfigs["max.message.bytes"]; ok {
+		n, _ := strconv.Atoi(v) // validated
+		return n, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.CreateTimeout)
+	defer cancel()
+	limit := 0
+	err := retry(ctx, func() error {
+		brokers, err := o.adm.ListBrokers(ctx)
+		if err != nil {
+			return err
+		}
+		rcs, err := o.adm.DescribeBrokerConfigs(ctx, brokers.NodeIDs()...)
+		if err != nil {
+			return err
+		}
+		limit = 0
+		for _, rc := range rcs {
+			if rc.Err != nil {
+				return rc.Err
+			}
+			for _, c := range rc.Configs {
+				if c.Key != "message.max.bytes" || c.Value == nil {
+					continue
+				}
+				if n, err := strconv.Atoi(*c.Value); err == nil && n > recordOverhead && (limit == 0 || n < limit) {
+					limit = n
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, errors.Wrap(err, "kafka: learn message.max.bytes")
+	}
+	if limit == 0 {
+		limit = 1048588 // Kafka's default
+	}
+	return limit, nil
+}
+
+// Capabilities implements walimpls.Opener.
+func (o *Opener) Capabilities() walimpls.Capabilities {
+	return walimpls.Capabilities{
+		Fencing:         !o.cfg.DisableTransactions,
+		Durable:         true,
+		MaxMessageBytes: o.limit - recordOverhead,
+	}
+}
+
+// UnmarshalID implements walimpls.Opener: IDs are decimal offsets.
+func (o *Opener) UnmarshalID(s string) (message.ID, error) { return message.UnmarshalSeqID(Name, s) }
+
+// Close closes every WAL still open and releases the opener. It is
+// idempotent.
+func (o *Opener) Close() error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil
+	}
+	o.closed = true
+	wals := make([]*wal, 0, len(o.wals))
+	for w := range o.wals {
+		wals = append(wals, w)
+	}
+	o.mu.Unlock()
+	for _, w := range wals {
+		_ = w.Close()
+	}
+	o.admin.Close()
+	return nil
+}
+
+func (o *Opener) forget(w *wal) {
+	o.mu.Lock()
+	delete(o.wals, w)
+	o.mu.Unlock()
+}
+
+// Open implements walimpls.Opener. It creates the channel's topic when
+// missing; a ReadWrite open then claims the term and fences lower terms as
+// the package documentation describes.
+func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
+	if err := ch.Validate(); err != nil {
+		return nil, err
+	}
+	if o.isClosed() {
+		return nil, errors.Wrap(walimpls.ErrClosed, "kafka: opener closed")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	topic := o.cfg.topicName(ch.Name)
+	if err := o.ensureTopic(ctx, topic); err != nil {
+		return nil, err
+	}
+	limit, err := o.topicLimit(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	w := newWAL(o, ch, topic, limit)
+	if ch.Mode == walimpls.ReadWrite {
+		if err := w.startWriter(ctx); err != nil {
+			w.shutdown()
+			return nil, err
+		}
+	}
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		w.shutdown()
+		return nil, errors.Wrap(walimpls.ErrClosed, "kafka: opener closed")
+	}
+	o.wals[w] = struct{}{}
+	o.mu.Unlock()
+	w.log.Debug("opened")
+	return w, nil
+}
+
+func (o *Opener) isClosed() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
+}
+
+// ensureTopic creates topic when missing and makes sure it has the two
+// partitions the backend uses.
+func (o *Opener) ensureTopic(ctx context.Context, topic string) error {
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.CreateTimeout)
+	defer cancel()
+	return retry(ctx, func() error {
+		md, err := o.adm.Metadata(ctx, topic)
+		if err != nil {
+			return err
+		}
+		td, ok := md.Topics[topic]
+		switch {
+		case ok && td.Err == nil:
+			if n := len(td.Partitions); n < 2 {
+				o.log.Warn("adding a partition for term claims", "topic", topic, "partitions", n)
+				if _, err := o.adm.CreatePartitions(ctx, 2-n, topic); err != nil && !errors.Is(err, kerr.InvalidPartitions) {
+					return err
+				}
+				return errRetry
+			}
+			for _, p := range td.Partitions {
+				if p.Partition < 2 && (p.Err != nil || p.Leader < 0) {
+					return errRetry
+				}
+			}
+			return nil
+		case ok && !errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+			return td.Err
+		}
+		cfgs := make(map[string]*string, len(o.cfg.TopicConfigs))
+		for k, v := range o.cfg.TopicConfigs {
+			cfgs[k] = &v
+		}
+		resp, err := o.adm.CreateTopic(ctx, o.cfg.Partitions, o.cfg.ReplicationFactor, cfgs, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			if isFatalAdminErr(err) {
+				return errors.Wrapf(errPermanent{err}, "kafka: create topic %q", topic)
+			}
+			return err
+		}
+		o.log.Info("created topic", "topic", topic)
+		return errRetry // re-read the metadata until the partitions have leaders
+	})
+}
+
+// topicLimit returns the batch limit of topic: the configured one, or the
+// topic's max.message.bytes, never above what the opener declared.
+func (o *Opener) topicLimit(ctx context.Context, topic string) (int, error) {
+	if o.cfg.MaxMessageBytes > 0 {
+		return o.cfg.MaxMessageBytes, nil
+	}
+	limit := o.limit
+	err := retry(ctx, func() error {
+		rcs, err := o.adm.DescribeTopicConfigs(ctx, topic)
+		if err != nil {
+			return err
+		}
+		for _, rc := range rcs {
+			if rc.Err != nil {
+				return rc.Err
+			}
+			for _, c := range rc.Configs {
+				if c.Key == "max.message.bytes" && c.Value != nil {
+					if n, err := strconv.Atoi(*c.Value); err == nil && n > recordOverhead && n < limit {
+						limit = n
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, errors.Wrapf(err, "kafka: describe topic %q", topic)
+	}
+	return limit, nil
+}
+
+// errRetry asks retry for another attempt without an error to report.
+var errRetry = errors.New("retry")
+
+// errPermanent stops retry.
+type errPermanent struct{ error }
+
+func (e errPermanent) Unwrap() error { return e.error }
+
+func isFatalAdminErr(err error) bool {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return !ke.Retriable
+	}
+	return false
+}
+
+// retry calls fn until it returns nil, a permanent error, or ctx ends. It
+// backs off from 5ms to 250ms between attempts.
+func retry(ctx context.Context, fn func() error) error {
+	backoff := 5 * time.Millisecond
+	var last error
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		var perm errPermanent
+		if errors.As(err, &perm) {
+			return err
+		}
+		if !errors.Is(err, errRetry) {
+			last = err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if last != nil {
+				return errors.Wrapf(ctx.Err(), "%v", last)
+			}
+			return ctx.Err()
+		case <-t.C:
+		}
+		if backoff *= 2; backoff > 250*time.Millisecond {
+			backoff = 250 * time.Millisecond
+		}
+	}
+}

@@ -1,0 +1,270 @@
+package kafka
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Read implements walimpls.WALImpl. The scanner consumes partition 0
+// directly (no group, no committed offsets) with read_committed isolation,
+// one franz-go client per scanner, fetching at most the read-ahead bytes at
+// a time.
+func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
+	if w.isClosed() {
+		return nil, w.closedErr()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opt.ReadAheadBytes < 0 {
+		return nil, errors.Newf("kafka: read channel %q: negative read-ahead %d", w.ch.Name, opt.ReadAheadBytes)
+	}
+	readAhead := opt.ReadAheadBytes
+	if readAhead == 0 {
+		readAhead = w.o.cfg.ReadAheadBytes
+	}
+	// The scanner's own client lists the offsets too: everything a scanner
+	// does goes over connections it owns and closes.
+	cl, err := w.newConsumer(readAhead)
+	if err != nil {
+		return nil, err
+	}
+	adm := kadm.NewClient(cl)
+	start, end, err := listBounds(ctx, adm, w.topic, logPartition, true)
+	if err != nil {
+		cl.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errors.Wrapf(err, "kafka: read channel %q", w.ch.Name)
+	}
+	s := &scanner{w: w, name: opt.Name, cl: cl, adm: adm, out: make(chan message.Immutable), done: make(chan struct{})}
+	p := opt.DeliverPolicy
+	switch id, inclusive, ok := p.StartID(); {
+	case p.IsAll():
+		s.next, s.all = start, true
+	case p.IsLatest():
+		s.next = end
+	case ok:
+		seq, err := message.SeqOf(Name, id)
+		if err != nil {
+			cl.Close()
+			return nil, errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: read channel %q from %s: %v", w.ch.Name, id, err)
+		}
+		if !inclusive {
+			seq++
+		}
+		if seq < start {
+			cl.Close()
+			return nil, errors.Wrapf(walimpls.ErrPositionGone, "kafka: read channel %q from offset %d: the log starts at %d", w.ch.Name, seq, start)
+		}
+		s.next = seq
+	default:
+		cl.Close()
+		return nil, errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: read channel %q: deliver policy %s", w.ch.Name, p)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if !w.addScanner(s) {
+		s.cancel()
+		cl.Close()
+		return nil, w.closedErr()
+	}
+	go s.run()
+	return s, nil
+}
+
+// scanner delivers one channel's messages. Its goroutine (run) owns next,
+// delivered and the consuming client.
+type scanner struct {
+	w      *wal
+	name   string
+	cl     *kgo.Client
+	adm    *kadm.Client
+	out    chan message.Immutable
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	closeOnce sync.Once
+	mu        sync.Mutex
+	reason    error // why the scanner was stopped from outside; nil for a user Close
+	err       error // set before done is closed
+
+	// owned by run
+	next      int64
+	all       bool // DeliverAll: nothing delivered yet may follow the log start
+	delivered bool
+}
+
+func (s *scanner) Chan() <-chan message.Immutable { return s.out }
+func (s *scanner) Done() <-chan struct{}          { return s.done }
+
+func (s *scanner) Error() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// Close implements walimpls.Scanner.
+func (s *scanner) Close() error {
+	s.stop(nil)
+	<-s.done
+	return nil
+}
+
+// stop ends the scanner; reason is what Error reports.
+func (s *scanner) stop(reason error) {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.reason = reason
+		s.mu.Unlock()
+		s.cancel()
+	})
+}
+
+// errReposition asks run for a new consumer at next.
+var errReposition = errors.New("reposition")
+
+func (s *scanner) run() {
+	defer close(s.done)
+	defer close(s.out)
+	defer s.w.removeScanner(s)
+	defer s.cl.Close()
+	var err error
+	for {
+		err = s.consume()
+		if !errors.Is(err, errReposition) {
+			break
+		}
+	}
+	if s.ctx.Err() != nil {
+		s.mu.Lock()
+		err = s.reason
+		s.mu.Unlock()
+	}
+	s.err = err
+	if err != nil {
+		s.w.log.Debug("scanner ended", "scanner", s.name, "err", err)
+	}
+}
+
+// consume reads from next until the scanner stops (nil), fails, or must be
+// repositioned (errReposition).
+func (s *scanner) consume() error {
+	parts := map[string]map[int32]kgo.Offset{s.w.topic: {logPartition: kgo.NoResetOffset().At(s.next)}}
+	s.cl.AddConsumePartitions(parts)
+	defer s.cl.RemoveConsumePartitions(map[string][]int32{s.w.topic: {logPartition}})
+	cl := s.cl
+	for {
+		fs := cl.PollFetches(s.ctx)
+		if s.ctx.Err() != nil || fs.IsClientClosed() {
+			return nil
+		}
+		for _, fe := range fs.Errors() {
+			switch {
+			case isOutOfRange(fe.Err):
+				return s.outOfRange()
+			case errors.IsAny(fe.Err, context.Canceled, context.DeadlineExceeded):
+				return nil
+			case isPermanentFetchErr(fe.Err):
+				return errors.Wrapf(fe.Err, "kafka: scanner %q of channel %q", s.name, s.w.ch.Name)
+			default:
+				s.w.log.Debug("fetch error", "scanner", s.name, "err", fe.Err)
+			}
+		}
+		var stopped bool
+		fs.EachRecord(func(r *kgo.Record) {
+			if stopped || r.Offset < s.next || r.Partition != logPartition {
+				return
+			}
+			props := make(map[string]string, len(r.Headers))
+			for _, h := range r.Headers {
+				props[h.Key] = string(h.Value)
+			}
+			m := message.NewImmutable(message.Restore(r.Value, props), message.NewSeqID(Name, r.Offset))
+			select {
+			case s.out <- m:
+				s.next = r.Offset + 1
+				s.delivered = true
+			case <-s.ctx.Done():
+				stopped = true
+			}
+		})
+		if stopped {
+			return nil
+		}
+	}
+}
+
+// outOfRange decides what an OFFSET_OUT_OF_RANGE means: next was truncated
+// (ErrPositionGone, or the new log start for a DeliverAll scanner that has
+// delivered nothing yet), or next is beyond the end (wait for it).
+func (s *scanner) outOfRange() error {
+	backoff := 5 * time.Millisecond
+	for {
+		start, end, err := listBounds(s.ctx, s.adm, s.w.topic, logPartition, false)
+		switch {
+		case s.ctx.Err() != nil:
+			return nil
+		case err != nil:
+		case s.next < start && s.all && !s.delivered:
+			s.next = start
+			return errReposition
+		case s.next < start:
+			return errors.Wrapf(walimpls.ErrPositionGone, "kafka: scanner %q of channel %q at offset %d: the log now starts at %d",
+				s.name, s.w.ch.Name, s.next, start)
+		case s.next <= end:
+			return errReposition
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+// newConsumer returns a client for a scanner: read_committed, never
+// resetting an offset by itself, fetching at most readAhead bytes at once.
+func (w *wal) newConsumer(readAhead int) (*kgo.Client, error) {
+	cfg := &w.o.cfg
+	// One fetch of at most the read-ahead is buffered at a time (a broker
+	// returns at least one batch even when it is larger than the fetch
+	// size).
+	ra := int32(min(readAhead, 1<<30))
+	opts := append(w.o.baseOpts(),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxBytes(ra),
+		kgo.FetchMaxPartitionBytes(ra),
+		kgo.MaxConcurrentFetches(1),
+		kgo.FetchMaxWait(time.Second),
+	)
+	opts = append(opts, cfg.ClientOptions...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
+	}
+	return cl, nil
+}
+
+// isPermanentFetchErr reports fetch errors that retrying cannot fix.
+func isPermanentFetchErr(err error) bool {
+	return errors.IsAny(err, kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed,
+		kerr.SaslAuthenticationFailed, kerr.UnsupportedVersion)
+}

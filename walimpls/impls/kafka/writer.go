@@ -1,0 +1,381 @@
+package kafka
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// appender stores records in the log partition of a channel.
+type appender interface {
+	// append stores r and returns its offset.
+	append(ctx context.Context, r *kgo.Record, size int) (int64, error)
+	// close stops the appender and waits for it; pending appends fail.
+	close()
+}
+
+type appendReq struct {
+	ctx  context.Context
+	rec  *kgo.Record
+	size int // Message.Size, for TooLargeError
+	res  chan appendRes
+}
+
+type appendRes struct {
+	off int64
+	err error
+}
+
+// txnWriter coalesces concurrent appends into transactions. One goroutine
+// (run) owns the transactional client and everything below "owned by run".
+type txnWriter struct {
+	w      *wal
+	reqs   chan *appendReq
+	stop   chan struct{}
+	done   chan struct{}
+	ctx    context.Context // cancelled by close: aborts the client calls in flight
+	cancel context.CancelFunc
+	// fenced is set once, to the error every later append returns.
+	fenced   atomic.Pointer[error]
+	stopOnce sync.Once
+
+	// owned by run
+	cl *kgo.Client
+}
+
+// newTxnWriter fences lower terms and starts the writer: it creates the
+// transactional client, makes it initialise its producer id (which bumps the
+// epoch of the transactional id and aborts any transaction of an older
+// producer), and then checks that the caller's claim still wins.
+func newTxnWriter(ctx context.Context, w *wal) (*txnWriter, error) {
+	tw := &txnWriter{
+		w:    w,
+		reqs: make(chan *appendReq, w.o.cfg.MaxBatchRecords),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	tw.ctx, tw.cancel = context.WithCancel(context.Background())
+	cl, err := tw.acquire(ctx, false)
+	if err != nil {
+		tw.cancel()
+		return nil, err
+	}
+	tw.cl = cl
+	go tw.run()
+	return tw, nil
+}
+
+func (tw *txnWriter) newClient() (*kgo.Client, error) {
+	w := tw.w
+	cfg := &w.o.cfg
+	opts := append(w.o.baseOpts(),
+		kgo.TransactionalID(cfg.transactionalID(w.ch.Name)),
+		kgo.TransactionTimeout(cfg.TransactionTimeout),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchMaxBytes(int32(w.limit)),
+		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
+	)
+	opts = append(opts, cfg.ClientOptions...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
+	}
+	return cl, nil
+}
+
+// acquire returns a transactional client whose producer id is initialised
+// after this WAL's claim was written, or a FencedError when another claim
+// wins. With precheck it first makes sure this WAL's claim wins, so that a
+// stale writer does not fence the owner.
+func (tw *txnWriter) acquire(ctx context.Context, precheck bool) (*kgo.Client, error) {
+	w := tw.w
+	if precheck {
+		// Never fence the winner of the claims.
+		if err := w.checkWinner(ctx); err != nil {
+			return nil, err
+		}
+	}
+	cl, err := tw.newClient()
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		cl.Close()
+		return nil, errors.Wrapf(err, "kafka: init producer id of channel %q", w.ch.Name)
+	}
+	if err := w.checkWinner(ctx); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return cl, nil
+}
+
+func (tw *txnWriter) append(ctx context.Context, r *kgo.Record, size int) (int64, error) {
+	if e := tw.fenced.Load(); e != nil {
+		return 0, *e
+	}
+	req := &appendReq{ctx: ctx, rec: r, size: size, res: make(chan appendRes, 1)}
+	select {
+	case tw.reqs <- req:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-tw.done:
+		return 0, tw.w.closedErr()
+	}
+	select {
+	case res := <-req.res:
+		return res.off, res.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-tw.done:
+		select {
+		case res := <-req.res:
+			return res.off, res.err
+		default:
+			return 0, tw.w.closedErr()
+		}
+	}
+}
+
+func (tw *txnWriter) close() {
+	tw.stopOnce.Do(func() {
+		close(tw.stop)
+		tw.cancel()
+	})
+	<-tw.done
+}
+
+func (tw *txnWriter) run() {
+	defer close(tw.done)
+	defer func() {
+		if tw.cl != nil {
+			tw.cl.Close()
+		}
+	}()
+	maxRecords, maxBytes := tw.w.o.cfg.MaxBatchRecords, tw.w.o.cfg.MaxBatchBytes
+	var batch []*appendReq
+	for {
+		batch = batch[:0]
+		select {
+		case <-tw.stop:
+			tw.failPending()
+			return
+		case r := <-tw.reqs:
+			batch = append(batch, r)
+		}
+		n := batch[0].size
+	gather:
+		for len(batch) < maxRecords && n < maxBytes {
+			select {
+			case r := <-tw.reqs:
+				batch = append(batch, r)
+				n += r.size
+			default:
+				break gather
+			}
+		}
+		tw.commit(batch)
+	}
+}
+
+func (tw *txnWriter) failPending() {
+	err := tw.w.closedErr()
+	for {
+		select {
+		case r := <-tw.reqs:
+			r.res <- appendRes{err: err}
+		default:
+			return
+		}
+	}
+}
+
+func reply(batch []*appendReq, err error) {
+	for _, r := range batch {
+		r.res <- appendRes{err: err}
+	}
+}
+
+// commit writes batch as one transaction. Owned by run.
+func (tw *txnWriter) commit(batch []*appendReq) {
+	live := batch[:0:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.res <- appendRes{err: err} // the caller is gone: never sent
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if e := tw.fenced.Load(); e != nil {
+		reply(live, *e)
+		return
+	}
+	if tw.cl == nil {
+		cl, err := tw.acquire(tw.ctx, true)
+		if err != nil {
+			tw.fail(live, err, false)
+			return
+		}
+		tw.cl = cl
+	}
+	if err := tw.cl.BeginTransaction(); err != nil {
+		tw.dropClient()
+		tw.fail(live, err, false)
+		return
+	}
+	errs := make([]error, len(live))
+	var wg sync.WaitGroup
+	wg.Add(len(live))
+	for i, r := range live {
+		tw.cl.Produce(tw.ctx, r.rec, func(_ *kgo.Record, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	committing := first == nil
+	if committing {
+		if first = tw.cl.EndTransaction(tw.ctx, kgo.TryCommit); first == nil {
+			for _, r := range live {
+				r.res <- appendRes{off: r.rec.Offset}
+			}
+			return
+		}
+	}
+	tw.fail(live, first, committing)
+}
+
+// fail answers a failed batch and drops the client. The claims decide
+// first: a writer whose claim no longer wins is fenced for good and leaves
+// the transaction alone (the winner's producer initialisation aborted it). A
+// winner aborts the transaction, so that readers are not held up until it
+// times out, and drops the client: franz-go may have re-initialised the
+// producer id while failing or aborting, and only a producer acquired after
+// a claim check may append. The next batch acquires a new one.
+//
+// A fencing error for a writer whose claim still wins comes from a
+// concurrent open of a lower term that lost its claim check and gives up:
+// the batch fails with a retryable error and the writer goes on.
+func (tw *txnWriter) fail(batch []*appendReq, cause error, committing bool) {
+	w := tw.w
+	if tw.ctx.Err() != nil {
+		tw.dropClient()
+		reply(batch, w.closedErr())
+		return
+	}
+	var fe *walimpls.FencedError
+	if errors.As(cause, &fe) {
+		tw.setFenced(cause)
+		reply(batch, cause)
+		return
+	}
+	if err := w.checkWinner(tw.ctx); err != nil {
+		tw.dropClient()
+		if errors.As(err, &fe) {
+			tw.setFenced(err)
+			reply(batch, err)
+			return
+		}
+		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q (claim check: %v)", w.ch.Name, err))
+		return
+	}
+	if tw.cl != nil && !isFenced(cause) {
+		ctx, cancel := context.WithTimeout(tw.ctx, w.o.cfg.RequestTimeout)
+		_ = tw.cl.EndTransaction(ctx, kgo.TryAbort)
+		cancel()
+	}
+	tw.dropClient()
+	switch {
+	case isTooLarge(cause):
+		for _, r := range batch {
+			r.res <- appendRes{err: &walimpls.TooLargeError{Size: r.size, Limit: w.declared}}
+		}
+	case isFenced(cause):
+		w.log.Warn("producer fenced by a concurrent open that lost the term claim; re-acquiring", "err", cause)
+		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q: producer fenced by a lower term, re-acquired", w.ch.Name))
+	case committing:
+		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q: commit outcome unknown", w.ch.Name))
+	default:
+		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q", w.ch.Name))
+	}
+}
+
+func (tw *txnWriter) setFenced(err error) {
+	if tw.fenced.CompareAndSwap(nil, &err) {
+		tw.w.log.Warn("fenced", "err", err)
+	}
+	tw.dropClient()
+}
+
+// dropClient closes the client; the next batch acquires a new one. Owned
+// by run.
+func (tw *txnWriter) dropClient() {
+	if tw.cl != nil {
+		tw.cl.Close()
+		tw.cl = nil
+	}
+}
+
+// plainWriter appends with an idempotent, non-transactional producer:
+// franz-go batches concurrent appends itself. It cannot be fenced.
+type plainWriter struct {
+	w  *wal
+	cl *kgo.Client
+}
+
+func newPlainWriter(w *wal) (*plainWriter, error) {
+	cfg := &w.o.cfg
+	opts := append(w.o.baseOpts(),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchMaxBytes(int32(w.limit)),
+		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
+	)
+	opts = append(opts, cfg.ClientOptions...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
+	}
+	return &plainWriter{w: w, cl: cl}, nil
+}
+
+func (pw *plainWriter) append(ctx context.Context, r *kgo.Record, size int) (int64, error) {
+	res := make(chan error, 1)
+	pw.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { res <- err })
+	select {
+	case err := <-res:
+		switch {
+		case err == nil:
+			return r.Offset, nil
+		case isTooLarge(err):
+			return 0, &walimpls.TooLargeError{Size: size, Limit: pw.w.declared}
+		case errors.Is(err, kgo.ErrClientClosed):
+			return 0, pw.w.closedErr()
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
+		}
+		return 0, errors.Wrapf(err, "kafka: append to channel %q", pw.w.ch.Name)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+func (pw *plainWriter) close() { pw.cl.Close() }
