@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/adaptor/adaptortest"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
@@ -53,4 +54,8 @@ func TestConformance(t *testing.T) {
 
 func TestConformanceNoTransactions(t *testing.T) {
 	walimplstest.Run(t, conformanceFactory(func(c *Config) { c.DisableTransactions = true }))
+}
+
+func TestAdaptor(t *testing.T) {
+	adaptortest.Run(t, conformanceFactory(nil))
 }

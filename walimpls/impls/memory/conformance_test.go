@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/streamwal/streamwal/adaptor/adaptortest"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
@@ -34,5 +35,11 @@ func TestConformance(t *testing.T) {
 func TestConformanceWithSizeLimit(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
 		return cluster{c: memory.NewCluster(), cfg: memory.Config{MaxMessageBytes: 64 << 10}}
+	})
+}
+
+func TestAdaptor(t *testing.T) {
+	adaptortest.Run(t, func(t *testing.T) walimplstest.Cluster {
+		return cluster{c: memory.NewCluster()}
 	})
 }

@@ -1,0 +1,328 @@
+package adaptor
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/impls/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func memOpener(t *testing.T, c *memory.Cluster, cfg memory.Config) walimpls.Opener {
+	o, err := memory.NewOpener(c, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = o.Close() })
+	return o
+}
+
+func openWAL(t *testing.T, o walimpls.Opener, name string, term int64, opts Options) *wal {
+	t.Helper()
+	w, err := Open(context.Background(), o, Channel{Name: name, Term: term}, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w.(*wal)
+}
+
+func recvN(t *testing.T, s Scanner, n int) []message.Immutable {
+	t.Helper()
+	var out []message.Immutable
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	for len(out) < n {
+		select {
+		case m, ok := <-s.Chan():
+			require.Truef(t, ok, "scanner ended after %d of %d: %v", len(out), n, s.Error())
+			out = append(out, m)
+		case <-timer.C:
+			require.FailNowf(t, "watchdog", "%d of %d", len(out), n)
+		}
+	}
+	return out
+}
+
+func quietFor(t *testing.T, s Scanner, d time.Duration) {
+	t.Helper()
+	select {
+	case m, ok := <-s.Chan():
+		require.Falsef(t, ok, "unexpected message %s kind %s", m.ID(), m.Kind())
+	case <-time.After(d):
+	}
+}
+
+func TestSplitLargeMessages(t *testing.T) {
+	c := memory.NewCluster()
+	o := memOpener(t, c, memory.Config{MaxMessageBytes: 1 << 20})
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	require.NoError(t, err)
+	w := openWAL(t, o, "split", 1, Options{TimeTickInterval: time.Hour, Metrics: metrics})
+	ctx := context.Background()
+	s, err := w.Read(ctx, ReadOption{})
+	require.NoError(t, err)
+
+	r := rand.New(rand.NewPCG(1, 1))
+	big := make([]byte, 10<<20)
+	for i := range big {
+		big[i] = byte(r.Uint32())
+	}
+	m, _ := message.New(big, map[string]string{"name": "ten-mib"})
+	res, err := w.Append(ctx, m.WithVChannel("vc"))
+	require.NoError(t, err)
+
+	// Inject what retries and dead writers leave: a duplicate of a part of
+	// the big message, and the first part of a message whose writer died.
+	raw, err := o.Open(ctx, walimpls.Channel{Name: "split", Term: 1})
+	require.NoError(t, err)
+	defer func() { _ = raw.Close() }()
+	parts, err := splitMessage(m.WithKind(message.KindData).WithTerm(1).WithTimeTick(res.TimeTick), w.partBytes)
+	require.NoError(t, err)
+	require.Greater(t, len(parts), 10)
+	_, err = raw.Append(ctx, parts[3]) // a late duplicate of a completed message
+	require.NoError(t, err)
+	// Raw parts hold their timetick in flight while written, as the
+	// adaptor's own appends do, so that no watermark overtakes them.
+	rawParts := func(size int) ([]message.Message, func()) {
+		m, _ := message.New(make([]byte, size), map[string]string{"raw": "yes"})
+		tt, err := w.ticks.begin(ctx)
+		require.NoError(t, err)
+		ps, err := splitMessage(m.WithKind(message.KindData).WithTerm(1).WithTimeTick(tt), w.partBytes)
+		require.NoError(t, err)
+		return ps, func() { w.ticks.end(tt) }
+	}
+	dup, end := rawParts(3 << 20) // written with a retried part in the middle
+	for _, i := range []int{0, 1, 1, 2, 3} {
+		_, err = raw.Append(ctx, dup[i])
+		require.NoError(t, err)
+	}
+	end()
+	orphanParts, end := rawParts(3 << 20) // a writer that died after its first part
+	_, err = raw.Append(ctx, orphanParts[0])
+	require.NoError(t, err)
+	end()
+
+	small, _ := message.New([]byte("after"), nil)
+	_, err = w.Append(ctx, small)
+	require.NoError(t, err)
+	require.NoError(t, w.Sync(ctx))
+
+	got := recvN(t, s, 3)
+	require.Equal(t, big, got[0].Payload(), "the 10 MiB message is joined byte for byte")
+	v, _ := got[0].Properties().Get("name")
+	require.Equal(t, "ten-mib", v)
+	require.Equal(t, "vc", got[0].VChannel())
+	require.Equal(t, message.KindData, got[0].Kind())
+	require.True(t, got[0].ID().EQ(res.ID), "a joined message has its first part's ID")
+	require.Len(t, got[1].Payload(), 3<<20)
+	require.Equal(t, "after", string(got[2].Payload()))
+	quietFor(t, s, 100*time.Millisecond)
+
+	// The retried part of the completed message is a duplicate, or late if a
+	// watermark covered its message first; either way it is dropped, counted.
+	dups := testutil.ToFloat64(metrics.dropped.WithLabelValues("split", dropPartDuplicate))
+	late := testutil.ToFloat64(metrics.dropped.WithLabelValues("split", dropLate))
+	require.GreaterOrEqual(t, dups, 1.0)
+	require.EqualValues(t, 2, dups+late)
+	require.EqualValues(t, 1, testutil.ToFloat64(metrics.dropped.WithLabelValues("split", dropPartOrphan)))
+
+	tooBig, _ := message.New(make([]byte, defaultMaxMessageBytes+1), nil)
+	_, err = w.Append(ctx, tooBig)
+	require.ErrorIs(t, err, walimpls.ErrTooLarge)
+}
+
+// With backend fencing off, a stale writer keeps appending after a higher
+// term opened; the log-level fence keeps its messages away from readers.
+func TestStaleWriterFencedInTheLog(t *testing.T) {
+	c := memory.NewCluster()
+	c.SetFencing(false)
+	ctx := context.Background()
+	opts := Options{TimeTickInterval: 5 * time.Millisecond}
+	w1 := openWAL(t, memOpener(t, c, memory.Config{}), "stale", 1, opts)
+	m1, _ := message.New([]byte("term1-before"), nil)
+	_, err := w1.Append(ctx, m1)
+	require.NoError(t, err)
+
+	w2 := openWAL(t, memOpener(t, c, memory.Config{}), "stale", 2, opts)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() { // the stale writer does not know it lost the channel
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m, _ := message.New(fmt.Appendf(nil, "term1-after-%d", i), nil)
+			_, _ = w1.Append(ctx, m)
+		}
+	}()
+	for i := range 50 {
+		m, _ := message.New(fmt.Appendf(nil, "term2-%d", i), nil)
+		_, err := w2.Append(ctx, m)
+		require.NoError(t, err)
+	}
+	close(stop)
+	wg.Wait()
+	require.NoError(t, w2.Sync(ctx))
+
+	ro := openWAL(t, memOpener(t, c, memory.Config{}), "stale", 0, Options{ReadOnly: true})
+	for _, reader := range []WAL{w2, ro} {
+		s, err := reader.Read(ctx, ReadOption{Filter: Filter{Kinds: []message.Kind{message.KindData, message.KindTermBegin}}})
+		require.NoError(t, err)
+		got := recvN(t, s, 1+1+1+50) // term-begin 1, the term-1 message, term-begin 2, term 2's messages
+		var seenTerm2 bool
+		for _, m := range got {
+			term, _ := m.Term()
+			if m.Kind() == message.KindTermBegin && term == 2 {
+				seenTerm2 = true
+				continue
+			}
+			if seenTerm2 {
+				require.EqualValuesf(t, 2, term, "a term-1 message (%q) was delivered after term 2's term-begin", m.Payload())
+			}
+		}
+		require.True(t, seenTerm2)
+		quietFor(t, s, 50*time.Millisecond)
+		require.NoError(t, s.Close())
+	}
+}
+
+func TestRetriesRetryableErrors(t *testing.T) {
+	c := memory.NewCluster()
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "retry", 1, Options{TimeTickInterval: time.Hour})
+	c.FailNextAppends(3)
+	m, _ := message.New([]byte("x"), nil)
+	_, err := w.Append(context.Background(), m)
+	require.NoError(t, err, "retryable failures are retried")
+
+	c.FailNextAppends(1 << 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = w.Append(ctx, m)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "retries stop when the context ends")
+	c.FailNextAppends(0)
+}
+
+func TestAppendAsyncBackPressure(t *testing.T) {
+	c := memory.NewCluster()
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "async", 1, Options{TimeTickInterval: time.Hour, MaxInflightAppends: 2})
+	c.SetAppendLatency(100 * time.Millisecond)
+	m, _ := message.New([]byte("x"), nil)
+	var wg sync.WaitGroup
+	results := make(chan error, 3)
+	start := time.Now()
+	for range 3 {
+		wg.Add(1)
+		w.AppendAsync(context.Background(), m, func(_ AppendResult, err error) { results <- err; wg.Done() })
+	}
+	// The third call had to wait for a slot.
+	require.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond)
+	wg.Wait()
+	close(results)
+	for err := range results {
+		require.NoError(t, err)
+	}
+	c.SetAppendLatency(0)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	errc := make(chan error, 3)
+	c.SetAppendLatency(time.Hour)
+	w.AppendAsync(context.Background(), m, func(_ AppendResult, err error) { errc <- err })
+	w.AppendAsync(context.Background(), m, func(_ AppendResult, err error) { errc <- err })
+	w.AppendAsync(ctx, m, func(_ AppendResult, err error) { errc <- err })
+	require.ErrorIs(t, <-errc, context.Canceled, "a full pipeline and a done context")
+	require.NoError(t, w.Close(), "Close ends appends in flight")
+	require.ErrorIs(t, <-errc, walimpls.ErrClosed)
+	require.ErrorIs(t, <-errc, walimpls.ErrClosed)
+}
+
+func TestBatchAndTimetickOrder(t *testing.T) {
+	c := memory.NewCluster()
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "batch", 1, Options{TimeTickInterval: 5 * time.Millisecond})
+	msgs := make([]message.Message, 20)
+	for i := range msgs {
+		msgs[i], _ = message.New(fmt.Appendf(nil, "%d", i), nil)
+	}
+	res, err := w.AppendBatch(context.Background(), msgs)
+	require.NoError(t, err)
+	seen := map[uint64]bool{}
+	for _, r := range res {
+		require.False(t, seen[r.TimeTick])
+		seen[r.TimeTick] = true
+	}
+	// Reopening at a higher term continues above every recovered timetick,
+	// even from an allocator whose clock is far behind.
+	require.NoError(t, w.Close())
+	w2 := openWAL(t, memOpener(t, c, memory.Config{}), "batch", 2, Options{Allocator: fixedAllocator(1)})
+	r2, err := w2.Append(context.Background(), msgs[0])
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Greater(t, r2.TimeTick, r.TimeTick)
+	}
+}
+
+type fixedAllocator uint64
+
+func (f fixedAllocator) Allocate(context.Context) (uint64, error) { return uint64(f), nil }
+
+func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
+	c := memory.NewCluster()
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	require.NoError(t, err)
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "evict", 1, Options{
+		TimeTickInterval: time.Hour, WriteAheadBufferBytes: 16 << 10, Metrics: metrics})
+	ctx := context.Background()
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+	require.NoError(t, err)
+	first, _ := message.New([]byte("first"), nil)
+	_, err = w.Append(ctx, first)
+	require.NoError(t, err)
+	require.NoError(t, w.Sync(ctx))
+	recvN(t, s, 1) // now tailing the buffer; then it stalls while 150 KiB pass
+	const n = 300
+	for i := range n {
+		m, _ := message.New(append(fmt.Appendf(nil, "%04d", i), make([]byte, 512)...), nil)
+		_, err := w.Append(ctx, m)
+		require.NoError(t, err)
+		if i == 50 {
+			// The watermark releases the first messages to the scanner,
+			// which blocks handing them over: it reads no further while
+			// the rest goes through the buffer.
+			require.NoError(t, w.Sync(ctx))
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	require.NoError(t, w.Sync(ctx))
+	got := recvN(t, s, n)
+	for i, m := range got {
+		require.Equal(t, fmt.Sprintf("%04d", i), string(m.Payload()[:4]))
+	}
+	require.Greater(t, testutil.ToFloat64(metrics.fallbacks.WithLabelValues("evict")), 0.0, "the stalled scanner fell back")
+	require.NoError(t, s.Close())
+	require.NoError(t, w.Close())
+	require.Zero(t, testutil.CollectAndCount(metrics.appends), "a closed channel's series are deleted")
+}
+
+func TestOptionsValidate(t *testing.T) {
+	require.ErrorIs(t, Options{TimeTickInterval: -1}.Validate(), ErrInvalidOptions)
+	require.ErrorIs(t, Options{PartBytes: 10}.Validate(), ErrInvalidOptions)
+	_, err := Open(context.Background(), nil, Channel{Name: "x"}, Options{})
+	require.ErrorIs(t, err, ErrInvalidOptions)
+	_, err = Open(context.Background(), memOpener(t, memory.NewCluster(), memory.Config{}), Channel{Name: "bad name"}, Options{})
+	require.ErrorIs(t, err, walimpls.ErrInvalidChannel)
+}

@@ -1,0 +1,100 @@
+package adaptor
+
+import (
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the adaptor's Prometheus metrics, shared by every WAL of a
+// process. Each series carries the channel; a WAL's series are deleted when
+// it closes.
+type Metrics struct {
+	appends        *prometheus.CounterVec
+	appendBytes    *prometheus.CounterVec
+	appendLatency  *prometheus.HistogramVec
+	retries        *prometheus.CounterVec
+	scanners       *prometheus.GaugeVec
+	reorderBytes   *prometheus.GaugeVec
+	wabBytes       *prometheus.GaugeVec
+	fenced         *prometheus.CounterVec
+	dropped        *prometheus.CounterVec
+	watermarks     *prometheus.CounterVec
+	fallbacks      *prometheus.CounterVec
+	collectorsList []prometheus.Collector
+}
+
+// Reasons a scanner drops a message, the "reason" label of
+// streamwal_scanner_dropped_total.
+const (
+	dropStaleTerm     = "stale_term"
+	dropLate          = "late"
+	dropDuplicate     = "duplicate"
+	dropPartDuplicate = "part_duplicate"
+	dropPartOrphan    = "part_orphan"
+)
+
+// NewMetrics creates the metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	ch := []string{"channel"}
+	m := &Metrics{
+		appends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "streamwal", Name: "appends_total", Help: "Appends acknowledged, by channel.",
+		}, ch),
+		appendBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "streamwal", Name: "append_bytes_total", Help: "Bytes of acknowledged appends.",
+		}, ch),
+		appendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "streamwal", Name: "append_latency_seconds", Help: "Latency of Append, retries included.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
+		}, []string{"channel", "result"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "streamwal", Name: "append_retries_total", Help: "Backend appends retried after a retryable error.",
+		}, ch),
+		scanners: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "streamwal", Name: "scanners", Help: "Live scanners by mode (catchup, tailing).",
+		}, []string{"channel", "mode"}),
+		reorderBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "streamwal", Name: "scanner_buffer_bytes", Help: "Bytes held in scanners' reorder buffers.",
+		}, ch),
+		wabBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "streamwal", Name: "write_ahead_buffer_bytes", Help: "Bytes held in the shared write-ahead buffer.",
+		}, ch),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "streamwal", Name: "fenced_total", Help: "WALs made unavailable by a higher term.",
+		}, ch),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "streamwal", Name: "scanner_dropped_total",
+			Help: "Messages scanners dropped on purpose: stale_term, late, duplicate, part_duplicate, part_orphan.",
+		}, []string{"channel", "reason"}),
+		watermarks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "streamwal", Name: "watermarks_total", Help: "Timetick watermarks appended.",
+		}, ch),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "streamwal", Name: "scanner_fallbacks_total",
+			Help: "Tailing scanners that fell behind the write-ahead buffer and went back to reading the backend.",
+		}, ch),
+	}
+	m.collectorsList = []prometheus.Collector{m.appends, m.appendBytes, m.appendLatency, m.retries, m.scanners,
+		m.reorderBytes, m.wabBytes, m.fenced, m.dropped, m.watermarks, m.fallbacks}
+	for _, c := range m.collectorsList {
+		if err := reg.Register(c); err != nil {
+			return nil, errors.Wrap(err, "adaptor: register metrics")
+		}
+	}
+	return m, nil
+}
+
+// forget deletes every series of a channel.
+func (m *Metrics) forget(channel string) {
+	if m == nil {
+		return
+	}
+	l := prometheus.Labels{"channel": channel}
+	for _, c := range m.collectorsList {
+		if v, ok := c.(interface {
+			DeletePartialMatch(prometheus.Labels) int
+		}); ok {
+			v.DeletePartialMatch(l)
+		}
+	}
+}

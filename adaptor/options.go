@@ -1,0 +1,112 @@
+package adaptor
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/utility/backoff"
+)
+
+// TimeTickAllocator supplies timeticks, for example a cluster-wide TSO. The
+// adaptor raises what it returns when needed so that timeticks stay strictly
+// increasing per channel and above everything recovered from the log.
+type TimeTickAllocator interface {
+	Allocate(ctx context.Context) (uint64, error)
+}
+
+// Options tune a WAL. The zero value takes every default.
+type Options struct {
+	// ReadOnly opens the WAL for reading only: no term-begin, no watermarks,
+	// appends fail with walimpls.ErrReadOnly, and nobody is fenced.
+	ReadOnly bool
+	// TimeTickInterval is how often a watermark is appended while the
+	// channel is not idle. Default 200ms.
+	TimeTickInterval time.Duration
+	// WatermarkBytes appends a watermark as soon as this many bytes were
+	// appended since the last one, which bounds what a scanner's reorder
+	// buffer must hold. Default 4 MiB.
+	WatermarkBytes int
+	// Allocator supplies timeticks; default a hybrid logical clock.
+	Allocator TimeTickAllocator
+	// MaxMessageBytes is the absolute limit of a message, split or not;
+	// larger ones are walimpls.ErrTooLarge. Default 64 MiB.
+	MaxMessageBytes int
+	// PartBytes is the size of the parts a message is split into; default
+	// the backend's limit (Capabilities.MaxMessageBytes). With neither,
+	// messages are never split.
+	PartBytes int
+	// MaxInflightAppends bounds appends in flight (Append, AppendAsync and
+	// AppendBatch together); more wait. Default 1024.
+	MaxInflightAppends int
+	// WriteAheadBufferBytes is the budget of the shared buffer of recent
+	// messages that tailing scanners read. Default 32 MiB.
+	WriteAheadBufferBytes int
+	// ScannerBufferBytes is the budget of each scanner's reorder buffer
+	// (and of the parts of split messages it is joining). Default 16 MiB.
+	ScannerBufferBytes int
+	// Retry is the backoff between retries of a retryable append error.
+	Retry backoff.Config
+	// Logger receives the WAL's logs, with channel and term attributes;
+	// default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the WAL's metrics; nil records none.
+	Metrics *Metrics
+}
+
+const (
+	defaultTimeTickInterval = 200 * time.Millisecond
+	defaultWatermarkBytes   = 4 << 20
+	defaultMaxMessageBytes  = 64 << 20
+	defaultMaxInflight      = 1024
+	defaultWABBytes         = 32 << 20
+	defaultScannerBytes     = 16 << 20
+	// partOverhead is what a part's reserved properties may take, kept free
+	// below the backend's limit.
+	partOverhead = 256
+)
+
+// Validate reports options no WAL can use.
+func (o Options) Validate() error {
+	for name, v := range map[string]int64{
+		"TimeTickInterval": int64(o.TimeTickInterval), "WatermarkBytes": int64(o.WatermarkBytes),
+		"MaxMessageBytes": int64(o.MaxMessageBytes), "PartBytes": int64(o.PartBytes),
+		"MaxInflightAppends": int64(o.MaxInflightAppends), "WriteAheadBufferBytes": int64(o.WriteAheadBufferBytes),
+		"ScannerBufferBytes": int64(o.ScannerBufferBytes),
+	} {
+		if v < 0 {
+			return errors.Wrapf(ErrInvalidOptions, "%s is negative (%d)", name, v)
+		}
+	}
+	if o.PartBytes > 0 && o.PartBytes <= 2*partOverhead {
+		return errors.Wrapf(ErrInvalidOptions, "PartBytes %d leaves no room for payload (minimum %d)", o.PartBytes, 2*partOverhead+1)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.TimeTickInterval == 0 {
+		o.TimeTickInterval = defaultTimeTickInterval
+	}
+	if o.WatermarkBytes == 0 {
+		o.WatermarkBytes = defaultWatermarkBytes
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = defaultMaxMessageBytes
+	}
+	if o.MaxInflightAppends == 0 {
+		o.MaxInflightAppends = defaultMaxInflight
+	}
+	if o.WriteAheadBufferBytes == 0 {
+		o.WriteAheadBufferBytes = defaultWABBytes
+	}
+	if o.ScannerBufferBytes == 0 {
+		o.ScannerBufferBytes = defaultScannerBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
