@@ -29,6 +29,9 @@ var (
 	// ErrUnknownBackend is returned by Registry.Lookup for a name nobody
 	// registered.
 	ErrUnknownBackend = errors.New("unknown wal backend")
+	// ErrUnrecoverable means the backend can no longer serve this WAL until
+	// it is reopened: a failed fsync, a corrupt log. Retrying cannot help.
+	ErrUnrecoverable = errors.New("wal backend failed unrecoverably")
 	// ErrInvalidConfig means a backend's configuration does not validate.
 	ErrInvalidConfig = errors.New("invalid wal backend config")
 )
@@ -73,7 +76,7 @@ func IsRetryable(err error) bool {
 	if err == nil {
 		return false
 	}
-	for _, final := range []error{ErrFenced, ErrTooLarge, ErrReadOnly, ErrClosed,
+	for _, final := range []error{ErrFenced, ErrTooLarge, ErrReadOnly, ErrClosed, ErrUnrecoverable,
 		ErrInvalidChannel, ErrInvalidPosition, ErrInvalidConfig, ErrPositionGone} {
 		if errors.Is(err, final) {
 			return false

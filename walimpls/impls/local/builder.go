@@ -1,0 +1,48 @@
+package local
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Builder builds local Stores from configuration: register it on a
+// walimpls.Registry under the name "local".
+type Builder struct{}
+
+var _ walimpls.Builder = Builder{}
+
+// NewBuilder returns the local backend's builder.
+func NewBuilder() Builder { return Builder{} }
+
+// Name implements walimpls.Builder.
+func (Builder) Name() string { return Name }
+
+// Build implements walimpls.Builder: it decodes the configuration into a
+// Config, validates it and opens the Store, which is the returned Opener.
+// Closing that Opener closes the store.
+func (Builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Opener, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Wrap(err, "local: build")
+	}
+	var cfg Config
+	if p.Config != nil {
+		if err := p.Config(&cfg); err != nil {
+			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "local: decode config: %v", err)
+		}
+	}
+	var opts []Option
+	if p.Logger != nil {
+		opts = append(opts, WithLogger(p.Logger))
+	}
+	if p.Registerer != nil {
+		opts = append(opts, WithRegisterer(p.Registerer))
+	}
+	s, err := Open(cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,153 @@
+package local
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Name is the backend's name in configuration and in its IDs.
+const Name = "local"
+
+// SyncPolicy says when the flusher calls fdatasync.
+type SyncPolicy string
+
+const (
+	// SyncAlways acknowledges an append only after the fdatasync that covers
+	// it. Nothing acknowledged is lost by a crash of the process or of the
+	// machine. The default.
+	SyncAlways SyncPolicy = "always"
+	// SyncInterval acknowledges an append once it is written to the kernel
+	// and syncs every Config.SyncInterval. A process crash loses nothing
+	// acknowledged; a machine crash may lose up to the last interval.
+	SyncInterval SyncPolicy = "interval"
+	// SyncNone acknowledges once written and syncs only term and truncate
+	// records, segment switches and Close. For data that is replicated
+	// elsewhere or can be rebuilt; a machine crash may lose any unsynced tail.
+	SyncNone SyncPolicy = "none"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultSegmentBytes    = 64 << 20
+	DefaultMaxMessageBytes = 8 << 20
+	DefaultSyncInterval    = 10 * time.Millisecond
+	DefaultReadAheadBytes  = 1 << 20
+	DefaultMaxBatchBytes   = 4 << 20
+	DefaultSlowSync        = time.Second
+
+	minSegmentBytes = 64 << 10
+	// segmentSlack leaves room in a segment for its start frame and the
+	// frame headers.
+	segmentSlack = 8 << 10
+	// maxSegmentBytes keeps offsets inside the frame header's 32 bits.
+	maxSegmentBytes = 1 << 30
+)
+
+// Config is the local backend's settings. The zero value of every field but
+// Dir takes the documented default.
+type Config struct {
+	// Dir is the root directory; it is created if missing. Required.
+	Dir string `yaml:"dir" json:"dir"`
+	// SegmentBytes is the size of each segment file (default 64 MiB,
+	// 64 KiB to 1 GiB). It must hold at least two messages of
+	// MaxMessageBytes plus 8 KiB.
+	SegmentBytes int64 `yaml:"segmentBytes" json:"segmentBytes"`
+	// Sync is the sync policy: "always" (default), "interval" or "none".
+	Sync SyncPolicy `yaml:"sync" json:"sync"`
+	// SyncInterval is the period of SyncInterval (default 10ms).
+	SyncInterval time.Duration `yaml:"syncInterval" json:"syncInterval"`
+	// MaxMessageBytes is the largest Message.Size accepted (default 8 MiB).
+	MaxMessageBytes int `yaml:"maxMessageBytes" json:"maxMessageBytes"`
+	// ReadAheadBytes bounds what a scanner reads ahead of its consumer when
+	// its ReadOption does not say (default 1 MiB).
+	ReadAheadBytes int `yaml:"readAheadBytes" json:"readAheadBytes"`
+	// MaxBatchBytes bounds the bytes one flush round writes (default 4 MiB);
+	// a single larger record is written alone.
+	MaxBatchBytes int `yaml:"maxBatchBytes" json:"maxBatchBytes"`
+	// SlowSync is the fdatasync duration above which a warning is logged
+	// (default 1s).
+	SlowSync time.Duration `yaml:"slowSync" json:"slowSync"`
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.Sync == "" {
+		c.Sync = SyncAlways
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultSyncInterval
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.ReadAheadBytes == 0 {
+		c.ReadAheadBytes = DefaultReadAheadBytes
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.SlowSync == 0 {
+		c.SlowSync = DefaultSlowSync
+	}
+	return c
+}
+
+// Validate reports an ErrInvalidConfig error for settings the backend cannot
+// use. Zero fields are valid: they take their defaults.
+func (c Config) Validate() error {
+	d := c.withDefaults()
+	bad := func(format string, args ...any) error {
+		return errors.Wrapf(walimpls.ErrInvalidConfig, "local: "+format, args...)
+	}
+	switch {
+	case c.Dir == "":
+		return bad("dir is required")
+	case d.SegmentBytes < minSegmentBytes || d.SegmentBytes > maxSegmentBytes:
+		return bad("segmentBytes %d outside [%d, %d]", d.SegmentBytes, minSegmentBytes, maxSegmentBytes)
+	case d.Sync != SyncAlways && d.Sync != SyncInterval && d.Sync != SyncNone:
+		return bad("sync %q is not one of always, interval, none", d.Sync)
+	case d.SyncInterval < 0:
+		return bad("negative syncInterval %s", d.SyncInterval)
+	case d.MaxMessageBytes < 0:
+		return bad("negative maxMessageBytes %d", d.MaxMessageBytes)
+	case 2*int64(d.MaxMessageBytes)+segmentSlack > d.SegmentBytes:
+		return bad("maxMessageBytes %d does not fit twice in segmentBytes %d (with %d bytes to spare)", d.MaxMessageBytes, d.SegmentBytes, segmentSlack)
+	case d.ReadAheadBytes < 0:
+		return bad("negative readAheadBytes %d", d.ReadAheadBytes)
+	case d.MaxBatchBytes < 0:
+		return bad("negative maxBatchBytes %d", d.MaxBatchBytes)
+	case d.SlowSync < 0:
+		return bad("negative slowSync %s", d.SlowSync)
+	}
+	return nil
+}
+
+// Option sets a dependency of a Store.
+type Option func(*options)
+
+type options struct {
+	fs         FS
+	logger     *slog.Logger
+	registerer prometheus.Registerer
+}
+
+// WithFS makes the store do its file I/O through fs (tests inject errors and
+// crashes this way). The default is the operating system's.
+func WithFS(fs FS) Option { return func(o *options) { o.fs = fs } }
+
+// WithLogger sends the store's logs to l; the default discards them.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRegisterer registers the store's metrics on r; the default registers
+// none.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(o *options) { o.registerer = r }
+}

@@ -1,0 +1,184 @@
+// Package local is streamwal's embedded, durable backend: every channel of a
+// root directory shares one group-committed journal on the local disk.
+//
+// # Why one journal
+//
+// A streaming node runs tens of channels, and the fdatasync budget belongs to
+// the device, not to the file: K files that each sync per record add up to far
+// fewer records per second than one file whose flusher coalesces everybody's
+// records into one write and one fdatasync. So a root directory holds one
+// stream of segment files shared by all its channels (like RocksDB's WAL for
+// all column families, or BookKeeper's journal for all ledgers), and each
+// channel keeps an in-memory index of where its records are, rebuilt on open.
+//
+// # Directory
+//
+//	<root>/LOCK                     flock(2)ed by the owning process; holds its pid
+//	<root>/wal-0000000000000001.log segment 1
+//	<root>/wal-0000000000000002.log segment 2 ...   (contiguous numbers)
+//	<root>/spare-N.tmp              up to two next segments, prepared ahead of
+//	                                need (zero-filled, or recycled)
+//
+// Segment numbers are contiguous: a gap is corruption. Only the oldest
+// segments are ever deleted (see Truncation), never the last one.
+//
+// # Frames
+//
+// A segment is a sequence of frames starting at offset 0. Every frame starts
+// at an offset that is a multiple of 8 and is padded with zeros to the next
+// multiple of 8: header fields are naturally aligned, and recovery can look
+// for frames past a damaged one at 8-byte steps. A frame cannot tear
+// silently: its CRC covers the header (but the CRC field) and the body, so a
+// write torn anywhere in the frame fails the check. All integers are
+// little-endian.
+//
+//	 0       4       8              16      20      24      28  29      32
+//	+-------+-------+---------------+-------+-------+-------+---+-------+
+//	| crc   | len   | seq           | seg   | synced| chan  |typ| zero  |
+//	+-------+-------+---------------+-------+-------+-------+---+-------+
+//	| body: len bytes                                  | pad to 8 (zero) |
+//	+--------------------------------------------------+-----------------+
+//
+//	crc     CRC-32C (Castagnoli) of bytes [4, 32+len): the rest of the header
+//	        and the body (not the padding)
+//	len     body length in bytes
+//	seq     global sequence number: strictly increasing over the whole
+//	        journal, across segments and reopens; a message's ID is its seq
+//	seg     number of the segment the frame was written to (low 32 bits), so
+//	        a frame copied or left over from another segment is never valid
+//	synced  offset in this segment up to which the file was known to be
+//	        fdatasynced when the frame was written (see Recovery)
+//	chan    channel id (0 for frames that belong to no channel)
+//	typ     1 segment start, 2 message, 3 term, 4 truncate
+//
+// Bodies:
+//
+//	segment start  magic "swlocal1", uvarint end of the previous segment's
+//	               frames (0 for none), uvarint flags (1: the file is a
+//	               recycled segment), uvarint next channel id, uvarint n,
+//	               then n times: uvarint id, uvarint len+name, varint term,
+//	               uvarint truncate seq, uvarint last removed seq,
+//	               uvarint last seq
+//	message        uvarint n properties, n times (uvarint len+key,
+//	               uvarint len+value), then the payload to the end of the body
+//	term           varint term, uvarint len+channel name (the first term frame
+//	               of a channel id defines it)
+//	truncate       uvarint first kept seq, uvarint last removed seq
+//
+// The first frame of every segment is a segment start frame: a snapshot of
+// every channel's id, name, term and truncation point at that moment. So
+// every segment is self-describing, and deleting the oldest segments never
+// loses a channel's definition, term or truncation point.
+//
+// Every write of the journal is followed by an end marker: 32 zero bytes
+// where the next frame will go (unless the segment has no room left), which
+// the next write overwrites. So the end of the log is explicit even in a
+// recycled file, whose older frames follow it, and a frame left past the end
+// by a torn write can never be mistaken for the continuation of the log.
+//
+// # Writing
+//
+// Appenders encode their message bodies and enqueue them; one flusher
+// goroutine owns the active segment. Each round it takes everything queued
+// (up to Config.MaxBatchBytes), checks fencing, assigns sequence numbers,
+// frames the records into one buffer, issues one write and - depending on the
+// sync policy - one fdatasync, then publishes the records to the channels'
+// indexes and acknowledges the waiters. With SyncAlways a waiter is
+// acknowledged and a reader sees the record only after the fdatasync that
+// covers it. Term and truncate frames are always synced before they take
+// effect, whatever the policy, and a segment is always synced before the
+// journal moves on to the next one, so only the last segment can ever hold
+// unsynced bytes.
+//
+// A failed write or sync is sticky: the flusher fails that round's waiters
+// and every later append of the store with the same error, and never reports
+// success after retrying a sync (the "fsyncgate" lesson: after a failed
+// fdatasync the kernel may have dropped the dirty pages).
+//
+// Segments are prepared ahead of need by a background goroutine, because
+// overwriting blocks that are already written makes each fdatasync much
+// cheaper than extending a file or writing into merely fallocated
+// (unwritten) extents. A segment freed by truncation is renamed to a spare
+// and reused (recycled); only when no spare is left does the goroutine write
+// zeros over a new spare file and sync it. When the active segment is full,
+// the flusher syncs it, renames a spare into place, syncs the directory and
+// writes the new segment's start frame (with the old segment's end).
+//
+// # Recovery
+//
+// Open locks the root, removes leftover spares, and replays every segment in
+// order, rebuilding each channel's index, term and truncation point. The
+// frames of a segment end at the first offset X where no valid frame of this
+// segment starts.
+//
+//   - A segment but the last must end with its end marker (or the end of the
+//     file) exactly where the next segment's start frame says it ended.
+//     Anything else - a bad frame, a zeroed frame, a missing segment - is
+//     corruption in the middle of the log: Open fails with ErrCorrupt naming
+//     the segment and offset. It never skips.
+//   - The last segment ends cleanly at an end marker followed by zeros (or,
+//     in a recycled file, by anything but frames of this segment). Otherwise
+//     recovery looks past X for valid frames of this segment: if one of them
+//     has a synced field above X, the bytes at X had been synced and were
+//     damaged afterwards: corruption, Open fails. If not, the damage is a
+//     torn write of records that were never acknowledged (with SyncAlways):
+//     the file is truncated at X and synced, and the dropped bytes and frames
+//     are logged and counted (Store.Recovery and the
+//     streamwal_local_recovery_dropped_bytes_total metric). Appends continue
+//     at X.
+//   - A last segment whose start frame is missing or invalid (a crash right
+//     after a segment switch) is removed the same way, and the journal goes
+//     on in the previous segment.
+//   - Sequence numbers must strictly increase and segment numbers must be
+//     contiguous; anything else is corruption.
+//
+// One blind spot is accepted: in a recycled last segment, a torn write whose
+// first sector was lost and that left no complete frame behind is not
+// reported (its bytes cannot be told from the older segment's).
+//
+// With SyncInterval or SyncNone an operating-system crash may lose
+// acknowledged records at the tail (never records in the middle); a process
+// crash loses nothing that was acknowledged, because acknowledged records
+// were already written to the kernel.
+//
+// # Fencing and terms
+//
+// The LOCK file is flock(2)ed exclusively by the process that opens the root;
+// another process (or another Store in the same process) gets ErrLocked with
+// the holder's pid. Inside the process, one Store serves several Openers
+// (nodes) over the one journal. Each channel's term is stored in term frames
+// (and in every segment start frame). A ReadWrite open below the stored term
+// fails with a *walimpls.FencedError; an open above it writes and syncs a term
+// frame, and from then on the flusher refuses every append and truncate of a
+// lower-term writer: the flusher checks the term of every record against the
+// channel's term at the moment it frames it, so no lower-term append is
+// acknowledged once the higher term's Open has returned.
+//
+// # Truncation
+//
+// Truncate(id) writes and syncs a truncate frame holding the first kept seq
+// and the seq of the last message it removed; reads from positions at or
+// below the last removed message (StartFrom) or below it (StartAfter) are
+// ErrPositionGone, and a scanner that falls behind a truncation ends with
+// ErrPositionGone instead of skipping. A segment is deleted once it is not
+// the last segment, every older segment has been deleted, and every channel
+// that has messages in it has truncated past them (or recycled as a spare).
+// A reader still holding the file finds frames of another segment, or a
+// closed file, and learns from the truncation point that its position is
+// gone.
+//
+// # Memory and limits
+//
+// Each channel's index holds 24 bytes per kept message. Open reads every
+// segment once (one segment in memory at a time) to rebuild the indexes and
+// check every CRC, so opening takes time proportional to the data kept. A
+// scanner holds at most its read-ahead budget (ReadOption.ReadAheadBytes,
+// else Config.ReadAheadBytes) of decoded messages, plus the one being handed
+// over; payloads are copied out of the read buffer. At most two spare
+// segment files exist besides the live ones.
+//
+// # IDs
+//
+// Message IDs are message.SeqID values of backend "local": the global
+// sequence number, marshalled in decimal.
+package local

@@ -1,0 +1,198 @@
+package local
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// faultFS is the OS file system with switchable failures of writes and syncs
+// of segment files (the spare's zero-fill and the directory are spared
+// unless failPrepare is set).
+type faultFS struct {
+	FS
+	failWrite   atomic.Bool
+	failSync    atomic.Bool
+	failPrepare atomic.Bool
+	writes      atomic.Int64
+	syncs       atomic.Int64
+}
+
+type faultFile struct {
+	File
+	fs    *faultFS
+	spare bool
+}
+
+func newFaultFS() *faultFS { return &faultFS{FS: OSFS()} }
+
+func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	spare := isSpareName(filepath.Base(name))
+	if spare && f.failPrepare.Load() {
+		_ = file.Close()
+		return nil, &os.PathError{Op: "open", Path: name, Err: unix.ENOSPC}
+	}
+	return &faultFile{File: file, fs: f, spare: spare}, nil
+}
+
+func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	// A file that was the spare becomes a segment: zero-fills happen while
+	// it is the spare, before any journal write.
+	if f.fs.failWrite.Load() && !(f.spare && allZero(p)) {
+		// Like a full disk: part of the write may land.
+		n, _ := f.File.WriteAt(p[:len(p)/2], off)
+		return n, &os.PathError{Op: "write", Path: "segment", Err: unix.ENOSPC}
+	}
+	f.fs.writes.Add(1)
+	return f.File.WriteAt(p, off)
+}
+
+func (f *faultFile) Sync() error {
+	if f.fs.failSync.Load() {
+		return &os.PathError{Op: "fdatasync", Path: "segment", Err: unix.EIO}
+	}
+	f.fs.syncs.Add(1)
+	return f.File.Sync()
+}
+
+func TestWriteErrorIsSticky(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		arm  func(*faultFS)
+		want string
+	}{
+		{"write", func(f *faultFS) { f.failWrite.Store(true) }, "no space left"},
+		{"sync", func(f *faultFS) { f.failSync.Store(true) }, "input/output error"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := newFaultFS()
+			dir := t.TempDir()
+			s := openStore(t, testConfig(dir), WithFS(fs))
+			w := openWAL(t, s, "c", 1)
+			acked := appendN(t, w, "ok", 5)
+
+			// Concurrent appenders all fail with the cause, none hangs.
+			c.arm(fs)
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for g := 0; g < 16; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := w.Append(context.Background(), msg(t, "doomed"))
+					errs <- err
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.ErrorIs(t, err, ErrJournalFailed)
+				require.ErrorIs(t, err, walimpls.ErrUnrecoverable, "a failed journal is not worth retrying")
+				require.Contains(t, err.Error(), c.want)
+				require.False(t, errorsIsAny(err, walimpls.ErrFenced, walimpls.ErrClosed))
+			}
+
+			// Sticky: healing the disk does not bring the store back.
+			fs.failWrite.Store(false)
+			fs.failSync.Store(false)
+			_, err := w.Append(context.Background(), msg(t, "later"))
+			require.ErrorIs(t, err, ErrJournalFailed)
+			require.ErrorIs(t, err, walimpls.ErrUnrecoverable, "a failed journal is not worth retrying")
+			_, err = s.Open(context.Background(), walimpls.Channel{Name: "d", Term: 1})
+			require.ErrorIs(t, err, ErrJournalFailed)
+			require.ErrorIs(t, err, walimpls.ErrUnrecoverable, "a failed journal is not worth retrying")
+			require.NoError(t, s.Close())
+
+			// Reopening recovers: every acknowledged message is there, and
+			// nothing corrupt is delivered.
+			s = openStore(t, testConfig(dir))
+			w = openWAL(t, s, "c", 1)
+			got, err := readAvailable(t, w, walimpls.DeliverAll())
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, len(got), len(acked))
+			for i, id := range acked {
+				require.True(t, got[i].ID().EQ(id))
+			}
+			for _, m := range got[len(acked):] {
+				require.Equal(t, "doomed", string(m.Payload()))
+			}
+			appendN(t, w, "after", 2)
+		})
+	}
+}
+
+func TestSpareFailureFailsTheSwitch(t *testing.T) {
+	fs := newFaultFS()
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentBytes = 64 << 10
+	cfg.MaxMessageBytes = 8 << 10
+	fs.failPrepare.Store(true)
+	s := openStore(t, cfg, WithFS(fs))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 1})
+	require.ErrorIs(t, err, ErrJournalFailed)
+	require.ErrorIs(t, err, walimpls.ErrUnrecoverable, "a failed journal is not worth retrying")
+	require.Contains(t, err.Error(), "no space left")
+}
+
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if strings.Contains(err.Error(), t.Error()) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSyncPolicies(t *testing.T) {
+	const n = 30
+	run := func(t *testing.T, cfg Config) (*faultFS, walimpls.WALImpl) {
+		fs := newFaultFS()
+		s := openStore(t, cfg, WithFS(fs))
+		w := openWAL(t, s, "c", 1)
+		time.Sleep(50 * time.Millisecond) // let the next spare be prepared
+		return fs, w
+	}
+	t.Run("always", func(t *testing.T) {
+		fs, w := run(t, testConfig(t.TempDir()))
+		before := fs.syncs.Load()
+		appendN(t, w, "x", n)
+		require.GreaterOrEqual(t, fs.syncs.Load()-before, int64(n), "one sync per sequential append")
+	})
+	t.Run("none", func(t *testing.T) {
+		cfg := testConfig(t.TempDir())
+		cfg.Sync = SyncNone
+		fs, w := run(t, cfg)
+		before := fs.syncs.Load()
+		ids := appendN(t, w, "x", n)
+		require.LessOrEqual(t, fs.syncs.Load()-before, int64(1), "appends are not synced")
+		// Truncation points are synced whatever the policy.
+		require.NoError(t, w.Truncate(context.Background(), ids[5]))
+		require.Greater(t, fs.syncs.Load()-before, int64(0))
+	})
+	t.Run("interval", func(t *testing.T) {
+		cfg := testConfig(t.TempDir())
+		cfg.Sync = SyncInterval
+		cfg.SyncInterval = 20 * time.Millisecond
+		fs, w := run(t, cfg)
+		before := fs.syncs.Load()
+		appendN(t, w, "x", 1)
+		require.Eventually(t, func() bool { return fs.syncs.Load() > before }, 5*time.Second, 5*time.Millisecond,
+			"an idle journal with unsynced appends is synced by the ticker")
+	})
+}

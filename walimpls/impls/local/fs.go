@@ -1,0 +1,165 @@
+package local
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	"golang.org/x/sys/unix"
+)
+
+// FS is the file-system seam of a Store: everything the backend does to the
+// disk goes through it, so tests can inject write and sync failures. Paths
+// are full paths.
+type FS interface {
+	// OpenFile opens or creates a file (os.OpenFile flags).
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	// Rename renames a file atomically.
+	Rename(oldname, newname string) error
+	// Remove deletes a file.
+	Remove(name string) error
+	// ReadDir lists the names of a directory's entries.
+	ReadDir(dir string) ([]string, error)
+	// MkdirAll creates a directory and its parents.
+	MkdirAll(dir string, perm os.FileMode) error
+	// SyncDir makes the directory's entries (creates, renames, removes)
+	// durable.
+	SyncDir(dir string) error
+	// Lock takes an exclusive, non-blocking lock on name for this open file
+	// description, writing the caller's pid into it. When another holder has
+	// it, the error wraps ErrLocked and names the holder's pid.
+	Lock(name string) (io.Closer, error)
+}
+
+// File is an open file of an FS.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	// Sync makes the file's data durable (fdatasync).
+	Sync() error
+	// Truncate changes the file's size.
+	Truncate(size int64) error
+	// Size returns the file's current size.
+	Size() (int64, error)
+}
+
+// OSFS returns the operating system's file system.
+func OSFS() FS { return osFS{} }
+
+type osFS struct{}
+
+type osFile struct{ f *os.File }
+
+func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f: f}, nil
+}
+
+func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+func (osFS) Remove(name string) error             { return os.Remove(name) }
+func (osFS) MkdirAll(dir string, perm os.FileMode) error {
+	return os.MkdirAll(dir, perm)
+}
+
+func (osFS) ReadDir(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names, nil
+}
+
+func (osFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Lock uses flock(2): the lock belongs to the open file description, so a
+// second Store in the same process conflicts too, and the kernel releases it
+// when the process dies (no stale lock after a crash).
+func (osFS) Lock(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder := "unknown pid"
+		if b, rerr := io.ReadAll(io.LimitReader(f, 32)); rerr == nil {
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
+				holder = "pid " + strconv.Itoa(pid)
+			}
+		}
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, errors.Wrapf(ErrLocked, "%s is held by %s", name, holder)
+		}
+		return nil, errors.Wrapf(err, "flock %s", name)
+	}
+	// The pid is informational (for the error above), so it is not synced.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+func (f osFile) ReadAt(p []byte, off int64) (int, error)  { return f.f.ReadAt(p, off) }
+func (f osFile) WriteAt(p []byte, off int64) (int, error) { return f.f.WriteAt(p, off) }
+func (f osFile) Close() error                             { return f.f.Close() }
+func (f osFile) Truncate(size int64) error                { return f.f.Truncate(size) }
+
+// Sync is fdatasync: the metadata a plain overwrite changes (mtime) is not
+// needed to read the data back, and size changes are synced by fdatasync too.
+func (f osFile) Sync() error {
+	for {
+		err := unix.Fdatasync(int(f.f.Fd()))
+		if err != unix.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "fdatasync", Path: f.f.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
+func (f osFile) Size() (int64, error) {
+	st, err := f.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// segmentName returns the file name of segment n.
+func segmentName(n uint64) string { return fmt.Sprintf("wal-%016x.log", n) }
+
+// parseSegmentName returns the number of a segment file name.
+func parseSegmentName(name string) (uint64, bool) {
+	if len(name) != len("wal-")+16+len(".log") || !strings.HasPrefix(name, "wal-") || !strings.HasSuffix(name, ".log") {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(name[4:20], 16, 64)
+	return n, err == nil
+}
+
+const lockName = "LOCK"
+
+func (s *Store) path(name string) string { return filepath.Join(s.cfg.Dir, name) }

@@ -1,0 +1,97 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+func testConfig(dir string) Config {
+	return Config{Dir: dir, SegmentBytes: 256 << 10, MaxMessageBytes: 64 << 10}
+}
+
+func openStore(t *testing.T, cfg Config, opts ...Option) *Store {
+	t.Helper()
+	s, err := Open(cfg, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func openWAL(t *testing.T, o walimpls.Opener, name string, term int64) walimpls.WALImpl {
+	t.Helper()
+	w, err := o.Open(context.Background(), walimpls.Channel{Name: name, Term: term})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+func msg(t *testing.T, payload string) message.Message {
+	t.Helper()
+	m, err := message.New([]byte(payload), map[string]string{"p": payload})
+	require.NoError(t, err)
+	return m
+}
+
+// appendN appends n messages "<tag>-<i>" and returns their IDs.
+func appendN(t *testing.T, w walimpls.WALImpl, tag string, n int) []message.ID {
+	t.Helper()
+	ids := make([]message.ID, n)
+	for i := range ids {
+		id, err := w.Append(context.Background(), msg(t, fmt.Sprintf("%s-%d", tag, i)))
+		require.NoError(t, err)
+		ids[i] = id
+	}
+	return ids
+}
+
+// readN reads exactly n messages from policy p and closes the scanner.
+func readN(t *testing.T, w walimpls.WALImpl, p walimpls.DeliverPolicy, n int) []message.Immutable {
+	t.Helper()
+	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "test", DeliverPolicy: p})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	out := make([]message.Immutable, 0, n)
+	for len(out) < n {
+		select {
+		case m, ok := <-s.Chan():
+			require.Truef(t, ok, "scanner ended after %d of %d: %v", len(out), n, s.Error())
+			out = append(out, m)
+		case <-time.After(10 * time.Second):
+			require.FailNowf(t, "timeout", "read %d of %d", len(out), n)
+		}
+	}
+	return out
+}
+
+// readAvailable reads until the scanner is idle for a moment.
+func readAvailable(t *testing.T, w walimpls.WALImpl, p walimpls.DeliverPolicy) ([]message.Immutable, error) {
+	t.Helper()
+	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "test", DeliverPolicy: p})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = s.Close() }()
+	var out []message.Immutable
+	for {
+		select {
+		case m, ok := <-s.Chan():
+			if !ok {
+				<-s.Done()
+				return out, s.Error()
+			}
+			out = append(out, m)
+		case <-time.After(200 * time.Millisecond):
+			return out, nil
+		}
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,208 @@
+package local
+
+import (
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// memFS is an in-memory FS that can simulate a power loss: only what was
+// synced is sure to survive, and unsynced sectors survive or not at random
+// (so writes tear). Directory entries (create, rename, remove) survive only
+// once the directory was synced.
+type memFS struct {
+	mu      sync.Mutex
+	names   map[string]*memFile // the namespace now
+	durable map[string]*memFile // the namespace as of the last SyncDir
+}
+
+type memFile struct {
+	data   []byte // what reads see
+	synced []byte // what survives a power loss for sure
+}
+
+type memHandle struct {
+	fs     *memFS
+	f      *memFile
+	closed bool
+}
+
+const sectorSize = 512
+
+func newMemFS() *memFS {
+	return &memFS{names: map[string]*memFile{}, durable: map[string]*memFile{}}
+}
+
+// crash returns the file system a power loss at this moment leaves behind.
+func (m *memFS) crash(r *rand.Rand) *memFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := newMemFS()
+	done := map[*memFile]*memFile{}
+	for name, f := range m.durable {
+		c, ok := done[f]
+		if !ok {
+			c = &memFile{data: crashContent(f, r)}
+			c.synced = slices.Clone(c.data)
+			done[f] = c
+		}
+		out.names[name] = c
+		out.durable[name] = c
+	}
+	return out
+}
+
+// crashContent keeps the synced bytes and, sector by sector, either the
+// unsynced new bytes or the synced old ones.
+func crashContent(f *memFile, r *rand.Rand) []byte {
+	n := len(f.synced)
+	if r.IntN(2) == 0 {
+		n = len(f.data) // the size change reached the disk
+	}
+	out := make([]byte, n)
+	copy(out, f.synced)
+	for off := 0; off < n; off += sectorSize {
+		end := min(off+sectorSize, n)
+		if off >= len(f.data) {
+			break
+		}
+		if r.IntN(2) == 0 {
+			copy(out[off:end], f.data[off:min(end, len(f.data))])
+		}
+	}
+	return out
+}
+
+func (m *memFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.names[name]
+	if !ok {
+		if flag&os.O_CREATE == 0 {
+			return nil, &os.PathError{Op: "open", Path: name, Err: os.ErrNotExist}
+		}
+		f = &memFile{}
+		m.names[name] = f
+	}
+	if flag&os.O_TRUNC != 0 {
+		f.data = nil
+	}
+	return &memHandle{fs: m, f: f}, nil
+}
+
+func (m *memFS) Rename(oldname, newname string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.names[oldname]
+	if !ok {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: os.ErrNotExist}
+	}
+	delete(m.names, oldname)
+	m.names[newname] = f
+	return nil
+}
+
+func (m *memFS) Remove(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.names[name]; !ok {
+		return &os.PathError{Op: "remove", Path: name, Err: os.ErrNotExist}
+	}
+	delete(m.names, name)
+	return nil
+}
+
+func (m *memFS) ReadDir(dir string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for name := range m.names {
+		if filepath.Dir(name) == filepath.Clean(dir) {
+			out = append(out, filepath.Base(name))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (m *memFS) MkdirAll(string, os.FileMode) error { return nil }
+
+func (m *memFS) SyncDir(string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.durable = map[string]*memFile{}
+	for name, f := range m.names {
+		m.durable[name] = f
+	}
+	return nil
+}
+
+func (m *memFS) Lock(string) (io.Closer, error) { return io.NopCloser(nil), nil }
+
+func (h *memHandle) ReadAt(p []byte, off int64) (int, error) {
+	h.fs.mu.Lock()
+	defer h.fs.mu.Unlock()
+	if h.closed {
+		return 0, os.ErrClosed
+	}
+	if off >= int64(len(h.f.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, h.f.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (h *memHandle) WriteAt(p []byte, off int64) (int, error) {
+	h.fs.mu.Lock()
+	defer h.fs.mu.Unlock()
+	if h.closed {
+		return 0, os.ErrClosed
+	}
+	if end := int(off) + len(p); end > len(h.f.data) {
+		h.f.data = append(h.f.data, make([]byte, end-len(h.f.data))...)
+	}
+	copy(h.f.data[off:], p)
+	return len(p), nil
+}
+
+func (h *memHandle) Close() error {
+	h.fs.mu.Lock()
+	defer h.fs.mu.Unlock()
+	if h.closed {
+		return &os.PathError{Op: "close", Err: unix.EBADF}
+	}
+	h.closed = true
+	return nil
+}
+
+func (h *memHandle) Sync() error {
+	h.fs.mu.Lock()
+	defer h.fs.mu.Unlock()
+	h.f.synced = slices.Clone(h.f.data)
+	return nil
+}
+
+func (h *memHandle) Truncate(size int64) error {
+	h.fs.mu.Lock()
+	defer h.fs.mu.Unlock()
+	if int(size) <= len(h.f.data) {
+		h.f.data = h.f.data[:size]
+	} else {
+		h.f.data = append(h.f.data, make([]byte, int(size)-len(h.f.data))...)
+	}
+	return nil
+}
+
+func (h *memHandle) Size() (int64, error) {
+	h.fs.mu.Lock()
+	defer h.fs.mu.Unlock()
+	return int64(len(h.f.data)), nil
+}

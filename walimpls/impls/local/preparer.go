@@ -1,0 +1,234 @@
+package local
+
+import (
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+)
+
+// maxSpares bounds the prepared segment files kept ahead of need: one
+// zero-filled, plus one recycled from a truncated segment.
+const maxSpares = 2
+
+// preparer is the background goroutine that keeps spare segment files ready,
+// installs one when the flusher asks, and deletes segments that truncation
+// has freed. A freed segment of full size is kept as a spare instead
+// (recycling: its blocks are already written, so the journal overwrites them
+// as cheaply as pre-zeroed ones, and nothing has to be zero-filled); a
+// zero-filled spare is made only when there is no spare at all. Recycled
+// spares are installed first. It owns the spare files.
+type preparer struct {
+	s       *Store
+	req     chan uint64
+	resp    chan installResult
+	gc      chan struct{} // capacity 1
+	stop    chan struct{}
+	stopped chan struct{}
+	zeros   []byte
+
+	spares []spare // owned by run; recycled ones first
+	nextID int     // names the next spare file
+}
+
+type spare struct {
+	f        File
+	name     string
+	recycled bool
+}
+
+type installResult struct {
+	f        File
+	recycled bool
+	err      error
+}
+
+func newPreparer(s *Store) *preparer {
+	return &preparer{
+		s:       s,
+		req:     make(chan uint64),
+		resp:    make(chan installResult),
+		gc:      make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+}
+
+// isSpareName reports whether a file of the root is a spare; spares left
+// over by a crash are removed on open.
+func isSpareName(name string) bool {
+	return strings.HasPrefix(name, "spare-") && strings.HasSuffix(name, ".tmp")
+}
+
+func (p *preparer) spareName() string {
+	p.nextID++
+	return p.s.path("spare-" + strconv.Itoa(p.nextID) + ".tmp")
+}
+
+// install asks the preparer to turn a spare into segment num and returns
+// the open file. Called by the flusher only.
+func (p *preparer) install(num uint64) installResult {
+	p.req <- num
+	return <-p.resp
+}
+
+// requestGC asks for a pass over the oldest segments; it never blocks.
+func (p *preparer) requestGC() {
+	select {
+	case p.gc <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the preparer and waits for it. The flusher must have stopped,
+// since it may be waiting in install.
+func (p *preparer) close() {
+	close(p.stop)
+	<-p.stopped
+}
+
+func (p *preparer) run() {
+	defer close(p.stopped)
+	defer func() {
+		for _, sp := range p.spares {
+			_ = sp.f.Close()
+		}
+	}()
+	var prepErr error
+	for {
+		if len(p.spares) == 0 && prepErr == nil {
+			// Prepare ahead of need, so a segment switch only renames.
+			prepErr = p.prepare()
+		}
+		select {
+		case num := <-p.req:
+			if len(p.spares) == 0 {
+				// Try again: the disk may have had room since.
+				prepErr = p.prepare()
+			}
+			var r installResult
+			if len(p.spares) == 0 {
+				r.err = prepErr
+			} else {
+				r = p.installSpare(num)
+			}
+			p.resp <- r
+		case <-p.gc:
+			p.collectSegments()
+		case <-p.stop:
+			return
+		}
+	}
+}
+
+// prepare writes a spare segment full of zeros and syncs it: overwriting
+// pre-zeroed blocks makes the journal's fdatasyncs cheaper than extending a
+// file or writing into unwritten (merely fallocated) extents.
+func (p *preparer) prepare() error {
+	s := p.s
+	name := p.spareName()
+	f, err := s.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return errors.Wrap(err, "local: create spare segment")
+	}
+	if p.zeros == nil {
+		p.zeros = make([]byte, 1<<20)
+	}
+	for off := int64(0); off < s.cfg.SegmentBytes; {
+		n := min(int64(len(p.zeros)), s.cfg.SegmentBytes-off)
+		if _, err := f.WriteAt(p.zeros[:n], off); err != nil {
+			_ = f.Close()
+			_ = s.fs.Remove(name)
+			return errors.Wrap(err, "local: zero-fill spare segment")
+		}
+		off += n
+		select {
+		case <-p.stop:
+			// Closing: a half-zeroed spare is removed on the next open.
+			_ = f.Close()
+			return errors.New("local: closing")
+		default:
+		}
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		_ = s.fs.Remove(name)
+		return errors.Wrap(err, "local: sync spare segment")
+	}
+	p.spares = append(p.spares, spare{f: f, name: name})
+	return nil
+}
+
+// installSpare renames the first spare to segment num and syncs the
+// directory, so that the segment's name is durable before anything in it is
+// acknowledged.
+func (p *preparer) installSpare(num uint64) installResult {
+	s := p.s
+	sp := p.spares[0]
+	p.spares = p.spares[1:]
+	if err := s.fs.Rename(sp.name, s.path(segmentName(num))); err != nil {
+		_ = sp.f.Close()
+		return installResult{err: errors.Wrapf(err, "local: install segment %d", num)}
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		_ = sp.f.Close()
+		return installResult{err: errors.Wrapf(err, "local: sync directory for segment %d", num)}
+	}
+	return installResult{f: sp.f, recycled: sp.recycled}
+}
+
+// collectSegments deletes (or recycles) the oldest segments that no channel
+// needs any more.
+func (p *preparer) collectSegments() {
+	s := p.s
+	for {
+		s.segMu.Lock()
+		// The last segment is the one the journal writes (or the one that
+		// ends the log); it is never deleted.
+		if len(s.segments) < 2 {
+			s.segMu.Unlock()
+			return
+		}
+		oldest := s.segments[0]
+		for ch, last := range oldest.chans {
+			if last >= ch.keep.Load() {
+				s.segMu.Unlock()
+				return
+			}
+		}
+		s.segments = s.segments[1:]
+		n := len(s.segments)
+		s.segMu.Unlock()
+		s.m.segments.Set(float64(n))
+		// Readers still holding the file read frames of another segment (or
+		// fail once it is closed) and learn from the truncation point that
+		// their position is gone.
+		if len(p.spares) < maxSpares && p.recycle(oldest) {
+			s.log.Debug("recycled truncated segment", "segment", oldest.num)
+			continue
+		}
+		if err := s.fs.Remove(s.path(segmentName(oldest.num))); err != nil && !os.IsNotExist(err) {
+			s.log.Warn("cannot delete truncated segment", "segment", oldest.num, "err", err)
+		}
+		_ = oldest.f.Close()
+		s.log.Debug("deleted truncated segment", "segment", oldest.num)
+	}
+}
+
+// recycle keeps a freed segment of full size as a spare. A crash before it
+// is installed leaves either the old segment (replayed, and ignored as
+// truncated) or a spare file (removed on open).
+func (p *preparer) recycle(seg *segment) bool {
+	s := p.s
+	if size, err := seg.f.Size(); err != nil || size != s.cfg.SegmentBytes {
+		return false
+	}
+	name := p.spareName()
+	if err := s.fs.Rename(s.path(segmentName(seg.num)), name); err != nil {
+		return false
+	}
+	p.spares = append([]spare{{f: seg.f, name: name, recycled: true}}, p.spares...)
+	s.m.recycled.Inc()
+	return true
+}

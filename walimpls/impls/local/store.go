@@ -1,0 +1,341 @@
+package local
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Store owns one root directory: its lock, its journal and the in-memory
+// indexes of its channels. It is a walimpls.Opener; NewOpener makes more
+// Openers (nodes, in the conformance suite's words) over the same journal,
+// because a second Store on the same root is refused by the lock.
+type Store struct {
+	cfg      Config
+	fs       FS
+	log      *slog.Logger
+	m        *metrics
+	lock     io.Closer
+	recovery RecoveryReport
+
+	j    *journal
+	prep *preparer
+	def  *Opener // serves the Store's own Opener methods
+
+	mu       sync.Mutex // guards channels, openers, closed
+	channels map[string]*channel
+	openers  map[*Opener]struct{}
+	closed   bool
+
+	segMu    sync.RWMutex // guards segments and every segment's chans
+	segments []*segment   // live segments with published records, oldest first
+}
+
+var _ walimpls.Opener = (*Store)(nil)
+
+// segment is one segment file.
+type segment struct {
+	num uint64
+	f   File
+	// chans holds, per channel, the seq of its last message in this
+	// segment; guarded by Store.segMu.
+	chans map[*channel]uint64
+}
+
+// entry locates one message of a channel.
+type entry struct {
+	seq  uint64
+	seg  uint64
+	off  uint32
+	size uint32 // frame size with padding
+}
+
+// channel is the in-memory state of one channel of the store.
+type channel struct {
+	name string
+
+	// keep and lastRemoved mirror the published truncation point, so that
+	// scanners check it without the lock before every delivery.
+	keep        atomic.Uint64
+	lastRemoved atomic.Uint64
+
+	mu      sync.RWMutex // guards the published state below
+	id      uint32       // 0 until the channel is defined in the journal
+	term    int64        // highest durable term
+	lastSeq uint64       // seq of the last published message, 0 if none
+	entries []entry      // published messages with seq >= keep, in seq order
+	notify  chan struct{}
+	writers map[*wal]struct{}
+
+	// w is the journal's view, owned by the flusher goroutine (and by
+	// recovery before the flusher starts): it runs ahead of the published
+	// state by the records of the round in progress.
+	w struct {
+		defined     bool
+		id          uint32
+		term        int64
+		keep        uint64
+		lastRemoved uint64
+		lastSeq     uint64
+		round       uint64 // last round that touched the channel
+	}
+}
+
+func newChannel(name string) *channel {
+	return &channel{name: name, notify: make(chan struct{}), writers: map[*wal]struct{}{}}
+}
+
+// RecoveryReport says what Open found at the tail of the log.
+type RecoveryReport struct {
+	// Segments is the number of segment files replayed.
+	Segments int
+	// Records is the number of frames replayed.
+	Records int
+	// DroppedBytes and DroppedFrames count the torn tail that was cut off
+	// (0 after a clean shutdown or a tail of pre-zeroed space).
+	DroppedBytes  int64
+	DroppedFrames int
+	// Segment and Offset locate the cut, when DroppedBytes > 0.
+	Segment uint64
+	Offset  int64
+	// Reason says what was found at the cut.
+	Reason string
+}
+
+// Open opens (creating if needed) the store at cfg.Dir: it takes the lock,
+// recovers the journal and starts the flusher and the segment preparer.
+func Open(cfg Config, opts ...Option) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.fs == nil {
+		o.fs = OSFS()
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.withDefaults()
+	s := &Store{
+		cfg:      cfg,
+		fs:       o.fs,
+		log:      o.logger.With("backend", Name, "dir", cfg.Dir),
+		channels: map[string]*channel{},
+		openers:  map[*Opener]struct{}{},
+	}
+	if err := s.fs.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, errors.Wrapf(err, "local: create %s", cfg.Dir)
+	}
+	lock, err := s.fs.Lock(s.path(lockName))
+	if err != nil {
+		return nil, errors.Wrapf(err, "local: lock %s", cfg.Dir)
+	}
+	s.lock = lock
+	m, err := newMetrics(o.registerer, cfg.Dir)
+	if err != nil {
+		_ = lock.Close()
+		return nil, errors.Wrap(err, "local: register metrics")
+	}
+	s.m = m
+	rs, err := s.recover()
+	if err != nil {
+		for _, seg := range s.segments {
+			_ = seg.f.Close()
+		}
+		m.unregister()
+		_ = lock.Close()
+		return nil, err
+	}
+	s.m.segments.Set(float64(len(s.segments)))
+	s.prep = newPreparer(s)
+	s.j = newJournal(s, rs)
+	s.def = s.NewOpener()
+	go s.prep.run()
+	go s.j.run()
+	return s, nil
+}
+
+// Recovery reports what Open found and cut at the tail of the log.
+func (s *Store) Recovery() RecoveryReport { return s.recovery }
+
+// NewOpener returns another Opener over this store's journal: another node
+// of the same backend. Closing it closes only the WALs it opened; closing the
+// Store closes every Opener.
+func (s *Store) NewOpener() *Opener {
+	o := &Opener{s: s, wals: map[*wal]struct{}{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		o.closed = true
+		return o
+	}
+	s.openers[o] = struct{}{}
+	return o
+}
+
+// Open implements walimpls.Opener.
+func (s *Store) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
+	return s.def.Open(ctx, ch)
+}
+
+// Capabilities implements walimpls.Opener.
+func (s *Store) Capabilities() walimpls.Capabilities {
+	return walimpls.Capabilities{
+		Fencing:         true,
+		Durable:         s.cfg.Sync == SyncAlways,
+		MaxMessageBytes: s.cfg.MaxMessageBytes,
+	}
+}
+
+// UnmarshalID implements walimpls.Opener.
+func (s *Store) UnmarshalID(str string) (message.ID, error) { return message.UnmarshalSeqID(Name, str) }
+
+// Close closes every Opener and WAL of the store, writes and syncs what is
+// queued, and releases the directory. It is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	openers := make([]*Opener, 0, len(s.openers))
+	for o := range s.openers {
+		openers = append(openers, o)
+	}
+	s.openers = nil
+	s.mu.Unlock()
+	for _, o := range openers {
+		_ = o.Close()
+	}
+	err := s.j.close()
+	s.prep.close()
+	s.segMu.Lock()
+	for _, seg := range s.segments {
+		if cerr := seg.f.Close(); cerr != nil && err == nil {
+			err = errors.Wrapf(cerr, "local: close segment %d", seg.num)
+		}
+	}
+	s.segments = nil
+	s.segMu.Unlock()
+	s.m.unregister()
+	if cerr := s.lock.Close(); cerr != nil && err == nil {
+		err = errors.Wrap(cerr, "local: release lock")
+	}
+	return err
+}
+
+// channel returns the state of a channel, creating an undefined one.
+func (s *Store) channel(name string) (*channel, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.Wrapf(walimpls.ErrClosed, "local: open %q on a closed store", name)
+	}
+	ch, ok := s.channels[name]
+	if !ok {
+		ch = newChannel(name)
+		s.channels[name] = ch
+	}
+	return ch, nil
+}
+
+// segmentFile returns the file of a live segment, or nil once it has been
+// deleted.
+func (s *Store) segmentFile(num uint64) File {
+	s.segMu.RLock()
+	defer s.segMu.RUnlock()
+	i := sort.Search(len(s.segments), func(i int) bool { return s.segments[i].num >= num })
+	if i < len(s.segments) && s.segments[i].num == num {
+		return s.segments[i].f
+	}
+	return nil
+}
+
+// Opener is one node's view of a Store: it opens WALs and closes them when it
+// is closed.
+type Opener struct {
+	s *Store
+
+	mu     sync.Mutex
+	closed bool
+	wals   map[*wal]struct{}
+}
+
+var _ walimpls.Opener = (*Opener)(nil)
+
+// Capabilities implements walimpls.Opener.
+func (o *Opener) Capabilities() walimpls.Capabilities { return o.s.Capabilities() }
+
+// UnmarshalID implements walimpls.Opener.
+func (o *Opener) UnmarshalID(str string) (message.ID, error) { return o.s.UnmarshalID(str) }
+
+// Open implements walimpls.Opener. A ReadWrite open stores the channel's term
+// durably before it returns and fences every lower-term writer.
+func (o *Opener) Open(ctx context.Context, info walimpls.Channel) (walimpls.WALImpl, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Wrapf(err, "local: open %s", info)
+	}
+	if err := info.Validate(); err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	closed := o.closed
+	o.mu.Unlock()
+	if closed {
+		return nil, errors.Wrapf(walimpls.ErrClosed, "local: open %s on a closed opener", info)
+	}
+	ch, err := o.s.channel(info.Name)
+	if err != nil {
+		return nil, err
+	}
+	if info.Mode == walimpls.ReadWrite {
+		r := &request{kind: reqTerm, ch: ch, term: info.Term}
+		if err := o.s.j.do(ctx, r); err != nil {
+			return nil, errors.Wrapf(err, "local: open %s", info)
+		}
+	}
+	w := newWAL(o, ch, info)
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		_ = w.Close()
+		return nil, errors.Wrapf(walimpls.ErrClosed, "local: open %s on a closed opener", info)
+	}
+	o.wals[w] = struct{}{}
+	o.mu.Unlock()
+	return w, nil
+}
+
+// Close closes every WAL this opener opened. Idempotent.
+func (o *Opener) Close() error {
+	o.mu.Lock()
+	o.closed = true
+	wals := o.wals
+	o.wals = map[*wal]struct{}{}
+	o.mu.Unlock()
+	for w := range wals {
+		_ = w.Close()
+	}
+	o.s.mu.Lock()
+	delete(o.s.openers, o)
+	o.s.mu.Unlock()
+	return nil
+}
+
+func (o *Opener) forget(w *wal) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.wals, w)
+}

@@ -1,0 +1,256 @@
+package local
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+func TestReopenKeepsMessagesTermsAndTruncation(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	s := openStore(t, cfg)
+	a := openWAL(t, s, "a", 3)
+	b := openWAL(t, s, "b", 1)
+	idsA := appendN(t, a, "a", 50)
+	idsB := appendN(t, b, "b", 50)
+	require.NoError(t, a.Truncate(context.Background(), idsA[10]))
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "second Close")
+
+	s = openStore(t, cfg)
+	_, err := s.Open(context.Background(), walimpls.Channel{Name: "a", Term: 2})
+	require.ErrorIs(t, err, walimpls.ErrFenced, "the term survives a reopen")
+	var fe *walimpls.FencedError
+	require.True(t, errors.As(err, &fe))
+	require.Equal(t, int64(3), fe.CurrentTerm)
+
+	a = openWAL(t, s, "a", 3)
+	got := readN(t, a, walimpls.DeliverAll(), 40)
+	for i, m := range got {
+		require.True(t, m.ID().EQ(idsA[10+i]))
+		require.Equal(t, msg(t, "a-"+strconv.Itoa(10+i)).Payload(), m.Payload())
+	}
+	_, err = a.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(idsA[9])})
+	require.ErrorIs(t, err, walimpls.ErrPositionGone, "the truncation point survives a reopen")
+
+	b = openWAL(t, s, "b", 1)
+	got = readN(t, b, walimpls.DeliverAll(), 50)
+	require.True(t, got[49].ID().EQ(idsB[49]))
+
+	// IDs go on increasing after the reopen.
+	id := appendN(t, b, "b-after", 1)[0]
+	require.True(t, idsB[49].LT(id))
+	require.True(t, idsA[49].LT(id))
+	require.Zero(t, s.Recovery().DroppedBytes)
+}
+
+func TestSecondStoreOnTheSameRootIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	openStore(t, testConfig(dir))
+	_, err := Open(testConfig(dir))
+	require.ErrorIs(t, err, ErrLocked)
+	require.Contains(t, err.Error(), "pid ")
+}
+
+func TestTruncationDeletesSegments(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.SegmentBytes = 64 << 10
+	cfg.MaxMessageBytes = 8 << 10
+	s := openStore(t, cfg)
+	a := openWAL(t, s, "a", 1)
+	b := openWAL(t, s, "b", 1)
+	big := strings.Repeat("x", 4000)
+	var idsA, idsB []message.ID
+	for i := 0; i < 100; i++ {
+		id, err := a.Append(context.Background(), msg(t, big))
+		require.NoError(t, err)
+		idsA = append(idsA, id)
+		if i%10 == 0 {
+			id, err := b.Append(context.Background(), msg(t, "b"))
+			require.NoError(t, err)
+			idsB = append(idsB, id)
+		}
+	}
+	segs := func() int {
+		s.segMu.RLock()
+		defer s.segMu.RUnlock()
+		return len(s.segments)
+	}
+	n := segs()
+	require.Greater(t, n, 5)
+
+	// a alone truncating frees nothing: b still has messages everywhere.
+	require.NoError(t, a.Truncate(context.Background(), idsA[99]))
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, n, segs())
+
+	// Once b truncates too, every segment but the last ones goes.
+	require.NoError(t, b.Truncate(context.Background(), idsB[len(idsB)-1]))
+	require.Eventually(t, func() bool { return segs() <= 2 }, 5*time.Second, 10*time.Millisecond)
+	var rec dto.Metric
+	require.NoError(t, s.m.recycled.Write(&rec))
+	require.Equal(t, 1.0, rec.GetCounter().GetValue(), "one freed segment becomes the spare")
+	// Writing on goes through the recycled segment.
+	for i := 0; i < 30; i++ {
+		id, err := b.Append(context.Background(), msg(t, big))
+		require.NoError(t, err)
+		idsB = append(idsB, id)
+	}
+	got := readN(t, a, walimpls.DeliverAll(), 1)
+	require.True(t, got[0].ID().EQ(idsA[99]))
+
+	// Beyond the last message is an error that removes nothing.
+	future := message.NewSeqID(Name, 1<<40)
+	require.ErrorIs(t, a.Truncate(context.Background(), future), walimpls.ErrInvalidPosition)
+
+	// The deleted segments stay deleted across a reopen, and the recycled
+	// one reads back right.
+	require.NoError(t, s.Close())
+	s = openStore(t, cfg)
+	a = openWAL(t, s, "a", 1)
+	got = readN(t, a, walimpls.DeliverAll(), 1)
+	require.True(t, got[0].ID().EQ(idsA[99]))
+	b = openWAL(t, s, "b", 1)
+	got = readN(t, b, walimpls.DeliverAll(), 31)
+	require.True(t, got[30].ID().EQ(idsB[len(idsB)-1]))
+	require.Zero(t, s.Recovery().DroppedBytes)
+}
+
+func TestFencingAcrossOpeners(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	n1, n2 := s.NewOpener(), s.NewOpener()
+	defer n1.Close()
+	defer n2.Close()
+	w1 := openWAL(t, n1, "c", 1)
+	appendN(t, w1, "one", 3)
+	w2 := openWAL(t, n2, "c", 2)
+	_, err := w1.Append(context.Background(), msg(t, "late"))
+	require.ErrorIs(t, err, walimpls.ErrFenced)
+	require.ErrorIs(t, w1.Truncate(context.Background(), message.NewSeqID(Name, 1)), walimpls.ErrFenced)
+	appendN(t, w2, "two", 1)
+	// The same term may reopen; a read-only open fences nobody.
+	w2b := openWAL(t, n1, "c", 2)
+	appendN(t, w2b, "two-b", 1)
+	ro, err := n1.Open(context.Background(), walimpls.Channel{Name: "c", Term: 9, Mode: walimpls.ReadOnly})
+	require.NoError(t, err)
+	defer ro.Close()
+	_, err = ro.Append(context.Background(), msg(t, "x"))
+	require.ErrorIs(t, err, walimpls.ErrReadOnly)
+	appendN(t, w2, "two", 1)
+}
+
+func TestTooLargeAndClosed(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	w := openWAL(t, s, "c", 1)
+	_, err := w.Append(context.Background(), msg(t, strings.Repeat("x", 64<<10)))
+	require.ErrorIs(t, err, walimpls.ErrTooLarge)
+	// Many tiny properties: the encoding is larger than Size, and must
+	// still not be accepted if it cannot fit in a segment.
+	require.NoError(t, s.Close())
+	_, err = w.Append(context.Background(), msg(t, "x"))
+	require.ErrorIs(t, err, walimpls.ErrClosed)
+	_, err = s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
+	require.ErrorIs(t, err, walimpls.ErrClosed)
+	_, err = w.Read(context.Background(), walimpls.ReadOption{})
+	require.ErrorIs(t, err, walimpls.ErrClosed)
+}
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, Config{Dir: "x"}.Validate())
+	for _, c := range []Config{
+		{},
+		{Dir: "x", SegmentBytes: 1000},
+		{Dir: "x", SegmentBytes: 2 << 30},
+		{Dir: "x", Sync: "sometimes"},
+		{Dir: "x", MaxMessageBytes: 40 << 20},
+		{Dir: "x", SyncInterval: -1},
+		{Dir: "x", ReadAheadBytes: -1},
+	} {
+		require.ErrorIs(t, c.Validate(), walimpls.ErrInvalidConfig, "%+v", c)
+		_, err := Open(c)
+		require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
+	}
+}
+
+func TestBuilder(t *testing.T) {
+	reg := walimpls.NewRegistry()
+	require.NoError(t, reg.Register(NewBuilder()))
+	b, err := reg.Lookup("local")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	promReg := prometheus.NewRegistry()
+	o, err := b.Build(context.Background(), walimpls.BuildParams{
+		Config: func(into any) error {
+			into.(*Config).Dir = dir
+			into.(*Config).Sync = SyncInterval
+			return nil
+		},
+		Registerer: promReg,
+	})
+	require.NoError(t, err)
+	require.False(t, o.Capabilities().Durable)
+	require.True(t, o.Capabilities().Fencing)
+	require.Equal(t, DefaultMaxMessageBytes, o.Capabilities().MaxMessageBytes)
+	w := openWAL(t, o, "c", 1)
+	ids := appendN(t, w, "x", 3)
+	id, err := o.UnmarshalID(ids[2].Marshal())
+	require.NoError(t, err)
+	require.True(t, id.EQ(ids[2]))
+	_, err = o.UnmarshalID("-1")
+	require.ErrorIs(t, err, message.ErrCorruptID)
+	mfs, err := promReg.Gather()
+	require.NoError(t, err)
+	require.NotEmpty(t, mfs)
+	require.NoError(t, o.Close())
+
+	_, err = b.Build(context.Background(), walimpls.BuildParams{})
+	require.ErrorIs(t, err, walimpls.ErrInvalidConfig, "no dir")
+	_, err = b.Build(context.Background(), walimpls.BuildParams{Config: func(any) error { return errors.New("bad yaml") }})
+	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
+}
+
+func TestScannerFallsBehindTruncation(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	w := openWAL(t, s, "c", 1)
+	ids := appendN(t, w, "x", 20)
+	sc, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll(), ReadAheadBytes: 1})
+	require.NoError(t, err)
+	defer sc.Close()
+	m := <-sc.Chan()
+	require.True(t, m.ID().EQ(ids[0]))
+	require.NoError(t, w.Truncate(context.Background(), ids[10]))
+	for m := range sc.Chan() {
+		require.True(t, m.ID().LT(ids[3]), "at most what was read ahead is delivered, got %s", m.ID())
+	}
+	<-sc.Done()
+	require.ErrorIs(t, sc.Error(), walimpls.ErrPositionGone)
+}
+
+func TestTailingScannerWakesOnAppend(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	w := openWAL(t, s, "c", 1)
+	sc, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverLatest()})
+	require.NoError(t, err)
+	defer sc.Close()
+	for i := 0; i < 5; i++ {
+		id := appendN(t, w, "x", 1)[0]
+		select {
+		case m := <-sc.Chan():
+			require.True(t, m.ID().EQ(id))
+		case <-time.After(5 * time.Second):
+			require.FailNow(t, "tailing scanner not woken")
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package local
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// wal is one open channel of a Store.
+type wal struct {
+	o    *Opener
+	s    *Store
+	ch   *channel
+	info walimpls.Channel
+
+	closed   atomic.Bool
+	fencedBy atomic.Int64 // the term that fenced this writer, 0 if none
+
+	mu       sync.Mutex // guards scanners
+	scanners map[*scanner]struct{}
+}
+
+var _ walimpls.WALImpl = (*wal)(nil)
+
+func newWAL(o *Opener, ch *channel, info walimpls.Channel) *wal {
+	w := &wal{o: o, s: o.s, ch: ch, info: info, scanners: map[*scanner]struct{}{}}
+	if info.Mode == walimpls.ReadWrite {
+		ch.mu.Lock()
+		if ch.term > info.Term {
+			// A higher term won between our term record and now.
+			w.fencedBy.Store(ch.term)
+		}
+		ch.writers[w] = struct{}{}
+		ch.mu.Unlock()
+	}
+	return w
+}
+
+// WALName implements walimpls.WALImpl.
+func (w *wal) WALName() string { return Name }
+
+// Channel implements walimpls.WALImpl.
+func (w *wal) Channel() walimpls.Channel { return w.info }
+
+// fence marks the writer fenced by term; called with ch.mu held.
+func (w *wal) fence(term int64) { w.fencedBy.Store(term) }
+
+func (w *wal) fencedErr() error {
+	if t := w.fencedBy.Load(); t != 0 {
+		return &walimpls.FencedError{Channel: w.info.Name, Term: w.info.Term, CurrentTerm: t}
+	}
+	return nil
+}
+
+// writable checks what every Append and Truncate checks first.
+func (w *wal) writable(ctx context.Context, op string) error {
+	if w.closed.Load() {
+		return errors.Wrapf(walimpls.ErrClosed, "local: %s on %s", op, w.info)
+	}
+	if err := ctx.Err(); err != nil {
+		return errors.Wrapf(err, "local: %s on %s", op, w.info)
+	}
+	if w.info.Mode == walimpls.ReadOnly {
+		return errors.Wrapf(walimpls.ErrReadOnly, "local: %s on %s", op, w.info)
+	}
+	return w.fencedErr()
+}
+
+// Append implements walimpls.WALImpl: it returns once the record is written
+// and, with SyncAlways, synced.
+func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
+	if err := w.writable(ctx, "append"); err != nil {
+		return message.ID{}, err
+	}
+	if size := m.Size(); size > w.s.cfg.MaxMessageBytes {
+		return message.ID{}, &walimpls.TooLargeError{Size: size, Limit: w.s.cfg.MaxMessageBytes}
+	}
+	r := &request{kind: reqAppend, ch: w.ch, term: w.info.Term, body: encodeMessage(m)}
+	if err := w.s.j.do(ctx, r); err != nil {
+		var fe *walimpls.FencedError
+		if errors.As(err, &fe) {
+			w.fencedBy.CompareAndSwap(0, fe.CurrentTerm)
+			return message.ID{}, err
+		}
+		return message.ID{}, errors.Wrapf(err, "local: append to %s", w.info)
+	}
+	return message.NewSeqID(Name, int64(r.seq)), nil
+}
+
+// Truncate implements walimpls.WALImpl. The truncation point is synced
+// before Truncate returns, whatever the sync policy.
+func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
+	if err := w.writable(ctx, "truncate"); err != nil {
+		return err
+	}
+	seq, err := seqOf(upTo)
+	if err != nil {
+		return errors.Wrapf(err, "local: truncate %s", w.info)
+	}
+	ch := w.ch
+	ch.mu.RLock()
+	if seq > ch.lastSeq {
+		last := ch.lastSeq
+		ch.mu.RUnlock()
+		return errors.Wrapf(walimpls.ErrInvalidPosition, "local: truncate %s to %d beyond its last message %d", w.info, seq, last)
+	}
+	if seq <= ch.keep.Load() {
+		ch.mu.RUnlock()
+		return nil
+	}
+	// The last message below the point: reads at or below it are gone.
+	i := sort.Search(len(ch.entries), func(i int) bool { return ch.entries[i].seq >= seq })
+	lastRemoved := ch.lastRemoved.Load()
+	if i > 0 {
+		lastRemoved = max(lastRemoved, ch.entries[i-1].seq)
+	}
+	ch.mu.RUnlock()
+	r := &request{kind: reqTruncate, ch: ch, term: w.info.Term, keep: seq, lastRemoved: lastRemoved}
+	if err := w.s.j.do(ctx, r); err != nil {
+		var fe *walimpls.FencedError
+		if errors.As(err, &fe) {
+			w.fencedBy.CompareAndSwap(0, fe.CurrentTerm)
+			return err
+		}
+		return errors.Wrapf(err, "local: truncate %s", w.info)
+	}
+	return nil
+}
+
+// seqOf decodes a position; foreign and zero IDs are ErrInvalidPosition.
+func seqOf(id message.ID) (uint64, error) {
+	seq, err := message.SeqOf(Name, id)
+	if err != nil || seq < 0 {
+		return 0, errors.Wrapf(walimpls.ErrInvalidPosition, "position %s", id)
+	}
+	return uint64(seq), nil
+}
+
+// Read implements walimpls.WALImpl.
+func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
+	if w.closed.Load() {
+		return nil, errors.Wrapf(walimpls.ErrClosed, "local: read %s", w.info)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Wrapf(err, "local: read %s", w.info)
+	}
+	if opt.ReadAheadBytes < 0 {
+		return nil, errors.Newf("local: read %s: negative read-ahead %d", w.info, opt.ReadAheadBytes)
+	}
+	ch := w.ch
+	var cursor uint64
+	p := opt.DeliverPolicy
+	if id, inclusive, ok := p.StartID(); ok {
+		seq, err := seqOf(id)
+		if err != nil {
+			return nil, errors.Wrapf(err, "local: read %s from %s", w.info, p)
+		}
+		cursor = seq
+		if !inclusive {
+			cursor = seq + 1
+		}
+		if lr := ch.lastRemoved.Load(); lr >= cursor && lr != 0 {
+			return nil, errors.Wrapf(walimpls.ErrPositionGone, "local: read %s from %s: truncated up to %d", w.info, p, lr)
+		}
+	} else if p.IsLatest() {
+		ch.mu.RLock()
+		cursor = ch.lastSeq + 1
+		ch.mu.RUnlock()
+	} else {
+		cursor = ch.keep.Load()
+	}
+	budget := opt.ReadAheadBytes
+	if budget == 0 {
+		budget = w.s.cfg.ReadAheadBytes
+	}
+	sc := newScanner(w, opt.Name, cursor, budget)
+	w.mu.Lock()
+	if w.closed.Load() {
+		w.mu.Unlock()
+		return nil, errors.Wrapf(walimpls.ErrClosed, "local: read %s", w.info)
+	}
+	w.scanners[sc] = struct{}{}
+	w.mu.Unlock()
+	go sc.run()
+	return sc, nil
+}
+
+// Close implements walimpls.WALImpl: it ends the WAL's scanners and waits
+// for them. Idempotent.
+func (w *wal) Close() error {
+	w.mu.Lock()
+	if w.closed.Swap(true) {
+		w.mu.Unlock()
+		return nil
+	}
+	scanners := w.scanners
+	w.scanners = nil
+	w.mu.Unlock()
+	for sc := range scanners {
+		sc.stopWith(errors.Wrapf(walimpls.ErrClosed, "local: %s closed", w.info))
+	}
+	for sc := range scanners {
+		<-sc.done
+	}
+	if w.info.Mode == walimpls.ReadWrite {
+		w.ch.mu.Lock()
+		delete(w.ch.writers, w)
+		w.ch.mu.Unlock()
+	}
+	w.o.forget(w)
+	return nil
+}
+
+func (w *wal) forget(sc *scanner) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.scanners, sc)
+}
