@@ -43,9 +43,16 @@ type WAL interface {
 	// Sync appends a watermark now: once it returns, every message appended
 	// before the call is released to scanners.
 	Sync(ctx context.Context) error
+	// Truncate removes every message before upTo (an ID a scanner delivered
+	// or an append returned); upTo itself is kept. Reads from before it then
+	// fail with walimpls.ErrPositionGone.
+	Truncate(ctx context.Context, upTo message.ID) error
 	// Available is closed when the WAL can no longer append: it was fenced
 	// by a higher term, or closed.
 	Available() <-chan struct{}
+	// Err returns why Available closed (an error matching walimpls.ErrFenced
+	// or walimpls.ErrClosed), or nil while the WAL is available.
+	Err() error
 	// Close stops the WAL and its scanners; idempotent.
 	Close() error
 }

@@ -279,6 +279,27 @@ func (w *wal) termBefore(id message.ID) int64 {
 	return t
 }
 
+// Err implements WAL.
+func (w *wal) Err() error { return w.usable() }
+
+// Truncate implements WAL.
+func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
+	if w.opts.ReadOnly {
+		return errors.Wrapf(walimpls.ErrReadOnly, "adaptor: truncate %s", w.ch.Name)
+	}
+	if err := w.usable(); err != nil {
+		return err
+	}
+	err := w.impl.Truncate(ctx, upTo)
+	if errors.Is(err, walimpls.ErrFenced) {
+		w.fence(err)
+	}
+	if err != nil {
+		return errors.Wrapf(err, "adaptor: truncate %s to %s", w.ch.Name, upTo)
+	}
+	return nil
+}
+
 func (w *wal) Channel() Channel               { return w.ch }
 func (w *wal) Available() <-chan struct{}     { return w.available }
 func (w *wal) Sync(ctx context.Context) error { return w.sync(ctx) }

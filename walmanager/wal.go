@@ -1,0 +1,32 @@
+package walmanager
+
+import (
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/adaptor"
+)
+
+// ownedWAL is what GetAvailableWAL hands out: the manager's WAL with Close
+// disabled. A user closing it would make the manager's view of the channel
+// a lie (it would still report it available and hand it out), so only the
+// manager, through Remove or Close, ends it.
+type ownedWAL struct {
+	adaptor.WAL
+}
+
+// Close does nothing and returns ErrNotOwner.
+func (w ownedWAL) Close() error {
+	ch := w.Channel()
+	return errors.Wrapf(ErrNotOwner, "close of channel %q at term %d: remove it through the manager", ch.Name, ch.Term)
+}
+
+// unavailableCause is why w's Available channel closed: the WAL's own
+// Err() when it has one, a generic reason otherwise.
+func unavailableCause(w adaptor.WAL) error {
+	if e, ok := w.(interface{ Err() error }); ok {
+		if err := e.Err(); err != nil {
+			return err
+		}
+	}
+	return errWALUnavailable
+}
