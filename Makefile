@@ -13,9 +13,13 @@ STATICCHECK_VERSION := v0.8.2
 MOCKERY     := $(BIN)/mockery-$(MOCKERY_VERSION)
 STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: all build test lint mocks mocks-check bench tidy-check fmt-check vet staticcheck clean
+.PHONY: all run build test lint mocks mocks-check bench tidy-check fmt-check vet staticcheck clean
 
 all: build test lint
+
+## run: the main job of a node on the embedded default (local) backend
+run:
+	$(GO) run ./cmd/walbench -dir ./streamwal-data
 
 build:
 	$(GO) build $(PKGS)

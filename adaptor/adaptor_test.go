@@ -3,6 +3,7 @@ package adaptor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -29,6 +30,9 @@ func memOpener(t *testing.T, c *memory.Cluster, cfg memory.Config) walimpls.Open
 
 func openWAL(t *testing.T, o walimpls.Opener, name string, term int64, opts Options) *wal {
 	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	w, err := Open(context.Background(), o, Channel{Name: name, Term: term}, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Close() })

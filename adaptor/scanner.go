@@ -177,12 +177,8 @@ func (s *scanner) next() (message.Immutable, error) {
 					return message.Immutable{}, errors.Wrap(walimpls.ErrClosed, "backend scanner ended")
 				}
 				s.resume = walimpls.DeliverStartAfter(m.ID())
-				if i, found := s.w.wab.find(m.ID()); found && !s.w.wab.isClosed() {
-					// Caught up: the buffer holds the log from here on.
-					_ = s.backend.Close()
-					s.backend = nil
-					s.cursor = i + 1
-					s.setMode(modeTailing)
+				if err := s.tryTailing(m.ID()); err != nil {
+					return message.Immutable{}, err
 				}
 				return m, nil
 			case <-s.stop:
@@ -225,6 +221,42 @@ func (s *scanner) next() (message.Immutable, error) {
 			return message.Immutable{}, errStopped
 		case <-s.w.ctx.Done():
 			return message.Immutable{}, errors.Wrap(walimpls.ErrClosed, "wal closed")
+		}
+	}
+}
+
+// tryTailing switches a catching-up scanner to the write-ahead buffer once
+// the buffer holds the message it just read. A scanner that reads the
+// backend as fast as the tail reader would otherwise race it for ever; so
+// when the buffer's window covers id but the tail reader has not pushed it
+// yet, the scanner waits for it.
+func (s *scanner) tryTailing(id message.ID) error {
+	for {
+		if s.w.wab.isClosed() {
+			return nil
+		}
+		if i, found := s.w.wab.find(id); found {
+			_ = s.backend.Close()
+			s.backend = nil
+			s.cursor = i + 1
+			s.setMode(modeTailing)
+			return nil
+		}
+		if !s.w.wab.behind(id) {
+			return nil
+		}
+		wait := s.w.wab.waitChanged()
+		// Look again after taking the channel, so a push in between is
+		// not missed.
+		if _, found := s.w.wab.find(id); found || !s.w.wab.behind(id) {
+			continue
+		}
+		select {
+		case <-wait:
+		case <-s.stop:
+			return errStopped
+		case <-s.w.ctx.Done():
+			return errors.Wrap(walimpls.ErrClosed, "wal closed")
 		}
 	}
 }

@@ -105,6 +105,25 @@ func (b *writeAheadBuffer) read(i int64, max int) (msgs []message.Immutable, evi
 	return append([]message.Immutable(nil), b.entries[off:off+n]...), false, nil, false
 }
 
+// behind reports whether the buffer's window started at or before id but
+// has not reached it yet: the tail reader is about to push it.
+func (b *writeAheadBuffer) behind(id message.ID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || len(b.entries) == 0 {
+		return false
+	}
+	first, last := b.entries[0].ID(), b.entries[len(b.entries)-1].ID()
+	return first.LTE(id) && last.LT(id)
+}
+
+// waitChanged returns a channel closed at the next push or close.
+func (b *writeAheadBuffer) waitChanged() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
 // isClosed reports whether the buffer stopped growing.
 func (b *writeAheadBuffer) isClosed() bool {
 	b.mu.Lock()

@@ -9,6 +9,7 @@ package adaptortest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -42,6 +43,9 @@ func open(t *testing.T, o walimpls.Opener, name string, term int64, opts adaptor
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	w, err := adaptor.Open(ctx, o, adaptor.Channel{Name: name, Term: term}, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Close() })
@@ -316,7 +320,7 @@ func testErrors(t *testing.T, c walimplstest.Cluster) {
 		}
 		_, err = w.Append(ctx, small)
 		require.ErrorIs(t, err, walimpls.ErrFenced, "fails fast once fenced")
-		_, err = adaptor.Open(ctx, opener(t, c), adaptor.Channel{Name: name, Term: 1}, adaptor.Options{})
+		_, err = adaptor.Open(ctx, opener(t, c), adaptor.Channel{Name: name, Term: 1}, adaptor.Options{Logger: slog.New(slog.DiscardHandler)})
 		require.ErrorIs(t, err, walimpls.ErrFenced, "reopen at a lower term")
 		_, err = w2.Append(ctx, small)
 		require.NoError(t, err)

@@ -1,0 +1,68 @@
+package selector_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/impls/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestDefaultIsLocal(t *testing.T) {
+	cfg, err := selector.Parse(nil)
+	require.NoError(t, err)
+	require.Equal(t, "local", cfg.Chosen())
+
+	dir := t.TempDir()
+	cfg, err = selector.Parse([]byte("local:\n  dir: " + dir + "\n  sync: none\n"))
+	require.NoError(t, err)
+	o, err := selector.Build(context.Background(), cfg, selector.Deps{})
+	require.NoError(t, err)
+	require.True(t, o.Capabilities().Fencing)
+	require.NoError(t, o.Close())
+	_, err = os.Stat(filepath.Join(dir, "LOCK"))
+	require.NoError(t, err, "the local backend lives in the configured directory")
+}
+
+func TestExplicitChoiceWins(t *testing.T) {
+	cfg, err := selector.Parse([]byte("backend: memory\nmemory:\n  maxMessageBytes: 1024\nlocal:\n  dir: /nonexistent/never/used\n"))
+	require.NoError(t, err)
+	reg, err := selector.Registry(memory.NewCluster())
+	require.NoError(t, err)
+	o, err := selector.Build(context.Background(), cfg, selector.Deps{Registry: reg})
+	require.NoError(t, err)
+	require.Equal(t, 1024, o.Capabilities().MaxMessageBytes)
+	require.NoError(t, o.Close())
+}
+
+func TestBadConfig(t *testing.T) {
+	_, err := selector.Parse([]byte("backend: [unclosed"))
+	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
+
+	cfg, err := selector.Parse([]byte("backend: rocksdb\n"))
+	require.NoError(t, err)
+	_, err = selector.Build(context.Background(), cfg, selector.Deps{})
+	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
+	require.Contains(t, err.Error(), "kafka, local, memory")
+
+	cfg, err = selector.Parse([]byte("backend: memory\nmemory:\n  maxMesageBytes: 1024\n"))
+	require.NoError(t, err)
+	_, err = selector.Build(context.Background(), cfg, selector.Deps{})
+	require.ErrorIs(t, err, walimpls.ErrInvalidConfig, "a misspelt key is an error, not a silent default")
+
+	cfg, err = selector.Parse([]byte("local:\n  sync: sometimes\n  dir: " + t.TempDir() + "\n"))
+	require.NoError(t, err)
+	_, err = selector.Build(context.Background(), cfg, selector.Deps{})
+	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
+
+	_, err = selector.Load(filepath.Join(t.TempDir(), "missing.yaml"))
+	require.Error(t, err)
+}
