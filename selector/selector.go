@@ -10,7 +10,7 @@
 //	  dir: ./streamwal-data
 //	  sync: always
 //	kafka:
-//	  seed_brokers: [127.0.0.1:9092]
+//	  seedBrokers: [127.0.0.1:9092]
 //
 // Sections of backends that are not chosen are ignored; an unknown backend
 // name is an error listing the registered ones; an unknown key in the chosen

@@ -52,79 +52,79 @@ const (
 type Config struct {
 	// SeedBrokers are host:port addresses of brokers to bootstrap from.
 	// Required.
-	SeedBrokers []string `yaml:"seed_brokers" json:"seed_brokers"`
+	SeedBrokers []string `yaml:"seedBrokers" json:"seedBrokers"`
 	// ClientID is sent to the brokers with every request. Default
 	// "streamwal".
-	ClientID string `yaml:"client_id" json:"client_id"`
+	ClientID string `yaml:"clientId" json:"clientId"`
 
 	// TopicPrefix is prepended to a channel name to name its topic.
 	// Default "streamwal-". Prefix plus channel name must be a valid Kafka
 	// topic name (at most 249 bytes of [A-Za-z0-9._-]).
-	TopicPrefix string `yaml:"topic_prefix" json:"topic_prefix"`
+	TopicPrefix string `yaml:"topicPrefix" json:"topicPrefix"`
 	// TransactionalIDPrefix is prepended to a channel name to form the
 	// transactional.id of the channel's producer. Default "streamwal-".
 	// Every node of one deployment must use the same prefix, or they do not
 	// fence each other.
-	TransactionalIDPrefix string `yaml:"transactional_id_prefix" json:"transactional_id_prefix"`
+	TransactionalIDPrefix string `yaml:"transactionalIdPrefix" json:"transactionalIdPrefix"`
 
 	// Partitions of a topic created by the backend. Default 2, the minimum:
 	// partition 0 holds the log and partition 1 the term claims (see the
 	// package documentation). More partitions are allowed and unused.
 	Partitions int32 `yaml:"partitions" json:"partitions"`
 	// ReplicationFactor of a created topic; 0 uses the broker default.
-	ReplicationFactor int16 `yaml:"replication_factor" json:"replication_factor"`
+	ReplicationFactor int16 `yaml:"replicationFactor" json:"replicationFactor"`
 	// TopicConfigs are set on created topics, over the backend's own
 	// defaults (retention.ms=-1, retention.bytes=-1, cleanup.policy=delete:
 	// a WAL loses data only through Truncate). cleanup.policy may not
 	// include compact.
-	TopicConfigs map[string]string `yaml:"topic_configs" json:"topic_configs"`
+	TopicConfigs map[string]string `yaml:"topicConfigs" json:"topicConfigs"`
 	// CreateTimeout bounds topic creation and the metadata wait after it.
 	// Default 30s.
-	CreateTimeout time.Duration `yaml:"create_timeout" json:"create_timeout"`
+	CreateTimeout time.Duration `yaml:"createTimeout" json:"createTimeout"`
 
 	// DialTimeout bounds opening a connection. Default 10s.
-	DialTimeout time.Duration `yaml:"dial_timeout" json:"dial_timeout"`
+	DialTimeout time.Duration `yaml:"dialTimeout" json:"dialTimeout"`
 	// RequestTimeout is added to the broker-side timeout of every request
 	// to bound waiting for its response. Default 10s.
-	RequestTimeout time.Duration `yaml:"request_timeout" json:"request_timeout"`
+	RequestTimeout time.Duration `yaml:"requestTimeout" json:"requestTimeout"`
 	// DeliveryTimeout bounds how long one append batch may be retried before
 	// its appends fail with a retryable error. Default 30s.
-	DeliveryTimeout time.Duration `yaml:"delivery_timeout" json:"delivery_timeout"`
+	DeliveryTimeout time.Duration `yaml:"deliveryTimeout" json:"deliveryTimeout"`
 	// TransactionTimeout is the transaction.timeout.ms of the channel
 	// producers. A writer that dies inside a transaction stalls read_committed
 	// readers until the next owner opens the channel or this timeout aborts
 	// the transaction. Default 10s.
-	TransactionTimeout time.Duration `yaml:"transaction_timeout" json:"transaction_timeout"`
+	TransactionTimeout time.Duration `yaml:"transactionTimeout" json:"transactionTimeout"`
 	// MetadataMinAge is the minimum time between metadata refreshes of a
 	// client; 0 keeps franz-go's default (5s). Lower it to recover faster
 	// after a leader change.
-	MetadataMinAge time.Duration `yaml:"metadata_min_age" json:"metadata_min_age"`
+	MetadataMinAge time.Duration `yaml:"metadataMinAge" json:"metadataMinAge"`
 	// RetryBackoff is the backoff between request retries; 0 keeps
 	// franz-go's default (jittered exponential from 250ms).
-	RetryBackoff time.Duration `yaml:"retry_backoff" json:"retry_backoff"`
+	RetryBackoff time.Duration `yaml:"retryBackoff" json:"retryBackoff"`
 
 	// DisableTransactions turns the transactional producer off: appends use
 	// a plain idempotent producer, which is cheaper but cannot be fenced, so
 	// the backend declares Capabilities.Fencing false. Transactions are on
 	// by default (the zero value), so that a Config literal never loses
 	// fencing by omission.
-	DisableTransactions bool `yaml:"disable_transactions" json:"disable_transactions"`
+	DisableTransactions bool `yaml:"disableTransactions" json:"disableTransactions"`
 
 	// MaxMessageBytes caps the size of one record batch on the wire; 0 learns
 	// it from the broker (message.max.bytes, or the topic's
 	// max.message.bytes when TopicConfigs sets it) when the backend is built,
 	// and from each topic's max.message.bytes when it is opened. The limit
 	// declared in Capabilities is this minus the record framing overhead.
-	MaxMessageBytes int `yaml:"max_message_bytes" json:"max_message_bytes"`
+	MaxMessageBytes int `yaml:"maxMessageBytes" json:"maxMessageBytes"`
 	// MaxBatchBytes bounds the bytes of appends coalesced into one
 	// transaction. Default 1 MiB.
-	MaxBatchBytes int `yaml:"max_batch_bytes" json:"max_batch_bytes"`
+	MaxBatchBytes int `yaml:"maxBatchBytes" json:"maxBatchBytes"`
 	// MaxBatchRecords bounds the appends coalesced into one transaction.
 	// Default 4096.
-	MaxBatchRecords int `yaml:"max_batch_records" json:"max_batch_records"`
+	MaxBatchRecords int `yaml:"maxBatchRecords" json:"maxBatchRecords"`
 	// ReadAheadBytes is the default read-ahead of a scanner (the fetch size
 	// of its consumer) when ReadOption.ReadAheadBytes is 0. Default 4 MiB.
-	ReadAheadBytes int `yaml:"read_ahead_bytes" json:"read_ahead_bytes"`
+	ReadAheadBytes int `yaml:"readAheadBytes" json:"readAheadBytes"`
 
 	// TLS enables TLS with settings from files; ignored when TLSConfig is
 	// set.
@@ -147,15 +147,15 @@ type TLSFiles struct {
 	// brokers.
 	Enabled bool `yaml:"enabled" json:"enabled"`
 	// CAFile holds the certificates that verify the brokers.
-	CAFile string `yaml:"ca_file" json:"ca_file"`
+	CAFile string `yaml:"caFile" json:"caFile"`
 	// CertFile and KeyFile hold a client certificate, for mutual TLS; both
 	// or neither.
-	CertFile string `yaml:"cert_file" json:"cert_file"`
-	KeyFile  string `yaml:"key_file" json:"key_file"`
+	CertFile string `yaml:"certFile" json:"certFile"`
+	KeyFile  string `yaml:"keyFile" json:"keyFile"`
 	// ServerName overrides the name verified in the broker certificates.
-	ServerName string `yaml:"server_name" json:"server_name"`
+	ServerName string `yaml:"serverName" json:"serverName"`
 	// InsecureSkipVerify disables verification of the brokers (tests only).
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify" json:"insecure_skip_verify"`
+	InsecureSkipVerify bool `yaml:"insecureSkipVerify" json:"insecureSkipVerify"`
 }
 
 // SASL configures SASL authentication.
