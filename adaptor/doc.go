@@ -19,4 +19,55 @@
 //   - splitting of messages above the backend's size limit, and joining them
 //     again for readers;
 //   - retries of retryable append errors, fencing response and metrics.
+//
+// # Ordering and watermarks
+//
+// Every append takes a timetick and is tracked until the backend answers. A
+// watermark W is allocated like a timetick (so later appends get timeticks
+// above it) and appended only once no append with a timetick below W is in
+// flight. Every acknowledged message with a timetick at or below W is
+// therefore stored before W, and a scanner that reads W can release, in
+// timetick order, everything it holds up to W. A data message read after a
+// watermark that covers it was never acknowledged (an append abandoned on
+// a cancelled context that the backend stored late): it is dropped and
+// counted as late. A retried append keeps its timetick, so a duplicate
+// stored by an ambiguous retry is dropped too.
+//
+// # Terms in the log
+//
+// A term-begin carries no timetick: it is a position. Scanners learn the
+// highest term that began before their start position from what the WAL has
+// read (the log up to its own term-begin when it opened read-write, and
+// everything its tail reader reads since) and from what they read
+// themselves; a data message, part or watermark of a lower term that comes
+// after a higher term-begin is dropped and counted. When asked to deliver
+// term-begins (Filter.Kinds), a scanner delivers one right before the first
+// released message of its term, so that nothing of a lower term follows it.
+// A read-only WAL reads no history when it opens: its scanners learn terms
+// only from what they and its tail reader read.
+//
+// # Resuming
+//
+// Delivery follows timeticks, not IDs: concurrent appends may be stored in
+// another order than their timeticks. Each delivered message carries, in
+// message.KeyLastConfirmed, the position from which a new scanner finds
+// every message with a higher timetick (LastConfirmed decodes it). Resume
+// with DeliverStartFrom(that position) and Filter.TimeTickAbove set to the
+// last delivered timetick.
+//
+// # Memory
+//
+// The write-ahead buffer (shared by a WAL's tailing scanners) and each
+// scanner's reorder buffer have byte budgets. The write-ahead buffer evicts
+// its oldest messages and never blocks the writer; a scanner whose position
+// was evicted reads the backend again from where it was. A scanner that is
+// not read stops reading: it holds at most its reorder budget plus the
+// backend's read-ahead. Watermarks every WatermarkBytes bound what a reorder
+// buffer must hold; a scanner whose buffer still overflows (a writer that
+// is not streamwal) ends with ErrScannerBufferFull instead of dropping.
+//
+// # Costs
+//
+// Opening read-write reads the channel's kept log once, to recover the
+// highest timetick: truncate what consumers no longer need.
 package adaptor

@@ -26,8 +26,10 @@ type Options struct {
 	// channel is not idle. Default 200ms.
 	TimeTickInterval time.Duration
 	// WatermarkBytes appends a watermark as soon as this many bytes were
-	// appended since the last one, which bounds what a scanner's reorder
-	// buffer must hold. Default 4 MiB.
+	// appended since the last one, and holds appends back while twice as
+	// many are not yet covered by one: this bounds what a scanner's reorder
+	// buffer must hold, so keep ScannerBufferBytes above twice it. Default
+	// 4 MiB.
 	WatermarkBytes int
 	// Allocator supplies timeticks; default a hybrid logical clock.
 	Allocator TimeTickAllocator

@@ -16,7 +16,10 @@ type timeticks struct {
 	mu      sync.Mutex
 	last    uint64              // highest timetick handed out or recovered
 	pending map[uint64]struct{} // timeticks of appends in flight
-	changed chan struct{}       // closed and replaced when pending shrinks
+	changed chan struct{}       // closed and replaced when pending shrinks while waited on
+	// waiting is set while a watermark holds changed: only then does end
+	// pay for a new channel, not on every append.
+	waiting bool
 }
 
 func newTimeticks(alloc TimeTickAllocator, floor uint64) *timeticks {
@@ -49,8 +52,11 @@ func (t *timeticks) end(tt uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.pending, tt)
-	close(t.changed)
-	t.changed = make(chan struct{})
+	if t.waiting {
+		t.waiting = false
+		close(t.changed)
+		t.changed = make(chan struct{})
+	}
 }
 
 // watermark allocates a watermark timetick W and waits until no append
@@ -76,6 +82,7 @@ func (t *timeticks) watermark(ctx context.Context) (uint64, error) {
 			return w, nil
 		}
 		wait := t.changed
+		t.waiting = true
 		t.mu.Unlock()
 		select {
 		case <-wait:

@@ -15,13 +15,25 @@ import (
 type writeAheadBuffer struct {
 	budget int
 
-	mu      sync.Mutex
-	entries []message.Immutable // entries[i] has index base+i
-	sizes   []int
+	mu sync.Mutex
+	// entries[head:] are buffered; entries[head+i] has index base+i.
+	// Evicting only advances head (and zeroes the slot so the message can
+	// be collected); the slice is compacted once the dead prefix is half of
+	// it. A full buffer evicts on every push, and copying the whole window
+	// each time made the tail reader, not the backend, the append path's
+	// bottleneck.
+	entries []wabEntry
+	head    int
 	base    int64
 	bytes   int
 	closed  bool
-	changed chan struct{} // closed and replaced on push and close
+	changed chan struct{} // closed and replaced on push (if waited on) and close
+	waiting bool          // a reader holds changed; push must close it
+}
+
+type wabEntry struct {
+	m    message.Immutable
+	size int
 }
 
 func newWriteAheadBuffer(budget int) *writeAheadBuffer {
@@ -29,27 +41,33 @@ func newWriteAheadBuffer(budget int) *writeAheadBuffer {
 }
 
 // push appends the next message of the log, evicting the oldest ones while
-// over budget (the newest is always kept).
-func (b *writeAheadBuffer) push(m message.Immutable) {
+// over budget (the newest is always kept), and returns the bytes buffered.
+func (b *writeAheadBuffer) push(m message.Immutable) int {
 	size := m.Size() + 64
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.entries = append(b.entries, m)
-	b.sizes = append(b.sizes, size)
+	b.entries = append(b.entries, wabEntry{m: m, size: size})
 	b.bytes += size
-	drop := 0
-	for b.bytes > b.budget && drop < len(b.entries)-1 {
-		b.bytes -= b.sizes[drop]
-		drop++
+	for b.bytes > b.budget && b.head < len(b.entries)-1 {
+		b.bytes -= b.entries[b.head].size
+		b.entries[b.head] = wabEntry{}
+		b.head++
+		b.base++
 	}
-	if drop > 0 {
-		// Copy rather than reslice so evicted messages can be collected.
-		b.entries = append([]message.Immutable(nil), b.entries[drop:]...)
-		b.sizes = append([]int(nil), b.sizes[drop:]...)
-		b.base += int64(drop)
+	if b.head > 0 && b.head >= len(b.entries)/2 {
+		n := copy(b.entries, b.entries[b.head:])
+		clear(b.entries[n:])
+		b.entries = b.entries[:n]
+		b.head = 0
 	}
-	close(b.changed)
-	b.changed = make(chan struct{})
+	// Waking costs a channel per message; only pay it when a scanner
+	// waits.
+	if b.waiting && !b.closed {
+		b.waiting = false
+		close(b.changed)
+		b.changed = make(chan struct{})
+	}
+	return b.bytes
 }
 
 // close wakes every waiting scanner for good.
@@ -66,10 +84,11 @@ func (b *writeAheadBuffer) close() {
 func (b *writeAheadBuffer) find(id message.ID) (int64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	lo, hi := 0, len(b.entries)
+	live := b.entries[b.head:]
+	lo, hi := 0, len(live)
 	for lo < hi {
 		mid := (lo + hi) / 2
-		c, err := b.entries[mid].ID().Compare(id)
+		c, err := live[mid].m.ID().Compare(id)
 		if err != nil {
 			return 0, false
 		}
@@ -94,15 +113,22 @@ func (b *writeAheadBuffer) read(i int64, max int) (msgs []message.Immutable, evi
 	if i < b.base {
 		return nil, true, nil, false
 	}
+	live := b.entries[b.head:]
 	off := int(i - b.base)
-	if off >= len(b.entries) {
+	if off >= len(live) {
 		if b.closed {
 			return nil, false, nil, true
 		}
+		b.waiting = true
 		return nil, false, b.changed, false
 	}
-	n := min(len(b.entries)-off, max)
-	return append([]message.Immutable(nil), b.entries[off:off+n]...), false, nil, false
+	n := min(len(live)-off, max)
+	// A copy: the slots are zeroed and moved by later pushes.
+	msgs = make([]message.Immutable, n)
+	for j := range msgs {
+		msgs[j] = live[off+j].m
+	}
+	return msgs, false, nil, false
 }
 
 // behind reports whether the buffer's window started at or before id but
@@ -110,17 +136,20 @@ func (b *writeAheadBuffer) read(i int64, max int) (msgs []message.Immutable, evi
 func (b *writeAheadBuffer) behind(id message.ID) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || len(b.entries) == 0 {
+	live := b.entries[b.head:]
+	if b.closed || len(live) == 0 {
 		return false
 	}
-	first, last := b.entries[0].ID(), b.entries[len(b.entries)-1].ID()
-	return first.LTE(id) && last.LT(id)
+	return live[0].m.ID().LTE(id) && live[len(live)-1].m.ID().LT(id)
 }
 
 // waitChanged returns a channel closed at the next push or close.
 func (b *writeAheadBuffer) waitChanged() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !b.closed {
+		b.waiting = true
+	}
 	return b.changed
 }
 
@@ -129,11 +158,4 @@ func (b *writeAheadBuffer) isClosed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.closed
-}
-
-// size returns the bytes buffered.
-func (b *writeAheadBuffer) size() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.bytes
 }

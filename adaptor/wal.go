@@ -44,8 +44,12 @@ type wal struct {
 
 	watermarkMu sync.Mutex // watermarks are written one at a time, in order
 	dirty       atomic.Bool
-	dirtyBytes  atomic.Int64
+	dirtyBytes  atomic.Int64 // appended and not yet covered by a written watermark
 	kick        chan struct{}
+	// watermarked is closed and replaced after each watermark, waking
+	// appends held back by waitForWatermark.
+	watermarkedMu sync.Mutex
+	watermarked   chan struct{}
 }
 
 var _ WAL = (*wal)(nil)
@@ -87,6 +91,8 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		scanners:  map[*scanner]struct{}{},
 		available: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
+
+		watermarked: make(chan struct{}),
 	}
 	if err := w.start(ctx); err != nil {
 		w.cancel()
@@ -214,8 +220,7 @@ func (w *wal) tail(s walimpls.Scanner) {
 						w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: t})
 					}
 				}
-				w.wab.push(m)
-				w.m.wabBytes.Set(float64(w.wab.size()))
+				w.m.wabBytes.Set(float64(w.wab.push(m)))
 				continue
 			}
 			err := s.Error()
@@ -311,7 +316,6 @@ func (w *wal) sync(ctx context.Context) error {
 		return err
 	}
 	w.dirty.Store(false)
-	w.dirtyBytes.Store(0)
 	return w.writeWatermark(ctx)
 }
 
@@ -429,6 +433,9 @@ func (w *wal) appendOne(ctx context.Context, m message.Message) (AppendResult, e
 		return AppendResult{}, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.opts.MaxMessageBytes},
 			"adaptor: append to %s", w.ch.Name)
 	}
+	if err := w.waitForWatermark(ctx); err != nil {
+		return AppendResult{}, err
+	}
 	tt, err := w.ticks.begin(ctx)
 	if err != nil {
 		return AppendResult{}, err
@@ -496,12 +503,44 @@ func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, e
 func (w *wal) noteWritten(size int) {
 	w.dirty.Store(true)
 	if w.dirtyBytes.Add(int64(size)) >= int64(w.opts.WatermarkBytes) {
-		w.dirtyBytes.Store(0)
+		w.kickWatermark()
+	}
+}
+
+func (w *wal) kickWatermark() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// waitForWatermark holds an append back while twice WatermarkBytes were
+// appended since the last watermark. The kick alone does not bound the
+// gap: the watermark goroutine is one among many busy appenders and can be
+// scheduled late, and every scanner must hold all the messages between two
+// watermarks in its reorder buffer (a gap above ScannerBufferBytes fails
+// each scanner of that log with ErrScannerBufferFull).
+func (w *wal) waitForWatermark(ctx context.Context) error {
+	limit := 2 * int64(w.opts.WatermarkBytes)
+	for w.dirtyBytes.Load() >= limit {
+		w.watermarkedMu.Lock()
+		wait := w.watermarked
+		w.watermarkedMu.Unlock()
+		// Look again after taking the channel, so a watermark in between
+		// is not missed.
+		if w.dirtyBytes.Load() < limit {
+			return nil
+		}
+		w.kickWatermark()
 		select {
-		case w.kick <- struct{}{}:
-		default:
+		case <-wait:
+		case <-ctx.Done():
+			return errors.Wrapf(ctx.Err(), "adaptor: append to %s: waiting for a watermark", w.ch.Name)
+		case <-w.available:
+			return w.reason
 		}
 	}
+	return nil
 }
 
 // watermarkLoop appends a watermark every interval unless the channel was
@@ -517,7 +556,9 @@ func (w *wal) watermarkLoop() {
 		case <-t.C:
 		case <-w.kick:
 		}
-		if !w.dirty.Swap(false) {
+		// dirtyBytes as well: an append held back by waitForWatermark
+		// must never wait for a watermark this loop decided to skip.
+		if !w.dirty.Swap(false) && w.dirtyBytes.Load() == 0 {
 			continue
 		}
 		if err := w.writeWatermark(w.ctx); err != nil {
@@ -534,6 +575,11 @@ func (w *wal) watermarkLoop() {
 func (w *wal) writeWatermark(ctx context.Context) error {
 	w.watermarkMu.Lock()
 	defer w.watermarkMu.Unlock()
+	// What is counted before wm is allocated began before it, so wm covers
+	// it. Appends counted later stay counted, even those below wm: an
+	// over-count only brings the next watermark sooner, while an
+	// under-count would let scanners' reorder buffers overflow.
+	covered := w.dirtyBytes.Load()
 	wm, err := w.ticks.watermark(ctx)
 	if err != nil {
 		return err
@@ -542,7 +588,12 @@ func (w *wal) writeWatermark(ctx context.Context) error {
 	if _, err := w.appendRetry(ctx, msg); err != nil {
 		return err
 	}
+	w.dirtyBytes.Sub(covered)
 	w.m.watermarks.Inc()
+	w.watermarkedMu.Lock()
+	close(w.watermarked)
+	w.watermarked = make(chan struct{})
+	w.watermarkedMu.Unlock()
 	return nil
 }
 
