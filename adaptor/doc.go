@@ -49,9 +49,9 @@
 // # Resuming
 //
 // Delivery follows timeticks, not IDs: concurrent appends may be stored in
-// another order than their timeticks. Each delivered message carries, in
-// message.KeyLastConfirmed, the position from which a new scanner finds
-// every message with a higher timetick (LastConfirmed decodes it). Resume
+// another order than their timeticks. Each delivered message carries
+// (message.Immutable.LastConfirmed) the position from which a new scanner
+// finds every message with a higher timetick. Resume
 // with DeliverStartFrom(that position) and Filter.TimeTickAbove set to the
 // last delivered timetick.
 //

@@ -31,6 +31,7 @@ const (
 	dropDuplicate     = "duplicate"
 	dropPartDuplicate = "part_duplicate"
 	dropPartOrphan    = "part_orphan"
+	dropMalformed     = "malformed"
 )
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -64,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, ch),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "streamwal", Name: "scanner_dropped_total",
-			Help: "Messages scanners dropped on purpose: stale_term, late, duplicate, part_duplicate, part_orphan.",
+			Help: "Messages scanners dropped on purpose: stale_term, late, duplicate, part_duplicate, part_orphan, malformed.",
 		}, []string{"channel", "reason"}),
 		watermarks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "streamwal", Name: "watermarks_total", Help: "Timetick watermarks appended.",

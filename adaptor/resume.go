@@ -6,15 +6,18 @@ import (
 	"github.com/streamwal/streamwal/message"
 )
 
+// ErrNoResumePosition is returned by LastConfirmed for a message that was
+// not delivered by an adaptor scanner.
+var ErrNoResumePosition = errors.New("message carries no resume position")
+
 // LastConfirmed returns the resume position a scanner attached to a message
 // it delivered: a scanner started with DeliverStartFrom(position) and
 // Filter.TimeTickAbove set to the message's timetick delivers exactly the
-// messages that came after it. unmarshal decodes the backend's IDs
-// (walimpls.Opener.UnmarshalID).
-func LastConfirmed(m message.Immutable, unmarshal func(string) (message.ID, error)) (message.ID, error) {
-	s, ok := m.Properties().Get(message.KeyLastConfirmed)
-	if !ok {
-		return message.ID{}, errors.Wrap(message.ErrBadProperty, "message carries no last-confirmed position")
+// messages that came after it.
+func LastConfirmed(m message.Immutable) (message.ID, error) {
+	id := m.LastConfirmed()
+	if id.IsZero() {
+		return message.ID{}, errors.Wrapf(ErrNoResumePosition, "message %s", m.ID())
 	}
-	return unmarshal(s)
+	return id, nil
 }

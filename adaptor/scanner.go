@@ -149,9 +149,16 @@ func (s *scanner) run() {
 		s.setMode("")
 		s.w.m.scanBytes.Sub(float64(s.bufBytes))
 	}()
+	var last message.ID
 	for {
 		m, err := s.next()
 		if err == nil {
+			if !last.IsZero() && !last.LT(m.ID()) {
+				// The backend delivered a position again: a duplicate.
+				s.w.m.dropped(dropDuplicate).Inc()
+				continue
+			}
+			last = m.ID()
 			err = s.handle(m)
 		}
 		if err != nil {
@@ -267,7 +274,9 @@ func (s *scanner) handle(m message.Immutable) error {
 		s.started = true
 		s.maxTerm = s.w.termBefore(m.ID())
 	}
+	// Parse the reserved properties once: they are strings in a map.
 	term, _ := m.Term()
+	tt, hasTT := m.TimeTick()
 	switch m.Kind() {
 	case message.KindTermBegin:
 		if term > s.maxTerm {
@@ -281,8 +290,7 @@ func (s *scanner) handle(m message.Immutable) error {
 		}
 		return nil
 	case message.KindTimeTick:
-		tt, ok := m.TimeTick()
-		if !ok || term < s.maxTerm || tt <= s.released {
+		if !hasTT || term < s.maxTerm || tt <= s.released {
 			return nil
 		}
 		if n := s.join.dropUpTo(tt, s.maxTerm); n > 0 {
@@ -299,7 +307,7 @@ func (s *scanner) handle(m message.Immutable) error {
 					return err
 				}
 			}
-			if err := s.deliver(it.Value, resume[i]); err != nil {
+			if err := s.deliver(it.Value, it.TimeTick, resume[i]); err != nil {
 				return err
 			}
 		}
@@ -313,7 +321,7 @@ func (s *scanner) handle(m message.Immutable) error {
 		}
 		return nil
 	case message.KindPart:
-		if !s.admit(m, term) {
+		if !s.admit(term, tt, hasTT) {
 			return nil
 		}
 		joined, res := s.join.add(m)
@@ -323,14 +331,19 @@ func (s *scanner) handle(m message.Immutable) error {
 		case partMalformed:
 			s.w.m.dropped(dropPartOrphan).Inc()
 		case partCompleted:
-			return s.buffer(joined)
+			return s.buffer(joined, tt)
 		}
 		return s.checkBudget()
-	default:
-		if !s.admit(m, term) {
+	case message.KindData:
+		if !s.admit(term, tt, hasTT) {
 			return nil
 		}
-		return s.buffer(m)
+		return s.buffer(m, tt)
+	default:
+		// A kind this version does not know (a log written by a newer
+		// streamwal, or by something else): never delivered as data.
+		s.w.m.dropped(dropMalformed).Inc()
+		return nil
 	}
 }
 
@@ -350,27 +363,24 @@ func (s *scanner) flushTermBegins(term int64) error {
 
 // admit applies the log-level fence and drops messages that arrive after a
 // watermark already covered them (unacknowledged retries).
-func (s *scanner) admit(m message.Immutable, term int64) bool {
+func (s *scanner) admit(term int64, tt uint64, hasTT bool) bool {
 	if term < s.maxTerm {
 		s.w.m.dropped(dropStaleTerm).Inc()
 		return false
 	}
-	tt, ok := m.TimeTick()
-	if !ok || tt <= s.released {
+	if !hasTT || tt <= s.released {
 		s.w.m.dropped(dropLate).Inc()
 		return false
 	}
 	return true
 }
 
-func (s *scanner) buffer(m message.Immutable) error {
-	tt, _ := m.TimeTick()
-	added, err := s.buf.Push(reorder.Item[message.Immutable]{TimeTick: tt, Key: m.ID().Marshal(), Size: m.Size() + 64, Value: m})
-	if err != nil {
+// buffer holds a data message until a watermark releases it. Duplicates by
+// ID never reach it: run drops any message whose ID does not follow the
+// previous one's.
+func (s *scanner) buffer(m message.Immutable, tt uint64) error {
+	if _, err := s.buf.Push(reorder.Item[message.Immutable]{TimeTick: tt, Size: m.Size() + 64, Value: m}); err != nil {
 		return errors.Wrapf(ErrScannerBufferFull, "%v", err)
-	}
-	if !added {
-		s.w.m.dropped(dropDuplicate).Inc()
 	}
 	return s.checkBudget()
 }
@@ -391,21 +401,19 @@ func (s *scanner) updateBytes() {
 
 // deliver sends a released data message if it passes the filter. A second
 // message with an already delivered timetick is a duplicate from a retry.
-func (s *scanner) deliver(m message.Immutable, resume message.ID) error {
-	tt, _ := m.TimeTick()
+func (s *scanner) deliver(m message.Immutable, tt uint64, resume message.ID) error {
 	if tt <= s.delivered {
 		s.w.m.dropped(dropDuplicate).Inc()
 		return nil
 	}
 	s.delivered = tt
-	if !s.kind[m.Kind()] || !s.passesTimeTick(tt) {
+	if !s.kind[message.KindData] || !s.passesTimeTick(tt) {
 		return nil
 	}
 	if vcs := s.opt.Filter.VChannels; len(vcs) > 0 && !slices.Contains(vcs, m.VChannel()) {
 		return nil
 	}
-	withLC, _ := m.WithReserved(message.KeyLastConfirmed, resume.Marshal())
-	return s.send(message.NewImmutable(withLC, m.ID()))
+	return s.send(m.WithLastConfirmed(resume))
 }
 
 // resumePositions returns, for each released message, the position from

@@ -441,7 +441,7 @@ func (w *wal) appendOne(ctx context.Context, m message.Message) (AppendResult, e
 		return AppendResult{}, err
 	}
 	defer w.ticks.end(tt)
-	msg := m.WithKind(message.KindData).WithTerm(w.ch.Term).WithTimeTick(tt)
+	msg := m.Stamp(message.KindData, w.ch.Term, tt)
 	var id message.ID
 	if w.partBytes > 0 && msg.Size() > w.partBytes {
 		parts, err := splitMessage(msg, w.partBytes)

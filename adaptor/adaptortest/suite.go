@@ -256,7 +256,7 @@ func testResume(t *testing.T, c walimplstest.Cluster) {
 	for _, cut := range []int{1, 57, 100, 199} {
 		last := all[cut-1]
 		lastTT, _ := last.TimeTick()
-		pos, err := adaptor.LastConfirmed(last, o.UnmarshalID)
+		pos, err := adaptor.LastConfirmed(last)
 		require.NoError(t, err)
 		s, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: adaptor.DeliverStartFrom(pos),
 			Filter: adaptor.Filter{TimeTickAbove: lastTT}})

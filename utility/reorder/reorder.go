@@ -2,12 +2,13 @@
 // timetick order and releases them in order once a watermark says that
 // nothing older can still arrive.
 //
-// It is pure logic: no goroutines, no locks (its owner serialises access).
+// Items mostly arrive in order (concurrent appends only swap neighbours), so
+// the buffer keeps an in-order run in a FIFO and only the items that break
+// it in a heap; releasing merges the two. It is pure logic: no goroutines,
+// no locks (its owner serialises access).
 package reorder
 
 import (
-	"container/heap"
-
 	"github.com/cockroachdb/errors"
 )
 
@@ -18,8 +19,8 @@ var ErrFull = errors.New("reorder buffer full")
 type Item[T any] struct {
 	// TimeTick orders release.
 	TimeTick uint64
-	// Key identifies the item; a second item with a key already buffered is a
-	// duplicate.
+	// Key identifies the item; a second item with a key already buffered is
+	// a duplicate. An empty Key is never a duplicate.
 	Key string
 	// Size is what the item counts against the budget.
 	Size  int
@@ -28,11 +29,18 @@ type Item[T any] struct {
 
 // Buffer holds items until released. The zero value is not usable; use New.
 type Buffer[T any] struct {
-	h      itemHeap[T]
+	run    []entry[T] // in timetick order: run[runHead:] are buffered
+	runHd  int
+	h      []entry[T] // a min-heap by (timetick, seq) of out-of-order items
 	keys   map[string]struct{}
 	bytes  int
 	budget int
 	seq    uint64 // arrival counter, to keep equal timeticks in push order
+}
+
+type entry[T any] struct {
+	Item[T]
+	seq uint64
 }
 
 // New returns a buffer bounded to budget bytes (≤ 0: unbounded).
@@ -45,15 +53,24 @@ func New[T any](budget int) *Buffer[T] {
 // into an empty buffer, which always takes one item so that an item larger
 // than the budget can still pass through alone.
 func (b *Buffer[T]) Push(it Item[T]) (added bool, err error) {
-	if _, dup := b.keys[it.Key]; dup {
-		return false, nil
+	if it.Key != "" {
+		if _, dup := b.keys[it.Key]; dup {
+			return false, nil
+		}
 	}
-	if b.budget > 0 && len(b.h) > 0 && b.bytes+it.Size > b.budget {
+	if b.budget > 0 && b.Len() > 0 && b.bytes+it.Size > b.budget {
 		return false, errors.Wrapf(ErrFull, "%d bytes buffered, %d more exceed the budget of %d", b.bytes, it.Size, b.budget)
 	}
 	b.seq++
-	heap.Push(&b.h, entry[T]{Item: it, seq: b.seq})
-	b.keys[it.Key] = struct{}{}
+	e := entry[T]{Item: it, seq: b.seq}
+	if n := len(b.run); n == b.runHd || b.run[n-1].TimeTick <= it.TimeTick {
+		b.run = append(b.run, e)
+	} else {
+		b.heapPush(e)
+	}
+	if it.Key != "" {
+		b.keys[it.Key] = struct{}{}
+	}
 	b.bytes += it.Size
 	return true, nil
 }
@@ -61,60 +78,118 @@ func (b *Buffer[T]) Push(it Item[T]) (added bool, err error) {
 // PopUpTo removes and returns, in timetick order, every item whose timetick
 // is at or below watermark. Items of equal timetick come out in push order.
 func (b *Buffer[T]) PopUpTo(watermark uint64) []Item[T] {
-	var out []Item[T]
-	for len(b.h) > 0 && b.h[0].TimeTick <= watermark {
-		it := heap.Pop(&b.h).(entry[T])
-		delete(b.keys, it.Key)
-		b.bytes -= it.Size
-		out = append(out, it.Item)
+	if m, ok := b.MinTimeTick(); !ok || m > watermark {
+		return nil
 	}
-	return out
+	out := make([]Item[T], 0, b.Len())
+	for {
+		fromRun := b.runHd < len(b.run) && b.run[b.runHd].TimeTick <= watermark
+		fromHeap := len(b.h) > 0 && b.h[0].TimeTick <= watermark
+		if fromRun && fromHeap && less(b.h[0], b.run[b.runHd]) {
+			fromRun = false
+		}
+		var e entry[T]
+		switch {
+		case fromRun:
+			e = b.run[b.runHd]
+			b.run[b.runHd] = entry[T]{}
+			b.runHd++
+		case fromHeap:
+			e = b.heapPop()
+		default:
+			b.compact()
+			return out
+		}
+		if e.Key != "" {
+			delete(b.keys, e.Key)
+		}
+		b.bytes -= e.Size
+		out = append(out, e.Item)
+	}
+}
+
+// compact reuses the run's space once half of it is released.
+func (b *Buffer[T]) compact() {
+	if b.runHd == len(b.run) {
+		b.run, b.runHd = b.run[:0], 0
+		return
+	}
+	if b.runHd > len(b.run)/2 {
+		n := copy(b.run, b.run[b.runHd:])
+		clear(b.run[n:])
+		b.run, b.runHd = b.run[:n], 0
+	}
 }
 
 // Each calls fn for every buffered item, in no particular order.
 func (b *Buffer[T]) Each(fn func(Item[T])) {
+	for _, e := range b.run[b.runHd:] {
+		fn(e.Item)
+	}
 	for _, e := range b.h {
 		fn(e.Item)
 	}
 }
 
 // Len returns the number of buffered items.
-func (b *Buffer[T]) Len() int { return len(b.h) }
+func (b *Buffer[T]) Len() int { return len(b.run) - b.runHd + len(b.h) }
 
 // Bytes returns the bytes buffered.
 func (b *Buffer[T]) Bytes() int { return b.bytes }
 
 // MinTimeTick returns the lowest buffered timetick, and false when empty.
 func (b *Buffer[T]) MinTimeTick() (uint64, bool) {
-	if len(b.h) == 0 {
-		return 0, false
+	switch {
+	case b.runHd < len(b.run) && len(b.h) > 0:
+		return min(b.run[b.runHd].TimeTick, b.h[0].TimeTick), true
+	case b.runHd < len(b.run):
+		return b.run[b.runHd].TimeTick, true
+	case len(b.h) > 0:
+		return b.h[0].TimeTick, true
 	}
-	return b.h[0].TimeTick, true
+	return 0, false
 }
 
-type entry[T any] struct {
-	Item[T]
-	seq uint64
-}
-
-// itemHeap orders by timetick, then arrival.
-type itemHeap[T any] []entry[T]
-
-func (h itemHeap[T]) Len() int { return len(h) }
-func (h itemHeap[T]) Less(i, j int) bool {
-	if h[i].TimeTick != h[j].TimeTick {
-		return h[i].TimeTick < h[j].TimeTick
+func less[T any](a, b entry[T]) bool {
+	if a.TimeTick != b.TimeTick {
+		return a.TimeTick < b.TimeTick
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
-func (h itemHeap[T]) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *itemHeap[T]) Push(x any)   { *h = append(*h, x.(entry[T])) }
-func (h *itemHeap[T]) Pop() any {
-	old := *h
-	n := len(old)
-	it := old[n-1]
-	var zero entry[T]
-	old[n-1] = zero
-	*h = old[:n-1]
-	return it
+
+// heapPush and heapPop keep b.h a binary min-heap without boxing entries
+// into interfaces, as container/heap would.
+func (b *Buffer[T]) heapPush(e entry[T]) {
+	b.h = append(b.h, e)
+	for i := len(b.h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !less(b.h[i], b.h[p]) {
+			break
+		}
+		b.h[i], b.h[p] = b.h[p], b.h[i]
+		i = p
+	}
+}
+
+func (b *Buffer[T]) heapPop() entry[T] {
+	top := b.h[0]
+	n := len(b.h) - 1
+	b.h[0] = b.h[n]
+	b.h[n] = entry[T]{}
+	b.h = b.h[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && less(b.h[l], b.h[m]) {
+			m = l
+		}
+		if r < n && less(b.h[r], b.h[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		b.h[i], b.h[m] = b.h[m], b.h[i]
+		i = m
+	}
+	return top
 }

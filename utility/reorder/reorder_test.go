@@ -101,3 +101,20 @@ func TestRandomOrderProperty(t *testing.T) {
 	require.Len(t, released, len(tts))
 	require.True(t, slices.IsSorted(released))
 }
+
+// Items go to the in-order run or the heap depending on arrival; equal
+// timeticks still come out in push order across both.
+func TestRunAndHeapMerge(t *testing.T) {
+	b := reorder.New[string](0)
+	for _, it := range []reorder.Item[string]{item(5, "", 1), item(3, "", 1), item(3, "", 1), item(7, "", 1), item(5, "", 1), item(6, "", 1)} {
+		it.Value = strconv.FormatUint(it.TimeTick, 10) + "-" + strconv.Itoa(b.Len())
+		_, err := b.Push(it)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{"3-1", "3-2", "5-0", "5-4", "6-5", "7-3"}, values(b.PopUpTo(10)))
+	added, err := b.Push(item(1, "", 1))
+	require.NoError(t, err)
+	require.True(t, added, "an empty key is never a duplicate")
+	added, _ = b.Push(item(1, "", 1))
+	require.True(t, added)
+}
