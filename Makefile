@@ -72,3 +72,15 @@ $(STATICCHECK):
 
 clean:
 	rm -rf $(BIN)
+
+## bench-compare: streamwal's local backend against pebble's record.LogWriter, etcd's WAL,
+## tidwall/wal and raw write+fdatasync, in the nested module bench/ (see bench/README.md).
+## A short run; BENCH_COMPARE_N=20000x BENCH_COMPARE_SCAN=3x and no -short for real figures.
+BENCH_COMPARE_N     ?= 2000x
+BENCH_COMPARE_SCAN  ?= 1x
+BENCH_COMPARE_FLAGS ?= -short
+.PHONY: bench-compare
+bench-compare:
+	cd bench && $(GO) test -run '^$$' -bench 'SyncAlways|Channels|SyncNone' -benchtime $(BENCH_COMPARE_N) $(BENCH_COMPARE_FLAGS) .
+	cd bench && $(GO) test -run '^$$' -bench 'Scan' -benchtime $(BENCH_COMPARE_SCAN) $(BENCH_COMPARE_FLAGS) .
+bench: bench-compare
