@@ -5,7 +5,7 @@
 //
 // Configuration:
 //
-//	backend: local        # local (default) | memory | kafka
+//	backend: local        # local (default) | memory | kafka | pulsar
 //	local:                # the section of the chosen backend is decoded
 //	  dir: ./streamwal-data
 //	  sync: always
@@ -31,6 +31,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
+	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
 )
 
 // DefaultBackend is the backend used when the configuration names none.
@@ -115,7 +116,7 @@ func Registry(memCluster *memory.Cluster) (*walimpls.Registry, error) {
 		memCluster = memory.NewCluster()
 	}
 	r := walimpls.NewRegistry()
-	for _, b := range []walimpls.Builder{local.NewBuilder(), memory.NewBuilder(memCluster), kafka.NewBuilder()} {
+	for _, b := range []walimpls.Builder{local.NewBuilder(), memory.NewBuilder(memCluster), kafka.NewBuilder(), pulsar.NewBuilder()} {
 		if err := r.Register(b); err != nil {
 			return nil, err
 		}

@@ -51,7 +51,7 @@ func TestBadConfig(t *testing.T) {
 	require.NoError(t, err)
 	_, err = selector.Build(context.Background(), cfg, selector.Deps{})
 	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
-	require.Contains(t, err.Error(), "kafka, local, memory")
+	require.Contains(t, err.Error(), "kafka, local, memory, pulsar")
 
 	cfg, err = selector.Parse([]byte("backend: memory\nmemory:\n  maxMesageBytes: 1024\n"))
 	require.NoError(t, err)

@@ -1,0 +1,52 @@
+package pulsar
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/adaptor/adaptortest"
+	"github.com/streamwal/streamwal/internal/pulsartest"
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
+)
+
+// brokerCluster is one pulsartest broker; every NewOpener is another node
+// with its own clients, built through the registry path (NewBuilder and a
+// config decoder).
+type brokerCluster struct {
+	cfg Config
+}
+
+func (c brokerCluster) NewOpener(t *testing.T) walimpls.Opener {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := c.cfg
+	o, err := NewBuilder().Build(ctx, walimpls.BuildParams{
+		Config: func(into any) error {
+			*(into.(*Config)) = cfg
+			return nil
+		},
+		Logger: testLogger(),
+	})
+	require.NoError(t, err)
+	return o
+}
+
+func conformanceFactory(t *testing.T) walimplstest.Cluster {
+	_, cfg := startBroker(t, pulsartest.Config{})
+	return brokerCluster{cfg: cfg}
+}
+
+// The conformance runs are not parallel: the suite's goroutine-leak check
+// looks at the whole process, so it must not see other tests' clients.
+
+func TestConformance(t *testing.T) {
+	walimplstest.Run(t, conformanceFactory)
+}
+
+func TestAdaptor(t *testing.T) {
+	adaptortest.Run(t, conformanceFactory)
+}

@@ -1,0 +1,190 @@
+// Package pulsar is the Apache Pulsar backend of streamwal, built on
+// pulsar-client-go (v0.19.0) and tested over the wire against the in-repo
+// broker internal/pulsartest.
+//
+// # Layout
+//
+// Each channel is two non-partitioned persistent topics in Config.Tenant /
+// Config.Namespace:
+//
+//	persistent://<tenant>/<namespace>/<prefix><channel>        the log
+//	    one message per append
+//	    payload    = Message.Payload
+//	    properties = every property, reserved "_" keys included, byte
+//	                 for byte (keys and values are strings)
+//	    MessageID  = (ledger, entry, batch index, partition), see below
+//	persistent://<tenant>/<namespace>/<prefix><channel>=meta   the meta topic
+//	    empty payloads; properties
+//	    {"k":"claim","term":"<decimal>","nonce":"<32 hex>"}   a term claim
+//	    {"k":"trunc","id":"<marshalled MessageID>"}           a truncation
+//
+// "=" cannot occur in a channel name or a topic prefix, so no channel's log
+// is another channel's meta topic. Both topics carry the durable
+// subscription Config.Subscription, created at the earliest position by
+// every ReadWrite open before anything is written: it keeps every message
+// from the broker's retention until Truncate acknowledges it (Pulsar deletes
+// what no subscription still needs). The namespace must not have a time or
+// size retention or a backlog quota that evicts unacknowledged messages.
+//
+// # Message IDs
+//
+// An ID is the message's (ledger, entry, batch index, partition), ordered in
+// that order; batch index -1 (a message sent without batching) sorts before
+// index 0, and the partition is always 0 here. It marshals to
+// "ledger:entry[:batch][@partition]" in canonical decimal ("42:7:3");
+// anything else is message.ErrCorruptID. Entry ids are consecutive within a
+// ledger and start at 0; a topic moves to a new, higher ledger when it is
+// loaded again (an unload, a broker restart) — the scanner's gap check relies
+// on both facts.
+//
+// # Appends
+//
+// Every ReadWrite WAL has its own pulsar.Client and one producer, so that
+// Close really drops the broker's registration. One goroutine takes the
+// queued appends (up to MaxBatchMessages at once), hands them to the
+// producer with SendAsync and answers each append from its callback with the
+// receipt's message id; a second goroutine flushes the producer's batch
+// whenever something was sent since the last flush began, so a lone append
+// does not wait for the batching delay while later appends keep flowing
+// into the next batch. Producer batching stays on: with DisableBatching a
+// producer that reconnects while sending trips the race detector inside
+// pulsar-client-go v0.19.0 (grabCnx writes producerName/encryptor while
+// internalSingleSend reads them).
+//
+// After a dropped connection or a SEND_ERROR the client reconnects and
+// resends its pending messages. A receipt lost with its connection makes the
+// client resend a message the broker stored: enable deduplication on the
+// namespace (brokerDeduplicationEnabled / set-deduplication) for exactly-once
+// appends; without it such a message can be stored twice (readers then see
+// two IDs for one append).
+//
+// # Sizes
+//
+// The broker announces its maximum message size in its CONNECTED answer.
+// The client does not expose it, so New asks once itself (one CONNECT over
+// the service URL, with the configured token and TLS), unless
+// Config.MaxMessageBytes is set. Capabilities.MaxMessageBytes is that size
+// minus 16 KiB for metadata, property framing and the batch envelope; a
+// larger Message.Size is a *walimpls.TooLargeError before anything is sent,
+// and the client's own ErrMessageTooLarge maps to the same error.
+//
+// # Fencing
+//
+// The channel's producer uses the WaitForExclusive access mode: the broker
+// grants it once no other producer holds the topic, and bumps the topic
+// epoch. pulsar-client-go cannot request ExclusiveWithFencing (it sends any
+// mode but Shared, Exclusive and WaitForExclusive as Shared; upstream issue
+// apache/pulsar-client-go#931), so a newer owner cannot fence the older one
+// by itself. Terms live in the meta topic instead, and a ReadWrite open at
+// term T runs:
+//
+//  1. fold the meta topic; if a claim has a term above T, fail with a
+//     *walimpls.FencedError (nobody is disturbed);
+//  2. make sure the durable subscriptions exist; start the meta watcher
+//     (below); append a claim (T, a fresh nonce) to the meta topic;
+//  3. create the WaitForExclusive producer on a dedicated client. While it
+//     waits, the current owner's meta watcher sees the higher claim, fences
+//     its own writer and closes its producer, and the broker grants the
+//     topic to the waiting producer (epoch + 1). If access is not granted
+//     within Config.TakeOverGrace (1s; an owner that is dead, hung,
+//     partitioned from the meta topic or not streamwal), Config.TakeOver is
+//     called, and again with a backoff up to 2s, until
+//     Config.TakeOverTimeout: in production TakeOver is the
+//     admin API's topic unload, which disconnects the owner's producer; when
+//     it reconnects it presents the old topic epoch and the broker refuses
+//     it with ProducerFenced. Without TakeOver the open waits for the owner
+//     to leave and fails with a retryable error after TakeOverTimeout;
+//  4. fold the meta topic again: the winner is the highest term, the last
+//     claim among equal terms. If it is not this open's claim, close the
+//     producer and fail with a FencedError: a higher (or later same-term)
+//     open raced it and wins.
+//
+// A writer is fenced for good, and every later Append and Truncate fails
+// with the same FencedError (errors.Is(err, walimpls.ErrFenced)), when its
+// meta watcher sees a claim of a higher term or a later claim of its own
+// term, or when the client fails its sends with ErrProducerFenced (the
+// broker refused its reconnect) or ErrProducerClosed (what the client
+// returns after it closed a fenced producer) and the meta topic shows
+// another winner. If its own claim still wins, the producer was taken by a
+// concurrent open of a lower term that then lost step 4: the writer drops
+// the producer, fails that group with a retryable error and acquires a new
+// producer (steps 3 and 4) on the next append. Once Open(T) has returned,
+// the topic's producer is T's: a lower-term writer's sends are either
+// refused by epoch or never reach the broker, so none is acknowledged.
+//
+// # Reads
+//
+// A scanner is a pulsar Reader (a non-durable subscription) on the opener's
+// shared client, with a receiver queue of ReadAheadBytes/4 KiB messages
+// (10 to 1000). DeliverAll starts at the recorded truncation point
+// (inclusive), or at the earliest message; StartFrom(id) is inclusive,
+// StartAfter(id) exclusive; DeliverLatest starts at the topic's end and
+// counts the last message stored when Read returns as delivered. A start
+// below the truncation point is ErrPositionGone from Read; so is a start
+// whose entries the broker deleted (the broker refuses the reader).
+//
+// pulsar-client-go v0.19.0 loses messages when a reader reconnects with a
+// backlog (after an unload or a dropped connection): it resumes after the
+// first message still in its receive queue, and the message its dispatcher
+// goroutine holds is dropped. The scanner therefore checks every message
+// against the last one it delivered: the next index of the same batch
+// (batch sizes are known from the client), else the first message of the
+// next entry of the same ledger, or of entry 0 of a later ledger. Anything
+// else is a gap: the scanner reopens its reader right after the last
+// delivered message, and accepts the message only if a fresh reader delivers
+// it again (a genuine jump, or a position beyond the end), or ends with
+// ErrPositionGone if the broker deleted what lies between. Duplicates (a
+// reconnected reader restarting too early) are dropped. Before the first
+// delivery the scanner expects the start position itself (StartFrom), its
+// successor (StartAfter, Latest) or an entry 0 (DeliverAll from the
+// earliest), and verifies anything else the same way.
+//
+// # Truncate
+//
+// Truncate(id) checks id against the topic's last message id (beyond it is
+// ErrInvalidPosition), appends a truncation record to the meta topic (from
+// then on a read below id is ErrPositionGone on this WAL, on WALs whose meta
+// watcher sees the record, and on every WAL opened later), then acknowledges
+// cumulatively, on the durable subscription, every entry before the one
+// holding id, so that the broker's retention may delete them. The entry
+// holding id is kept whole; the first entry of a ledger leaves the earlier
+// ledgers to the next truncation.
+//
+// # pulsar-client-go v0.19.0 behaviours this package works around
+//
+//   - Reader reconnects with a backlog skip messages (above).
+//   - Reader.Next writes the consumer's lastDequeuedMsg while a reconnect
+//     reads it on another goroutine: a data race the race detector reports
+//     when a reader reconnects while it is delivering. Scanners use
+//     Reader.Next anyway (it is the only way to read with a start message
+//     id); the fencing design keeps readers from reconnecting in the normal
+//     take-over (the owner releases the topic itself, no unload), and the
+//     tests only unload or drop connections while readers are idle.
+//   - DisableBatching producers race on reconnect (above): batching stays on.
+//   - Closing a producer closes its channels under a concurrent SendAsync or
+//     Flush (a send on a closed channel panics), and a message still in the
+//     batch when the producer closes never gets its callback. Only the
+//     writer goroutine sends and closes; the flusher flushes under a read
+//     lock that closing takes for writing; closing a producer answers every
+//     append it had not answered. The client still closes a producer by
+//     itself after ProducerFenced on a reconnect; a SendAsync racing that
+//     close could hit the client's panic (never seen in the tests: the
+//     writer is usually fenced by its meta watcher first).
+//   - A producer closed by fencing leaks its reconnect goroutine
+//     (runEventsLoop.func1); the send-timeout goroutine (failTimeoutMessages)
+//     lingers up to SendTimeout after Close; a consumer closed while a
+//     reconnect races it may leave grabConn.func1 blocked. Meta producers
+//     run without a send timeout so that nothing of them lingers.
+//   - Seek to EarliestMessageID fails; scanners never seek, they reopen.
+//
+// # Known limits
+//
+//   - The meta topic grows by one small record per ReadWrite open and per
+//     Truncate that advances the point, and every open reads it whole.
+//   - A read-only WAL learns truncations made elsewhere from its meta
+//     watcher; a record its watcher has not received yet is not enforced.
+//   - A Java broker moves a reader whose start was deleted by retention to
+//     the first entry left instead of refusing it; past the recorded
+//     truncation point only retention settings that delete unacknowledged
+//     messages can cause that, and the namespace must not have them.
+package pulsar

@@ -1,0 +1,50 @@
+package pulsar
+
+import (
+	"strings"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// frameOverhead is what Capabilities.MaxMessageBytes leaves below the
+// broker's maximum message size: the message metadata (producer name,
+// sequence id, publish time, the protobuf framing of every property), the
+// batch envelope and the single-message metadata of a batched message. A
+// message of the declared size with properties of ordinary length fits;
+// the client's own check (ErrMessageTooLarge) backs this estimate up.
+const frameOverhead = 16 << 10
+
+// defaultBrokerMaxMessage is Pulsar's default maxMessageSize, used when a
+// broker announces none.
+const defaultBrokerMaxMessage = 5 << 20
+
+// isFencedErr reports the client telling a producer that a newer exclusive
+// producer owns the topic: ErrProducerFenced for the sends pending when it
+// happened, ErrProducerClosed for later ones (the client closes a fenced
+// producer itself).
+func isFencedErr(err error) bool {
+	return errors.Is(err, pulsar.ErrProducerFenced) || errors.Is(err, pulsar.ErrProducerClosed) ||
+		strings.Contains(err.Error(), "ProducerFenced")
+}
+
+// isTooLarge reports the client's size rejections.
+func isTooLarge(err error) bool {
+	return errors.Is(err, pulsar.ErrMessageTooLarge) || errors.Is(err, pulsar.ErrMetaTooLarge)
+}
+
+// goneText is how a broker refuses a reader whose start position was
+// deleted by retention or trimming (the in-repo test broker,
+// internal/pulsartest, answers NotAllowedError with this text). A Java
+// broker instead moves such a reader to the first entry left; the scanner's
+// gap check and the recorded truncation point catch that case.
+const goneText = "start position trimmed"
+
+// isGone reports a reader refused because its start position is gone.
+func isGone(err error) bool { return err != nil && strings.Contains(err.Error(), goneText) }
+
+func fencedError(channel string, term, current int64) error {
+	return &walimpls.FencedError{Channel: channel, Term: term, CurrentTerm: current}
+}

@@ -1,0 +1,204 @@
+package pulsar
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/cockroachdb/errors"
+)
+
+// A channel's meta topic (topic name + "=meta") holds two kinds of records,
+// each an empty payload with properties:
+//
+//	term claim   {"k": "claim", "term": "<decimal>", "nonce": "<32 hex>"}
+//	truncation   {"k": "trunc", "id": "<marshalled msgID>"}
+//
+// The state of a channel is the fold of every record: the highest term
+// claimed (the winner is the last claim of that term) and the highest
+// truncation point. The topic keeps its records through a durable
+// subscription that is never acknowledged.
+const (
+	metaKind      = "k"
+	metaClaim     = "claim"
+	metaTrunc     = "trunc"
+	metaTerm      = "term"
+	metaNonce     = "nonce"
+	metaTruncID   = "id"
+	metaReadTries = 5
+)
+
+// metaState is the fold of a meta topic.
+type metaState struct {
+	maxTerm     int64 // -1 when nobody claimed
+	winnerNonce string
+	trunc       msgID
+	hasTrunc    bool
+}
+
+func (st *metaState) apply(props map[string]string) {
+	switch props[metaKind] {
+	case metaClaim:
+		term, err := strconv.ParseInt(props[metaTerm], 10, 64)
+		if err != nil || term < 0 {
+			return
+		}
+		if term >= st.maxTerm {
+			st.maxTerm, st.winnerNonce = term, props[metaNonce]
+		}
+	case metaTrunc:
+		id, err := parseID(props[metaTruncID])
+		if err != nil {
+			return
+		}
+		if !st.hasTrunc || st.trunc.compare(id) < 0 {
+			st.trunc, st.hasTrunc = id, true
+		}
+	}
+}
+
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// errMetaGap asks readMeta for another attempt: the reader skipped a
+// record (it reconnected with a backlog, see the package documentation).
+var errMetaGap = errors.New("pulsar: meta topic read skipped a record")
+
+// readMeta folds the whole meta topic, up to its last record at the time of
+// the call.
+func (o *Opener) readMeta(ctx context.Context, topic string) (metaState, error) {
+	for try := 1; ; try++ {
+		st, err := o.readMetaOnce(ctx, topic)
+		if err == nil || !errors.Is(err, errMetaGap) || try == metaReadTries {
+			if err != nil {
+				if ctx.Err() != nil {
+					return metaState{}, ctx.Err()
+				}
+				return metaState{}, errors.Wrapf(err, "pulsar: read %s", topic)
+			}
+			return st, nil
+		}
+		o.log.Debug("re-reading meta topic", "topic", topic, "err", err)
+	}
+}
+
+func (o *Opener) readMetaOnce(ctx context.Context, topic string) (metaState, error) {
+	st := metaState{maxTerm: -1}
+	r, err := o.client.CreateReader(pulsar.ReaderOptions{
+		Topic:                   topic,
+		StartMessageID:          pulsar.EarliestMessageID(),
+		StartMessageIDInclusive: true,
+	})
+	if err != nil {
+		return st, err
+	}
+	defer r.Close()
+	lastP, err := r.GetLastMessageID()
+	if err != nil {
+		return st, err
+	}
+	last := fromPulsar(lastP)
+	if last.entry < 0 {
+		return st, nil // empty
+	}
+	var prev *msgID
+	for {
+		m, err := r.Next(ctx)
+		if err != nil {
+			return st, err
+		}
+		id := fromPulsar(m.ID())
+		switch {
+		case prev == nil && (id.entry != 0 || id.batch > 0):
+			// The meta topic is never trimmed and has one ledger per
+			// load: its first record is entry 0 of a ledger.
+			return st, errMetaGap
+		case prev != nil && !follows(*prev, id):
+			return st, errMetaGap
+		}
+		prev = &id
+		st.apply(m.Properties())
+		if id.compare(msgID{ledger: last.ledger, entry: last.entry, batch: last.batch, partition: id.partition}) >= 0 {
+			return st, nil
+		}
+	}
+}
+
+// writeMeta appends one record to a meta topic with a short-lived producer
+// of the shared client. The producer has no send timeout (the context
+// bounds the write), so nothing of it outlives Close.
+func (o *Opener) writeMeta(ctx context.Context, topic string, props map[string]string) error {
+	p, err := o.client.CreateProducer(pulsar.ProducerOptions{
+		Topic:       topic,
+		SendTimeout: -1,
+	})
+	if err != nil {
+		return errors.Wrapf(err, "pulsar: producer for %s", topic)
+	}
+	defer p.Close()
+	done := make(chan error, 1)
+	p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: []byte{}, Properties: props},
+		func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
+	if err := p.FlushWithCtx(ctx); err != nil {
+		return errors.Wrapf(err, "pulsar: write %s", topic)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return errors.Wrapf(err, "pulsar: write %s", topic)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ensureSubscription makes sure the durable subscription exists on topic,
+// starting at the earliest message: it keeps everything it has not
+// acknowledged from the broker's retention.
+func (o *Opener) ensureSubscription(ctx context.Context, topic string) error {
+	c, err := o.subscribe(ctx, topic)
+	if err != nil {
+		return err
+	}
+	c.Close()
+	return nil
+}
+
+// subscribe attaches a consumer to the durable subscription of topic,
+// retrying while another node's consumer (a concurrent truncation) holds
+// it.
+func (o *Opener) subscribe(ctx context.Context, topic string) (pulsar.Consumer, error) {
+	backoff := 10 * time.Millisecond
+	for {
+		c, err := o.client.Subscribe(pulsar.ConsumerOptions{
+			Topic:                       topic,
+			SubscriptionName:            o.cfg.Subscription,
+			Type:                        pulsar.Exclusive,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
+			ReceiverQueueSize:           1,
+			AckWithResponse:             true,
+		})
+		if err == nil {
+			return c, nil
+		}
+		if !strings.Contains(err.Error(), "ConsumerBusy") {
+			return nil, errors.Wrapf(err, "pulsar: subscribe %s to %s", o.cfg.Subscription, topic)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}

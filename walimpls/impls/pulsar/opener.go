@@ -1,0 +1,224 @@
+package pulsar
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Name is the backend's name in configuration and in its message IDs.
+const Name = "pulsar"
+
+// builder implements walimpls.Builder.
+type builder struct{}
+
+// NewBuilder returns the Pulsar backend's walimpls.Builder. Its BuildParams
+// Config decodes into a Config.
+func NewBuilder() walimpls.Builder { return builder{} }
+
+func (builder) Name() string { return Name }
+
+func (builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Opener, error) {
+	var cfg Config
+	if p.Config != nil {
+		if err := p.Config(&cfg); err != nil {
+			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "pulsar: decode config: %v", err)
+		}
+	}
+	o, err := New(ctx, cfg, p.Logger, p.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Opener opens channel WALs on one Pulsar cluster. It implements
+// walimpls.Opener and is safe for concurrent use.
+type Opener struct {
+	cfg Config
+	log *slog.Logger
+	reg prometheus.Registerer // nil: every client gets a private registry
+	// client is shared by scanners, meta-topic reads and writes and
+	// truncation consumers; every WAL producer has its own client.
+	client pulsar.Client
+	// brokerMax is the broker's maximum message size.
+	brokerMax int
+
+	mu     sync.Mutex
+	closed bool
+	wals   map[*wal]struct{}
+}
+
+var _ walimpls.Opener = (*Opener)(nil)
+
+// New validates cfg, connects to the cluster and returns an Opener. Unless
+// cfg.MaxMessageBytes is set, it asks the broker for its maximum message
+// size, so the cluster must be reachable within ctx. The clients' metrics
+// go to reg (nil: nowhere).
+func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Opener, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	o := &Opener{cfg: cfg, log: logger.With("wal", Name), reg: reg, wals: map[*wal]struct{}{}}
+	o.brokerMax = cfg.MaxMessageBytes
+	if o.brokerMax == 0 {
+		n, err := probeMaxMessageSize(ctx, &o.cfg)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if n <= 2*frameOverhead {
+			return nil, errors.Newf("pulsar: broker max message size %d is below the framing overhead", n)
+		}
+		o.brokerMax = n
+	}
+	cl, err := o.newClient()
+	if err != nil {
+		return nil, err
+	}
+	o.client = cl
+	return o, nil
+}
+
+// newClient returns a client with the configured connection settings.
+func (o *Opener) newClient() (pulsar.Client, error) {
+	c := &o.cfg
+	reg := o.reg
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	opts := pulsar.ClientOptions{
+		URL:                        c.ServiceURL,
+		ConnectionTimeout:          c.ConnectionTimeout,
+		OperationTimeout:           c.OperationTimeout,
+		TLSTrustCertsFilePath:      c.TLS.TrustCertsFile,
+		TLSAllowInsecureConnection: c.TLS.AllowInsecureConnection,
+		TLSValidateHostname:        c.TLS.ValidateHostname,
+		Logger:                     plog.NewLoggerWithSlog(slog.New(minLevel{h: o.log.Handler(), min: slog.LevelWarn})),
+		MetricsRegisterer:          reg,
+	}
+	if c.AuthToken != "" {
+		opts.Authentication = pulsar.NewAuthenticationToken(c.AuthToken)
+	}
+	cl, err := pulsar.NewClient(opts)
+	if err != nil {
+		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "pulsar: client: %v", err)
+	}
+	return cl, nil
+}
+
+// minLevel drops records below min: the client logs every connection and
+// producer change at info level.
+type minLevel struct {
+	h   slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.h.Enabled(ctx, l)
+}
+func (m minLevel) Handle(ctx context.Context, r slog.Record) error { return m.h.Handle(ctx, r) }
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h: m.h.WithAttrs(as), min: m.min}
+}
+func (m minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h: m.h.WithGroup(name), min: m.min}
+}
+
+// Capabilities implements walimpls.Opener.
+func (o *Opener) Capabilities() walimpls.Capabilities {
+	return walimpls.Capabilities{
+		Fencing:         true,
+		Durable:         true,
+		MaxMessageBytes: o.brokerMax - frameOverhead,
+	}
+}
+
+// UnmarshalID implements walimpls.Opener.
+func (o *Opener) UnmarshalID(s string) (message.ID, error) { return unmarshalID(s) }
+
+// Close closes every WAL still open and releases the opener. It is
+// idempotent.
+func (o *Opener) Close() error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil
+	}
+	o.closed = true
+	wals := make([]*wal, 0, len(o.wals))
+	for w := range o.wals {
+		wals = append(wals, w)
+	}
+	o.mu.Unlock()
+	for _, w := range wals {
+		_ = w.Close()
+	}
+	o.client.Close()
+	return nil
+}
+
+func (o *Opener) isClosed() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
+}
+
+func (o *Opener) forget(w *wal) {
+	o.mu.Lock()
+	delete(o.wals, w)
+	o.mu.Unlock()
+}
+
+// Open implements walimpls.Opener. A ReadWrite open claims the term and
+// takes the channel's topic over as the package documentation describes.
+func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
+	if err := ch.Validate(); err != nil {
+		return nil, err
+	}
+	if o.isClosed() {
+		return nil, errors.Wrap(walimpls.ErrClosed, "pulsar: opener closed")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w := newWAL(o, ch)
+	st, err := o.readMeta(ctx, w.metaTopic)
+	if err != nil {
+		return nil, err
+	}
+	w.setTrunc(st.trunc, st.hasTrunc)
+	if ch.Mode == walimpls.ReadWrite {
+		err = w.startWriter(ctx, st)
+	} else {
+		err = w.startWatcher()
+	}
+	if err != nil {
+		w.shutdown()
+		return nil, err
+	}
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		w.shutdown()
+		return nil, errors.Wrap(walimpls.ErrClosed, "pulsar: opener closed")
+	}
+	o.wals[w] = struct{}{}
+	o.mu.Unlock()
+	w.log.Debug("opened")
+	return w, nil
+}
