@@ -14,6 +14,10 @@ import (
 // backend. The writer is never blocked by a slow scanner.
 type writeAheadBuffer struct {
 	budget int
+	// origin is where the tail reader starts (the WAL's term-begin), or
+	// zero when unknown (read-only WALs tail from the latest position). Set
+	// before the tail reader starts, read-only afterwards.
+	origin message.ID
 
 	mu sync.Mutex
 	// entries[head:] are buffered; entries[head+i] has index base+i.
@@ -137,8 +141,13 @@ func (b *writeAheadBuffer) behind(id message.ID) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	live := b.entries[b.head:]
-	if b.closed || len(live) == 0 {
+	if b.closed {
 		return false
+	}
+	if len(live) == 0 {
+		// Nothing pushed yet: the window starts where the tail reader
+		// starts, when that is known.
+		return !b.origin.IsZero() && b.origin.LTE(id)
 	}
 	return live[0].m.ID().LTE(id) && live[len(live)-1].m.ID().LT(id)
 }

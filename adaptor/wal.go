@@ -150,6 +150,7 @@ func (w *wal) start(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(err, "start tail reader")
 	}
+	w.wab.origin = beginID
 	w.startTail(s)
 	// A first watermark releases to scanners whatever the previous owner
 	// left unreleased, even if this owner never appends.
