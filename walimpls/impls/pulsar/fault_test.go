@@ -374,6 +374,12 @@ func TestReacquireAfterStolenTopic(t *testing.T) {
 	require.NoError(t, b.UnloadTopic(topic))
 	thief := <-stolen
 	defer thief.Close()
+	// Let the owner's client try to reconnect and be refused (the thief has
+	// the higher epoch) before appending: pulsar-client-go v0.19.0 closes a
+	// fenced producer's channels from its reconnect goroutine without
+	// synchronising with a concurrent SendAsync, a data race -race reports
+	// (and a send it may drop). What this test checks starts after that.
+	time.Sleep(2 * time.Second)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
