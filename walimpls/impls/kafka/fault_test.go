@@ -317,3 +317,22 @@ func TestRestart(t *testing.T) {
 	assert.LessOrEqual(t, found["while-down"], 1)
 	t.Logf("the append that timed out while the broker was down was stored %d times", found["while-down"])
 }
+
+// An OUT_OF_ORDER_SEQUENCE_NUMBER on a transaction's produce (seen from
+// kfake when a transaction's first batch races the previous one's end)
+// loses the transaction but not the ownership: the writer aborts it and
+// writes the batch again, and readers see every message once.
+func TestFaultOutOfOrderSequenceRetried(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	cfg := testConfig(c)
+	o := newOpener(t, cfg)
+	w := open(t, o, "oooseq", 1, walimpls.ReadWrite)
+	appendOK(t, w, msg(t, "warm", nil))
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: o.cfg.topicName("oooseq"), Err: kerr.OutOfOrderSequenceNumber, Count: 1})
+	id := appendOK(t, w, msg(t, "after", nil))
+	assert.Equal(t, 1, h.Hits())
+	got := readN(t, w, walimpls.DeliverAll(), 2)
+	assert.Equal(t, []string{"warm", "after"}, payloads(got))
+	assert.True(t, id.EQ(got[1].ID()))
+}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/streamwal/streamwal/walimpls"
@@ -216,6 +217,15 @@ func (tw *txnWriter) commit(batch []*appendReq) {
 	if len(live) == 0 {
 		return
 	}
+	tw.commitAttempt(live, 0)
+}
+
+// maxTxnRetries bounds how often one batch is written again after its
+// transaction failed before the commit (see commitAttempt).
+const maxTxnRetries = 2
+
+// commitAttempt writes live as one transaction. Owned by run.
+func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 	if e := tw.fenced.Load(); e != nil {
 		reply(live, *e)
 		return
@@ -259,7 +269,41 @@ func (tw *txnWriter) commit(batch []*appendReq) {
 			return
 		}
 	}
+	if !committing && attempt < maxTxnRetries && producerStateLost(first) && tw.abortForRetry() {
+		// The transaction never committed and is aborted: read_committed
+		// readers never see its records, so writing the batch again on a
+		// fresh producer cannot duplicate anything.
+		tw.w.log.Debug("transaction aborted after a producer-state error; writing the batch again", "err", first)
+		tw.commitAttempt(live, attempt+1)
+		return
+	}
 	tw.fail(live, first, committing)
+}
+
+// producerStateLost reports produce errors after which the broker no longer
+// accepts the producer's sequence (kfake and brokers answer them when a
+// transaction's first batch races the previous transaction's end): the
+// transaction is lost, the producer is not fenced.
+func producerStateLost(err error) bool {
+	return errors.Is(err, kerr.OutOfOrderSequenceNumber) || errors.Is(err, kerr.UnknownProducerID)
+}
+
+// abortForRetry aborts the open transaction and drops the client, if this
+// writer's claim still wins; it reports whether the batch may be written
+// again. Owned by run.
+func (tw *txnWriter) abortForRetry() bool {
+	w := tw.w
+	if tw.ctx.Err() != nil || tw.cl == nil {
+		return false
+	}
+	if err := w.checkWinner(tw.ctx); err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(tw.ctx, w.o.cfg.RequestTimeout)
+	err := tw.cl.EndTransaction(ctx, kgo.TryAbort)
+	cancel()
+	tw.dropClient()
+	return err == nil
 }
 
 // fail answers a failed batch and drops the client. The claims decide
