@@ -136,8 +136,10 @@ func TestFaultUnloadDuringAppends(t *testing.T) {
 	// An unload closes the producer; receipts already sent precede the
 	// CLOSE_PRODUCER, SENDs after it are dropped and resent by the
 	// reconnected producer (which keeps its topic epoch and is granted
-	// again).
-	b, cfg := startBroker(t, pulsartest.Config{})
+	// again). A SEND stored just before the unload whose receipt was lost
+	// with the connection is resent too: only broker deduplication (which
+	// the package doc requires for exactly-once) stores it once.
+	b, cfg := startBroker(t, pulsartest.Config{Deduplication: true})
 	o := newOpener(t, cfg)
 	w := open(t, o, "unload", 1, walimpls.ReadWrite)
 	topic := topicOf(cfg, "unload")
