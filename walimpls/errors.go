@@ -1,6 +1,7 @@
 package walimpls
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/cockroachdb/errors"
@@ -82,5 +83,5 @@ func IsRetryable(err error) bool {
 			return false
 		}
 	}
-	return !errors.IsAny(err, errContextCanceled, errContextDeadline)
+	return !errors.IsAny(err, context.Canceled, context.DeadlineExceeded)
 }

@@ -62,7 +62,7 @@ func (e *env) open(o walimpls.Opener, name string, term int64, mode walimpls.Acc
 
 // channelName gives every part its own channel names, also on backends
 // that keep state between Clusters.
-func channelName(t *testing.T, suffix string) string {
+func channelName(suffix string) string {
 	return fmt.Sprintf("conf-%d-%s", time.Now().UnixNano()%1_000_000_000, suffix)
 }
 

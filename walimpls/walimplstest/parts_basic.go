@@ -31,7 +31,7 @@ func testLifecycle(t *testing.T, e *env) {
 		require.Nil(t, w)
 	}
 
-	ch := walimpls.Channel{Name: channelName(t, "life"), Term: 7}
+	ch := walimpls.Channel{Name: channelName("life"), Term: 7}
 	w, err := o.Open(e.ctx, ch)
 	require.NoError(t, err)
 	require.NotEmpty(t, w.WALName())
@@ -84,7 +84,7 @@ func testLifecycle(t *testing.T, e *env) {
 
 func testReadOnly(t *testing.T, e *env) {
 	o := e.opener()
-	name := channelName(t, "ro")
+	name := channelName("ro")
 	w := e.open(o, name, 1, walimpls.ReadWrite)
 	msgs := simpleMessages(t, "ro", 6)
 	ids := e.appendAll(w, msgs[:3])
@@ -105,7 +105,7 @@ func testReadOnly(t *testing.T, e *env) {
 
 func testContext(t *testing.T, e *env) {
 	o := e.opener()
-	name := channelName(t, "ctx")
+	name := channelName("ctx")
 	w := e.open(o, name, 1, walimpls.ReadWrite)
 	id := e.appendAll(w, simpleMessages(t, "ctx", 1))[0]
 

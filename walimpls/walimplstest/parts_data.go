@@ -48,7 +48,7 @@ func (e *env) writerMessages(t *testing.T, g int) []message.Message {
 
 func testConcurrentAppendRead(t *testing.T, e *env) {
 	o := e.opener()
-	w := e.open(o, channelName(t, "concurrent"), 1, walimpls.ReadWrite)
+	w := e.open(o, channelName("concurrent"), 1, walimpls.ReadWrite)
 	before := []walimpls.Scanner{e.read(w, walimpls.DeliverAll()), e.read(w, walimpls.DeliverAll())}
 
 	var (
@@ -113,7 +113,7 @@ func testConcurrentAppendRead(t *testing.T, e *env) {
 
 func testIDOrder(t *testing.T, e *env) {
 	o := e.opener()
-	name := channelName(t, "ids")
+	name := channelName("ids")
 	msgs := simpleMessages(t, "ids", 40)
 	w := e.open(o, name, 1, walimpls.ReadWrite)
 	ids := e.appendAll(w, msgs[:20])
@@ -155,7 +155,7 @@ func testIDOrder(t *testing.T, e *env) {
 
 func testDeliverPolicies(t *testing.T, e *env) {
 	o := e.opener()
-	w := e.open(o, channelName(t, "policies"), 1, walimpls.ReadWrite)
+	w := e.open(o, channelName("policies"), 1, walimpls.ReadWrite)
 	msgs := simpleMessages(t, "pol", 13)
 	ids := e.appendAll(w, msgs[:10])
 
@@ -184,7 +184,7 @@ func testDeliverPolicies(t *testing.T, e *env) {
 func testParallelChannels(t *testing.T, e *env) {
 	o := e.opener()
 	const n = 60
-	names := []string{channelName(t, "par-a"), channelName(t, "par-b"), channelName(t, "par-c")}
+	names := []string{channelName("par-a"), channelName("par-b"), channelName("par-c")}
 	wals := make([]walimpls.WALImpl, len(names))
 	for i, name := range names {
 		wals[i] = e.open(o, name, 1, walimpls.ReadWrite)

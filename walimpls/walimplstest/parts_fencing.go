@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
@@ -19,7 +20,7 @@ func testFencing(t *testing.T, e *env) {
 			"readers are protected by the adaptor's log-level fence instead")
 	}
 	nodeA, nodeB := e.opener(), e.opener()
-	name := channelName(t, "fence")
+	name := channelName("fence")
 	wa := e.open(nodeA, name, 1, walimpls.ReadWrite)
 
 	var (
@@ -63,7 +64,7 @@ func testFencing(t *testing.T, e *env) {
 					mu.Lock()
 					ackedA = append(ackedA, id)
 					mu.Unlock()
-				case errorsIsFenced(err):
+				case errors.Is(err, walimpls.ErrFenced):
 					fencedAt <- time.Now()
 					return
 				default:
@@ -99,10 +100,10 @@ func testFencing(t *testing.T, e *env) {
 
 	for i := range 3 {
 		_, err := wa.Append(e.ctx, mustMessage(t, []byte("late"), nil))
-		require.Truef(t, errorsIsFenced(err), "append %d of the fenced node A: want ErrFenced, got %v", i, err)
+		require.ErrorIsf(t, err, walimpls.ErrFenced, "append %d of the fenced node A", i)
 	}
 	_, err := nodeA.Open(e.ctx, walimpls.Channel{Name: name, Term: 1})
-	require.Truef(t, errorsIsFenced(err), "reopen at the lower term 1 after term 2: want ErrFenced, got %v", err)
+	require.ErrorIs(t, err, walimpls.ErrFenced, "reopen at the lower term 1 after term 2")
 
 	msgsB := simpleMessages(t, "B", 5)
 	idsB := e.appendAll(wb, msgsB)

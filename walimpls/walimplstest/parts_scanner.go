@@ -12,7 +12,7 @@ import (
 
 func testScannerContract(t *testing.T, e *env) {
 	o := e.opener()
-	w := e.open(o, channelName(t, "scan"), 1, walimpls.ReadWrite)
+	w := e.open(o, channelName("scan"), 1, walimpls.ReadWrite)
 	e.appendAll(w, simpleMessages(t, "scan", 5))
 
 	// Close unblocks a consumer waiting on an idle tail.

@@ -12,7 +12,7 @@ import (
 
 func testTruncate(t *testing.T, e *env) {
 	o := e.opener()
-	name := channelName(t, "trunc")
+	name := channelName("trunc")
 	w := e.open(o, name, 1, walimpls.ReadWrite)
 	msgs := simpleMessages(t, "trunc", 12)
 	ids := e.appendAll(w, msgs[:10])

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -223,4 +224,4 @@ func (r reversed) Compare(o message.IDValue) int {
 	return 0
 }
 
-func isGone(err error) bool { return errorsIs(err, walimpls.ErrPositionGone) }
+func isGone(err error) bool { return errors.Is(err, walimpls.ErrPositionGone) }

@@ -1,8 +1,0 @@
-package walimpls
-
-import "context"
-
-var (
-	errContextCanceled = context.Canceled
-	errContextDeadline = context.DeadlineExceeded
-)
