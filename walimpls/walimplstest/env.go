@@ -131,7 +131,11 @@ func (e *env) recv(s walimpls.Scanner, n int) []message.Immutable {
 			}
 			out = append(out, m)
 		case <-timer.C:
-			require.FailNowf(t, "watchdog", "received %d of %d messages in %s", len(out), n, e.opts.waitTimeout)
+			last := "none"
+			if len(out) > 0 {
+				last = out[len(out)-1].ID().String()
+			}
+			require.FailNowf(t, "watchdog", "received %d of %d messages in %s (last delivered: %s)", len(out), n, e.opts.waitTimeout, last)
 		}
 	}
 	return out

@@ -28,11 +28,16 @@
 // One goroutine takes every append queued while the previous transaction
 // was in flight (up to MaxBatchRecords / MaxBatchBytes) and writes them as
 // one transaction: BeginTransaction, one produce request, EndTransaction.
-// A transaction costs two round trips more than a plain produce (the produce
-// itself adds the partition to the transaction on brokers with KIP-890;
-// EndTxn writes the markers), so one sequential appender pays about three
-// round trips per append, while concurrent appenders share them. Readers use
-// read_committed and never see aborted records.
+// A transaction costs two round trips more than a plain produce
+// (AddPartitionsToTxn, and EndTxn, which writes the markers), so one
+// sequential appender pays about three round trips per append, while
+// concurrent appenders share them. Readers use read_committed and never see
+// aborted records.
+//
+// The transactional client is held below KIP-890 part 2 (Produce v11, EndTxn
+// v4), whose one-round-trip-cheaper path let franz-go v1.22.3 end a
+// transaction with an abort while reporting its commit as done: an
+// acknowledged record lost (see pre890p2Versions and TestFreshWritersCommit).
 //
 // With DisableTransactions, appends go straight to an idempotent producer,
 // which batches concurrent appends itself. It cannot be fenced, and the

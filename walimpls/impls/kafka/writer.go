@@ -8,6 +8,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -82,6 +84,7 @@ func (tw *txnWriter) newClient() (*kgo.Client, error) {
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.ProducerBatchMaxBytes(int32(w.limit)),
 		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
+		kgo.MaxVersions(pre890p2Versions()),
 	)
 	opts = append(opts, cfg.ClientOptions...)
 	cl, err := kgo.NewClient(opts...)
@@ -89,6 +92,29 @@ func (tw *txnWriter) newClient() (*kgo.Client, error) {
 		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
 	}
 	return cl, nil
+}
+
+// pre890p2Versions caps a transactional client's request versions below
+// KIP-890 part 2 (Produce v12, EndTxn v5, TxnOffsetCommit v5), so that
+// franz-go adds the partition to the transaction with AddPartitionsToTxn
+// before it produces.
+//
+// Why: on the part-2 path franz-go v1.22.3 marks a partition as added to
+// the transaction only when a produce response arrives, and EndTransaction
+// decides from that mark whether anything was produced. We saw it miss the
+// mark of a produce that had succeeded (the first transaction of a fresh
+// client, under load): it then logged "no produce succeeded in this
+// transaction", ended the transaction with an abort, and returned nil to
+// TryCommit. The WAL acknowledged a record that read_committed readers never
+// see. On the old path the mark is set before the request is sent, so a
+// commit is never silently turned into an abort. The cost is one
+// AddPartitionsToTxn round trip per transaction (see the package doc).
+func pre890p2Versions() *kversion.Versions {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(int16(kmsg.Produce), 11)
+	v.SetMaxKeyVersion(int16(kmsg.EndTxn), 4)
+	v.SetMaxKeyVersion(int16(kmsg.TxnOffsetCommit), 4)
+	return v
 }
 
 // acquire returns a transactional client whose producer id is initialised
