@@ -186,13 +186,14 @@ func TestFaultTooLarge(t *testing.T) {
 	_, err = w2.Append(context.Background(), message.Restore(random(brokerLimit+10), nil))
 	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 	ok := appendOK(t, w2, msg(t, "small", nil))
-	// Now and then (about one run in seven under load) kfake keeps the
-	// refused transaction open until its timeout, and read_committed
-	// readers wait for it: read for longer than TransactionTimeout.
+	// The refused transaction is aborted at once, not left open until its
+	// timeout: read_committed readers are not held up by it. (On the
+	// KIP-890 part 2 path they were, about one run in seven under load;
+	// see pre890p2Versions.)
 	s, err := w2.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
-	got := collect(t, s, 1, 3*DefaultTransactionTimeout)
+	got := collect(t, s, 1, DefaultTransactionTimeout/2)
 	assert.True(t, ok.EQ(got[0].ID()))
 }
 
