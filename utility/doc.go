@@ -1,6 +1,8 @@
 // Package utility groups small, self-contained building blocks of streamwal's
-// upper layers, one sub-package per job: reorder (a byte-bounded buffer that
-// releases items in timetick order), backoff (capped exponential retry waits)
-// and hlc (a hybrid logical clock for timeticks). Each is pure logic or a thin
-// wrapper around time, testable step by step.
+// upper layers and backends, one sub-package per job: reorder (a
+// byte-bounded buffer that releases items in timetick order), backoff
+// (capped exponential retry waits), hlc (a hybrid logical clock for
+// timeticks) and lifecycle (the stop, done and error contract of a scanner's
+// goroutine, and the set of a WAL's live scanners). Each is pure logic or a
+// thin wrapper around time or a goroutine, testable step by step.
 package utility

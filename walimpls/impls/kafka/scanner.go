@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -11,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -47,7 +47,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		}
 		return nil, errors.Wrapf(err, "kafka: read channel %q", w.ch.Name)
 	}
-	s := &scanner{w: w, name: opt.Name, cl: cl, adm: adm, out: make(chan message.Immutable), done: make(chan struct{})}
+	s := &scanner{Run: lifecycle.NewRun(), w: w, name: opt.Name, cl: cl, adm: adm, out: make(chan message.Immutable)}
 	p := opt.DeliverPolicy
 	switch id, inclusive, ok := p.StartID(); {
 	case p.IsAll():
@@ -72,9 +72,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		cl.Close()
 		return nil, errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: read channel %q: deliver policy %s", w.ch.Name, p)
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if !w.addScanner(s) {
-		s.cancel()
+	if !w.scanners.Add(s) {
 		cl.Close()
 		return nil, w.closedErr()
 	}
@@ -85,19 +83,12 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 // scanner delivers one channel's messages. Its goroutine (run) owns next,
 // delivered and the consuming client.
 type scanner struct {
-	w      *wal
-	name   string
-	cl     *kgo.Client
-	adm    *kadm.Client
-	out    chan message.Immutable
-	done   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	closeOnce sync.Once
-	mu        sync.Mutex
-	reason    error // why the scanner was stopped from outside; nil for a user Close
-	err       error // set before done is closed
+	*lifecycle.Run
+	w    *wal
+	name string
+	cl   *kgo.Client
+	adm  *kadm.Client
+	out  chan message.Immutable
 
 	// owned by run
 	next      int64
@@ -106,57 +97,26 @@ type scanner struct {
 }
 
 func (s *scanner) Chan() <-chan message.Immutable { return s.out }
-func (s *scanner) Done() <-chan struct{}          { return s.done }
-
-func (s *scanner) Error() error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-		return nil
-	}
-}
-
-// Close implements walimpls.Scanner.
-func (s *scanner) Close() error {
-	s.stop(nil)
-	<-s.done
-	return nil
-}
-
-// stop ends the scanner; reason is what Error reports.
-func (s *scanner) stop(reason error) {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.reason = reason
-		s.mu.Unlock()
-		s.cancel()
-	})
-}
 
 // errReposition asks run for a new consumer at next.
 var errReposition = errors.New("reposition")
 
 func (s *scanner) run() {
-	defer close(s.done)
-	defer close(s.out)
-	defer s.w.removeScanner(s)
-	defer s.cl.Close()
 	var err error
+	defer func() {
+		s.cl.Close()
+		s.w.scanners.Remove(s)
+		close(s.out)
+		if err != nil && !s.Stopped() {
+			s.w.log.Debug("scanner ended", "scanner", s.name, "err", err)
+		}
+		s.End(err)
+	}()
 	for {
 		err = s.consume()
 		if !errors.Is(err, errReposition) {
-			break
+			return
 		}
-	}
-	if s.ctx.Err() != nil {
-		s.mu.Lock()
-		err = s.reason
-		s.mu.Unlock()
-	}
-	s.err = err
-	if err != nil {
-		s.w.log.Debug("scanner ended", "scanner", s.name, "err", err)
 	}
 }
 
@@ -168,8 +128,8 @@ func (s *scanner) consume() error {
 	defer s.cl.RemoveConsumePartitions(map[string][]int32{s.w.topic: {logPartition}})
 	cl := s.cl
 	for {
-		fs := cl.PollFetches(s.ctx)
-		if s.ctx.Err() != nil || fs.IsClientClosed() {
+		fs := cl.PollFetches(s.Context())
+		if s.Stopped() || fs.IsClientClosed() {
 			return nil
 		}
 		for _, fe := range fs.Errors() {
@@ -198,7 +158,7 @@ func (s *scanner) consume() error {
 			case s.out <- m:
 				s.next = r.Offset + 1
 				s.delivered = true
-			case <-s.ctx.Done():
+			case <-s.Stopping():
 				stopped = true
 			}
 		})
@@ -214,9 +174,9 @@ func (s *scanner) consume() error {
 func (s *scanner) outOfRange() error {
 	backoff := 5 * time.Millisecond
 	for {
-		start, end, err := listBounds(s.ctx, s.adm, s.w.topic, logPartition, false)
+		start, end, err := listBounds(s.Context(), s.adm, s.w.topic, logPartition, false)
 		switch {
-		case s.ctx.Err() != nil:
+		case s.Stopped():
 			return nil
 		case err != nil:
 		case s.next < start && s.all && !s.delivered:
@@ -230,7 +190,7 @@ func (s *scanner) outOfRange() error {
 		}
 		t := time.NewTimer(backoff)
 		select {
-		case <-s.ctx.Done():
+		case <-s.Stopping():
 			t.Stop()
 			return nil
 		case <-t.C:

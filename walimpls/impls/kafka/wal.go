@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -27,7 +28,7 @@ type wal struct {
 
 	mu       sync.Mutex
 	closed   bool
-	scanners map[*scanner]struct{}
+	scanners lifecycle.Group[*scanner]
 	wr       appender // nil for ReadOnly; set before the WAL is shared
 }
 
@@ -37,9 +38,8 @@ func newWAL(o *Opener, ch walimpls.Channel, topic string, limit int) *wal {
 	return &wal{
 		o: o, ch: ch, topic: topic,
 		limit: limit, declared: limit - recordOverhead,
-		log:      o.log.With("channel", ch.Name, "term", ch.Term, "mode", ch.Mode.String()),
-		nonce:    newNonce(),
-		scanners: map[*scanner]struct{}{},
+		log:   o.log.With("channel", ch.Name, "term", ch.Term, "mode", ch.Mode.String()),
+		nonce: newNonce(),
 	}
 }
 
@@ -205,16 +205,9 @@ func (w *wal) Close() error {
 		return nil
 	}
 	w.closed = true
-	scs := make([]*scanner, 0, len(w.scanners))
-	for s := range w.scanners {
-		scs = append(scs, s)
-	}
 	w.mu.Unlock()
 	w.shutdown()
-	for _, s := range scs {
-		s.stop(w.closedErr())
-		<-s.done
-	}
+	w.scanners.StopAll(w.closedErr())
 	w.o.forget(w)
 	w.log.Debug("closed")
 	return nil
@@ -225,20 +218,4 @@ func (w *wal) shutdown() {
 	if w.wr != nil {
 		w.wr.close()
 	}
-}
-
-func (w *wal) addScanner(s *scanner) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return false
-	}
-	w.scanners[s] = struct{}{}
-	return true
-}
-
-func (w *wal) removeScanner(s *scanner) {
-	w.mu.Lock()
-	delete(w.scanners, s)
-	w.mu.Unlock()
 }

@@ -1,11 +1,10 @@
 package memory
 
 import (
-	"sync"
-
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -13,67 +12,41 @@ import (
 const readBatch = 64
 
 type scanner struct {
+	*lifecycle.Run
 	w    *wal
-	next int64
-
+	next int64 // owned by run
 	out  chan message.Immutable
-	stop chan struct{}
-	done chan struct{}
-
-	stopOnce sync.Once
-	err      error // written by run before done closes
 }
 
 var _ walimpls.Scanner = (*scanner)(nil)
 
 func newScanner(w *wal, start int64) *scanner {
-	return &scanner{
-		w:    w,
-		next: start,
-		out:  make(chan message.Immutable),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
-	}
+	return &scanner{Run: lifecycle.NewRun(), w: w, next: start, out: make(chan message.Immutable)}
 }
 
 func (s *scanner) Chan() <-chan message.Immutable { return s.out }
-func (s *scanner) Done() <-chan struct{}          { return s.done }
 
-func (s *scanner) Error() error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-		return nil
-	}
-}
-
-func (s *scanner) Close() error {
-	s.stopOnce.Do(func() { close(s.stop) })
-	<-s.done
-	s.w.scans.remove(s)
-	return nil
-}
-
-// run owns s.next and s.out until it returns.
+// run owns s.next and s.out until it returns. The WAL's Close stops it with
+// ErrClosed as the reason.
 func (s *scanner) run() {
-	defer close(s.done)
-	defer close(s.out)
+	err := s.deliver()
+	s.w.scans.Remove(s)
+	close(s.out)
+	s.End(err)
+}
+
+func (s *scanner) deliver() error {
 	for {
 		msgs, gone, wait := s.w.log.readFrom(s.next, readBatch)
 		if gone {
-			s.err = errors.Wrapf(walimpls.ErrPositionGone, "memory: scanner of %s at %d", s.w.ch, s.next)
-			return
+			return errors.Wrapf(walimpls.ErrPositionGone, "memory: scanner of %s at %d", s.w.ch, s.next)
 		}
 		for _, m := range msgs {
 			select {
 			case s.out <- message.NewImmutable(m, message.NewSeqID(Name, s.next)):
 				s.next++
-			case <-s.stop:
-				return
-			case <-s.w.closing:
-				s.err = errors.Wrapf(walimpls.ErrClosed, "memory: scanner of %s", s.w.ch)
-				return
+			case <-s.Stopping():
+				return nil
 			}
 		}
 		if wait == nil {
@@ -81,51 +54,8 @@ func (s *scanner) run() {
 		}
 		select {
 		case <-wait:
-		case <-s.stop:
-			return
-		case <-s.w.closing:
-			s.err = errors.Wrapf(walimpls.ErrClosed, "memory: scanner of %s", s.w.ch)
-			return
+		case <-s.Stopping():
+			return nil
 		}
-	}
-}
-
-// scannerSet tracks a WAL's live scanners so Close can end them.
-type scannerSet struct {
-	mu     sync.Mutex
-	closed bool
-	live   map[*scanner]struct{}
-}
-
-// add registers s; false after closeAll.
-func (ss *scannerSet) add(s *scanner) bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.closed {
-		return false
-	}
-	if ss.live == nil {
-		ss.live = map[*scanner]struct{}{}
-	}
-	ss.live[s] = struct{}{}
-	return true
-}
-
-func (ss *scannerSet) remove(s *scanner) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	delete(ss.live, s)
-}
-
-// closeAll waits for every scanner to end; the WAL's closing channel has
-// already told them to.
-func (ss *scannerSet) closeAll() {
-	ss.mu.Lock()
-	ss.closed = true
-	live := ss.live
-	ss.live = nil
-	ss.mu.Unlock()
-	for s := range live {
-		<-s.done
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -17,8 +18,8 @@ type wal struct {
 	ch     walimpls.Channel
 
 	closed  atomic.Bool
-	closing chan struct{} // closed by Close; ends scanners and waits
-	scans   scannerSet
+	closing chan struct{} // closed by Close: ends appends waiting out an injected latency
+	scans   lifecycle.Group[*scanner]
 }
 
 var _ walimpls.WALImpl = (*wal)(nil)
@@ -129,7 +130,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		return nil, err
 	}
 	s := newScanner(w, start)
-	if !w.scans.add(s) {
+	if !w.scans.Add(s) {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: read %s", w.ch)
 	}
 	go s.run()
@@ -166,7 +167,7 @@ func (w *wal) Close() error {
 		return nil
 	}
 	close(w.closing)
-	w.scans.closeAll()
+	w.scans.StopAll(errors.Wrapf(walimpls.ErrClosed, "memory: scanner of %s", w.ch))
 	w.opener.forget(w)
 	return nil
 }

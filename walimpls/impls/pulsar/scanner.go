@@ -2,13 +2,13 @@ package pulsar
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -77,11 +77,11 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		return nil, errors.Wrapf(walimpls.ErrInvalidPosition, "pulsar: read channel %q: deliver policy %s", w.ch.Name, p)
 	}
 	s := &scanner{
-		w: w, name: opt.Name, start: st, queue: receiverQueue(readAhead),
+		Run: lifecycle.NewRun(), w: w, name: opt.Name, start: st, queue: receiverQueue(readAhead),
 		// A buffered channel lets the scanner hand messages over in runs
 		// instead of one goroutine switch each; what it holds counts
 		// against the read-ahead.
-		out: make(chan message.Immutable, min(receiverQueue(readAhead), outBuffer)), done: make(chan struct{}),
+		out: make(chan message.Immutable, min(receiverQueue(readAhead), outBuffer)),
 	}
 	if err := s.openReader(); err != nil {
 		if ctx.Err() != nil {
@@ -101,9 +101,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		l := fromPulsar(last)
 		s.last, s.hasLast = l, true
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if !w.addScanner(s) {
-		s.cancel()
+	if !w.scanners.Add(s) {
 		s.r.Close()
 		return nil, w.closedErr()
 	}
@@ -127,19 +125,12 @@ func justBefore(id, trunc msgID) bool {
 // scanner delivers one channel's messages. Its goroutine (run) owns the
 // reader and everything below "owned by run".
 type scanner struct {
-	w      *wal
-	name   string
-	start  start
-	queue  int
-	out    chan message.Immutable
-	done   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	closeOnce sync.Once
-	mu        sync.Mutex
-	reason    error // why the scanner was stopped from outside; nil for a user Close
-	err       error // set before done is closed
+	*lifecycle.Run
+	w     *wal
+	name  string
+	start start
+	queue int
+	out   chan message.Immutable
 
 	// owned by run (set by Read before run starts)
 	r       pulsar.Reader
@@ -154,33 +145,6 @@ type scanner struct {
 }
 
 func (s *scanner) Chan() <-chan message.Immutable { return s.out }
-func (s *scanner) Done() <-chan struct{}          { return s.done }
-
-func (s *scanner) Error() error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-		return nil
-	}
-}
-
-// Close implements walimpls.Scanner.
-func (s *scanner) Close() error {
-	s.stop(nil)
-	<-s.done
-	return nil
-}
-
-// stop ends the scanner; reason is what Error reports.
-func (s *scanner) stop(reason error) {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.reason = reason
-		s.mu.Unlock()
-		s.cancel()
-	})
-}
 
 // openReader creates the reader: right after the last delivered message,
 // or at the scanner's start.
@@ -209,13 +173,13 @@ func (s *scanner) reopen() error {
 	backoff := 10 * time.Millisecond
 	for {
 		err := s.openReader()
-		if err == nil || errors.Is(err, walimpls.ErrPositionGone) || s.ctx.Err() != nil {
+		if err == nil || errors.Is(err, walimpls.ErrPositionGone) || s.Stopped() {
 			return err
 		}
 		s.w.log.Debug("scanner reader", "scanner", s.name, "err", err)
 		t := time.NewTimer(backoff)
 		select {
-		case <-s.ctx.Done():
+		case <-s.Stopping():
 			t.Stop()
 			return nil
 		case <-t.C:
@@ -225,36 +189,28 @@ func (s *scanner) reopen() error {
 }
 
 func (s *scanner) run() {
-	defer close(s.done)
-	defer close(s.out)
-	defer s.w.removeScanner(s)
-	defer func() {
-		if s.r != nil {
-			s.r.Close()
-		}
-	}()
 	err := s.consume()
-	if s.ctx.Err() != nil {
-		s.mu.Lock()
-		err = s.reason
-		s.mu.Unlock()
+	if s.r != nil {
+		s.r.Close()
 	}
-	s.err = err
-	if err != nil {
+	s.w.scanners.Remove(s)
+	close(s.out)
+	if err != nil && !s.Stopped() {
 		s.w.log.Debug("scanner ended", "scanner", s.name, "err", err)
 	}
+	s.End(err)
 }
 
 // consume delivers messages until the scanner stops (nil) or fails.
 func (s *scanner) consume() error {
 	for {
-		m, err := s.r.Next(s.ctx)
-		if s.ctx.Err() != nil {
+		m, err := s.r.Next(s.Context())
+		if s.Stopped() {
 			return nil
 		}
 		if err != nil {
 			s.w.log.Debug("reader failed; reopening", "scanner", s.name, "err", err)
-			if err := s.reopen(); err != nil || s.ctx.Err() != nil {
+			if err := s.reopen(); err != nil || s.Stopped() {
 				return err
 			}
 			continue
@@ -269,7 +225,7 @@ func (s *scanner) consume() error {
 			}
 			s.w.log.Debug("gap in delivery; reopening the reader", "scanner", s.name, "got", id, "after", s.last)
 			s.suspect, s.hasSuspect = id, true
-			if err := s.reopen(); err != nil || s.ctx.Err() != nil {
+			if err := s.reopen(); err != nil || s.Stopped() {
 				return err
 			}
 			continue
@@ -279,7 +235,7 @@ func (s *scanner) consume() error {
 		select {
 		case s.out <- msg:
 			s.last, s.hasLast = id, true
-		case <-s.ctx.Done():
+		case <-s.Stopping():
 			return nil
 		}
 	}

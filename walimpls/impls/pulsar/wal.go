@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -25,7 +26,7 @@ type wal struct {
 
 	mu       sync.Mutex
 	closed   bool
-	scanners map[*scanner]struct{}
+	scanners lifecycle.Group[*scanner]
 	trunc    msgID // highest truncation point known; valid if hasTrunc
 	hasTrunc bool
 	wr       *writer  // nil for ReadOnly; set before the watcher starts
@@ -42,7 +43,6 @@ func newWAL(o *Opener, ch walimpls.Channel) *wal {
 		declared:  o.Capabilities().MaxMessageBytes,
 		log:       o.log.With("channel", ch.Name, "term", ch.Term, "mode", ch.Mode.String()),
 		nonce:     newNonce(),
-		scanners:  map[*scanner]struct{}{},
 	}
 }
 
@@ -197,16 +197,9 @@ func (w *wal) Close() error {
 		return nil
 	}
 	w.closed = true
-	scs := make([]*scanner, 0, len(w.scanners))
-	for s := range w.scanners {
-		scs = append(scs, s)
-	}
 	w.mu.Unlock()
 	w.shutdown()
-	for _, s := range scs {
-		s.stop(w.closedErr())
-		<-s.done
-	}
+	w.scanners.StopAll(w.closedErr())
 	w.o.forget(w)
 	w.log.Debug("closed")
 	return nil
@@ -221,20 +214,4 @@ func (w *wal) shutdown() {
 	if w.watch != nil {
 		w.watch.stop()
 	}
-}
-
-func (w *wal) addScanner(s *scanner) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return false
-	}
-	w.scanners[s] = struct{}{}
-	return true
-}
-
-func (w *wal) removeScanner(s *scanner) {
-	w.mu.Lock()
-	delete(w.scanners, s)
-	w.mu.Unlock()
 }
