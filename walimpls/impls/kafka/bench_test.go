@@ -92,7 +92,7 @@ func BenchmarkAppend(b *testing.B) {
 		wg.Wait()
 		report(b, start)
 	})
-	for _, k := range []int{1, 16} {
+	for _, k := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("raw-sync/appenders=%d", k), func(b *testing.B) {
 			cl := rawProducer(b, cfg)
 			t := topic()
