@@ -30,4 +30,8 @@
 //	Context              cancelled Open/Append/Read/Truncate return promptly
 //	ParallelChannels     three channels in parallel do not interfere
 //	Fencing              a higher term on another node fences the lower one
+//
+// Beside the suite, the package has small helpers for a backend's own tests
+// (Open, AppendOK, ReadN, Collect, NothingMore), each step bounded by a
+// timeout so that a broken backend fails a test instead of hanging it.
 package walimplstest

@@ -12,6 +12,7 @@ import (
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
 func testLogger() *slog.Logger {
@@ -53,72 +54,24 @@ func newOpener(t testing.TB, cfg Config) *Opener {
 	return o
 }
 
+// Shorter names for the suite's helpers, with this backend's timeouts.
+
 func open(t testing.TB, o walimpls.Opener, name string, term int64, mode walimpls.AccessMode) walimpls.WALImpl {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	w, err := o.Open(ctx, walimpls.Channel{Name: name, Term: term, Mode: mode})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = w.Close() })
-	return w
+	return walimplstest.Open(t, o, name, term, mode, 20*time.Second)
 }
 
-func msg(t testing.TB, payload string, props map[string]string) message.Message {
-	t.Helper()
-	m, err := message.New([]byte(payload), props)
-	require.NoError(t, err)
-	return m
-}
-
-func appendOK(t testing.TB, w walimpls.WALImpl, m message.Message) message.ID {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	id, err := w.Append(ctx, m)
-	require.NoError(t, err)
-	return id
-}
-
-// readN reads n messages from a fresh scanner, failing after a timeout.
 func readN(t testing.TB, w walimpls.WALImpl, p walimpls.DeliverPolicy, n int) []message.Immutable {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := w.Read(ctx, walimpls.ReadOption{Name: t.Name(), DeliverPolicy: p})
-	require.NoError(t, err)
-	defer s.Close()
-	return collect(t, s, n, 15*time.Second)
+	return walimplstest.ReadN(t, w, p, n, 15*time.Second)
 }
 
-func collect(t testing.TB, s walimpls.Scanner, n int, d time.Duration) []message.Immutable {
-	t.Helper()
-	var out []message.Immutable
-	timeout := time.After(d)
-	for len(out) < n {
-		select {
-		case m, ok := <-s.Chan():
-			if !ok {
-				require.FailNowf(t, "scanner ended", "after %d of %d messages: %v", len(out), n, s.Error())
-			}
-			out = append(out, m)
-		case <-timeout:
-			require.FailNowf(t, "timeout", "read %d of %d messages", len(out), n)
-		}
-	}
-	return out
-}
-
-// nothingMore checks that s delivers nothing within d.
-func nothingMore(t testing.TB, s walimpls.Scanner, d time.Duration) {
-	t.Helper()
-	select {
-	case m, ok := <-s.Chan():
-		if ok {
-			require.FailNowf(t, "unexpected message", "%s: %q", m.ID(), m.Payload())
-		}
-	case <-time.After(d):
-	}
-}
+var (
+	msg         = walimplstest.Message
+	appendOK    = walimplstest.AppendOK
+	collect     = walimplstest.Collect
+	nothingMore = walimplstest.NothingMore
+)
 
 func payloads(ms []message.Immutable) []string {
 	out := make([]string, len(ms))
