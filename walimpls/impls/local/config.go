@@ -25,9 +25,13 @@ const (
 	// and syncs every Config.SyncInterval. A process crash loses nothing
 	// acknowledged; a machine crash may lose up to the last interval.
 	SyncInterval SyncPolicy = "interval"
-	// SyncNone acknowledges once written and syncs only term and truncate
-	// records, segment switches and Close. For data that is replicated
-	// elsewhere or can be rebuilt; a machine crash may lose any unsynced tail.
+	// SyncNone acknowledges an append once it is framed into the
+	// journal's write buffer (the flusher writes it right after, in the
+	// background) and syncs only term and truncate records, segment
+	// switches and Close. For data that is replicated elsewhere or can be
+	// rebuilt: a machine crash may lose any unsynced tail, and a process
+	// crash the acknowledged records not yet written (at most twice
+	// MaxBatchBytes).
 	SyncNone SyncPolicy = "none"
 )
 
@@ -67,7 +71,9 @@ type Config struct {
 	// its ReadOption does not say (default 1 MiB).
 	ReadAheadBytes int `yaml:"readAheadBytes" json:"readAheadBytes"`
 	// MaxBatchBytes bounds the bytes one flush round writes (default 4 MiB);
-	// a single larger record is written alone.
+	// a single larger record is written alone. Submitters wait while the
+	// pending batch is full, so it also bounds how far SyncNone appends run
+	// ahead of the writes.
 	MaxBatchBytes int `yaml:"maxBatchBytes" json:"maxBatchBytes"`
 	// SlowSync is the fdatasync duration above which a warning is logged
 	// (default 1s).

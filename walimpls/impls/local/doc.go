@@ -78,22 +78,32 @@
 //
 // # Writing
 //
-// Appenders encode their message bodies and enqueue them; one flusher
-// goroutine owns the active segment. Each round it takes everything queued
-// (up to Config.MaxBatchBytes), checks fencing, assigns sequence numbers,
-// frames the records into one buffer, issues one write and - depending on the
-// sync policy - one fdatasync, then publishes the records to the channels'
-// indexes and acknowledges the waiters. With SyncAlways a waiter is
-// acknowledged and a reader sees the record only after the fdatasync that
-// covers it. Term and truncate frames are always synced before they take
-// effect, whatever the policy, and a segment is always synced before the
-// journal moves on to the next one, so only the last segment can ever hold
-// unsynced bytes.
+// Deciding is apart from doing. A submitter (Append, Truncate, a
+// ReadWrite Open) decides its record itself, under the journal's mutex:
+// it checks fencing, takes the next sequence number, decides where the
+// record goes (starting the next segment when it does not fit) and frames
+// it into the pending batch. One flusher goroutine owns the segment files:
+// each round it takes the whole pending batch (at most
+// Config.MaxBatchBytes: a submitter waits for room beyond that, unless its
+// record is alone), installs the segments the batch starts, issues one
+// write per segment and - depending on the sync policy - one fdatasync,
+// then publishes the records to the channels' indexes and acknowledges the
+// waiters. A reader sees a record only once it is published: written, and
+// with SyncAlways synced. With SyncAlways a waiter is acknowledged after
+// the fdatasync that covers its record; with SyncInterval after the write;
+// with SyncNone an append is acknowledged as soon as it is framed, without
+// waiting for the flusher (its write overlaps the appends that follow), so
+// it may be acknowledged before it is published (Truncate and a Latest read
+// account for that). Term and truncate frames are always synced before
+// they take effect, whatever the policy, and a segment is always synced
+// before the journal moves on to the next one, so only the last segment
+// can ever hold unsynced bytes.
 //
 // A failed write or sync is sticky: the flusher fails that round's waiters
 // and every later append of the store with the same error, and never reports
 // success after retrying a sync (the "fsyncgate" lesson: after a failed
-// fdatasync the kernel may have dropped the dirty pages).
+// fdatasync the kernel may have dropped the dirty pages). SyncNone appends
+// acknowledged before the failing round are lost with it.
 //
 // Segments are prepared ahead of need by a background goroutine, because
 // overwriting blocks that are already written makes each fdatasync much
@@ -137,9 +147,12 @@
 // reported (its bytes cannot be told from the older segment's).
 //
 // With SyncInterval or SyncNone an operating-system crash may lose
-// acknowledged records at the tail (never records in the middle); a process
-// crash loses nothing that was acknowledged, because acknowledged records
-// were already written to the kernel.
+// acknowledged records at the tail (never records in the middle). With
+// SyncInterval a process crash loses nothing that was acknowledged, because
+// acknowledged records were already written to the kernel. With SyncNone a
+// process crash may also lose a tail of acknowledged records: those still
+// in the journal's buffers (at most twice Config.MaxBatchBytes: the pending
+// batch and the one being written).
 //
 // # Fencing and terms
 //
@@ -149,10 +162,11 @@
 // (nodes) over the one journal. Each channel's term is stored in term frames
 // (and in every segment start frame). A ReadWrite open below the stored term
 // fails with a *walimpls.FencedError; an open above it writes and syncs a term
-// frame, and from then on the flusher refuses every append and truncate of a
-// lower-term writer: the flusher checks the term of every record against the
-// channel's term at the moment it frames it, so no lower-term append is
-// acknowledged once the higher term's Open has returned.
+// frame, and from then on the journal refuses every append and truncate of a
+// lower-term writer: every record's term is checked against the channel's
+// term at the moment the record is framed (under the journal's mutex, in
+// framing order), so no lower-term append is acknowledged once the higher
+// term's Open has returned.
 //
 // # Truncation
 //
@@ -174,7 +188,9 @@
 // check every CRC, so opening takes time proportional to the data kept. A
 // scanner holds at most its read-ahead budget (ReadOption.ReadAheadBytes,
 // else Config.ReadAheadBytes) of decoded messages, plus the one being handed
-// over; payloads are copied out of the read buffer. At most two spare
+// over. Each read (up to the read-ahead budget) goes into a buffer of its
+// own that the payloads of its messages alias, so a consumer that keeps one
+// message keeps that buffer alive. At most two spare
 // segment files exist besides the live ones.
 //
 // # IDs

@@ -246,7 +246,7 @@ func decodeMessage(body []byte, copyPayload bool) (message.Message, error) {
 	}
 	var payload []byte
 	if len(r.b) > 0 {
-		payload = r.b
+		payload = r.b[:len(r.b):len(r.b)]
 		if copyPayload {
 			payload = slices.Clone(r.b)
 		}

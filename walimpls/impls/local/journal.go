@@ -18,7 +18,7 @@ const (
 	reqTruncate
 )
 
-// request is one record (or one decision) queued for the flusher.
+// request is one record (or one decision) to submit to the journal.
 type request struct {
 	kind reqKind
 	ch   *channel
@@ -26,14 +26,83 @@ type request struct {
 	body []byte // reqAppend: the encoded message
 	// reqTruncate: the first seq to keep and the last one removed.
 	keep, lastRemoved uint64
-
-	// Set by the flusher before done is closed.
-	seq   uint64
-	entry entry
-	wrote bool // a term or truncate frame was written
-	err   error
-	done  chan struct{}
 }
+
+// waiter is a submitter waiting for the flush round that carries its
+// record; the flusher sets err and closes done.
+type waiter struct {
+	done chan struct{}
+	err  error
+}
+
+// rec is one framed record, or one decision that waits for a round, in
+// framing order.
+type rec struct {
+	kind  reqKind
+	ch    *channel
+	entry entry // reqAppend: where the message is
+	term  int64 // reqTerm: the term stored
+	// reqTruncate: the truncation point stored.
+	keep, lastRemoved uint64
+	wrote             bool    // a term or truncate frame was written
+	w                 *waiter // nil when nobody waits (SyncNone appends)
+}
+
+// piece is a run of framed bytes of one segment, contiguous from off.
+type piece struct {
+	seg uint64
+	off int64 // segment offset of buf[0]
+	buf []byte
+	// start is set when the piece begins segment seg: buf then starts with
+	// startLen bytes reserved for the segment start frame (seq startSeq),
+	// which the flusher encodes once it has installed the segment's file,
+	// because the frame says whether that file is a recycled one.
+	start    *segmentStart
+	startSeq uint64
+	startLen int
+}
+
+// batch is what submitters framed since the flusher last took the pending
+// batch: the flusher writes it in one round.
+type batch struct {
+	pieces   []piece
+	recs     []rec
+	bytes    int
+	needSync bool // it holds a term or truncate frame
+}
+
+func (b *batch) empty() bool { return len(b.pieces) == 0 && len(b.recs) == 0 }
+
+// newPiece starts a piece, reusing the buffer of an earlier round's piece.
+func (b *batch) newPiece(seg uint64, off int64) *piece {
+	n := len(b.pieces)
+	if n < cap(b.pieces) {
+		b.pieces = b.pieces[:n+1]
+		b.pieces[n] = piece{seg: seg, off: off, buf: b.pieces[n].buf[:0]}
+	} else {
+		b.pieces = append(b.pieces, piece{seg: seg, off: off})
+	}
+	return &b.pieces[n]
+}
+
+// reset empties b for reuse, keeping its buffers.
+func (b *batch) reset() {
+	clear(b.recs) // drop the channel and waiter pointers
+	b.recs = b.recs[:0]
+	for i := range b.pieces {
+		b.pieces[i].start = nil
+		if cap(b.pieces[i].buf) > maxKeptPieceBytes {
+			b.pieces[i].buf = nil
+		}
+	}
+	b.pieces = b.pieces[:0]
+	b.bytes = 0
+	b.needSync = false
+}
+
+// maxKeptPieceBytes bounds the write buffers kept from one round to the
+// next (a round with a huge record does not pin its buffer).
+const maxKeptPieceBytes = 8 << 20
 
 // recovered is the journal state that recovery hands to the flusher.
 type recovered struct {
@@ -44,96 +113,151 @@ type recovered struct {
 	defined    []*channel
 }
 
-// journal is the group-committed segment stream. Appenders enqueue requests;
-// the flusher goroutine (run) owns everything below the queue: the active
-// segment, the write buffer and the channels' journal views.
+// journal is the group-committed segment stream, in two halves.
+//
+// Deciding happens when a record is submitted, under mu, in the
+// submitter's goroutine: fencing, sequence numbers, where the record goes
+// (segment switches included), and its frame, appended to the pending
+// batch. Doing is the flusher goroutine's (run): it takes the pending batch
+// as a whole, installs new segments, writes, syncs per the policy,
+// publishes the records to the channels' indexes and acknowledges the
+// waiters. So a SyncNone append costs its submitter no hand-off to another
+// goroutine: it is acknowledged once framed, and its write overlaps the
+// appends that follow.
 type journal struct {
 	s *Store
 
-	mu      sync.Mutex // guards queue, err, closing
-	queue   []*request
-	err     error // sticky: set once a write or sync failed
-	closing bool
+	// mu guards the framing state below and the channels' journal views
+	// (channel.w).
+	mu       sync.Mutex
+	err      error         // sticky: set once a write or sync failed
+	failedCh chan struct{} // closed when err is set
+	closing  bool
+	pend     *batch        // framed, not yet taken by the flusher
+	free     *batch        // the batch the flusher gave back, for reuse
+	room     chan struct{} // closed when the flusher takes pend; nil if nobody waits
+	fseg     uint64        // segment being framed, 0 before the first one
+	foff     int64         // where the next frame goes in fseg
+	fsynced  int64         // bytes of fseg known synced: the frames' synced field
+	fresh    bool          // fseg holds nothing but its start frame
+	nextSeq  uint64
+	nextChan uint32
+	defined  []*channel
+
 	wake    chan struct{} // capacity 1
 	stopped chan struct{} // closed when run returns
 	final   error         // the final sync's error, read after stopped
 
 	// Owned by the flusher goroutine.
-	active     *segment
-	off        int64 // where the next frame goes in the active segment
-	synced     int64 // bytes of the active segment known durable
-	lastSync   time.Time
-	nextSeq    uint64
-	nextChanID uint32
-	defined    []*channel
-	buf        []byte
-	bufOff     int64      // segment offset of buf[0]
-	newSegs    []*segment // segments started this round, published with it
-	needSync   bool
-	fresh      bool // the active segment holds nothing but its start frame
+	active   *segment
+	woff     int64 // end of the bytes written to the active segment
+	synced   int64 // bytes of the active segment known durable
+	lastSync time.Time
+	newSegs  []*segment // segments started this round, published with it
 }
 
 func newJournal(s *Store, rs recovered) *journal {
 	j := &journal{
-		s:          s,
-		wake:       make(chan struct{}, 1),
-		stopped:    make(chan struct{}),
-		active:     rs.active,
-		off:        rs.off,
-		synced:     rs.off,
-		nextSeq:    rs.nextSeq,
-		nextChanID: rs.nextChanID,
-		defined:    rs.defined,
-		lastSync:   time.Now(),
+		s:        s,
+		failedCh: make(chan struct{}),
+		pend:     &batch{},
+		free:     &batch{},
+		foff:     rs.off,
+		fsynced:  rs.off,
+		nextSeq:  rs.nextSeq,
+		nextChan: rs.nextChanID,
+		defined:  rs.defined,
+		wake:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+		active:   rs.active,
+		woff:     rs.off,
+		synced:   rs.off,
+		lastSync: time.Now(),
+	}
+	if rs.active != nil {
+		j.fseg = rs.active.num
 	}
 	return j
 }
 
-func (j *journal) lock()   { j.mu.Lock() }
-func (j *journal) unlock() { j.mu.Unlock() }
-
-// enqueue queues r, or fails at once when the journal failed or is closing.
-func (j *journal) enqueue(r *request) error {
-	j.lock()
-	if j.err != nil {
-		err := j.err
-		j.unlock()
-		return err
+// submit frames r into the pending batch and waits as the policy requires:
+// a SyncNone append returns once framed, every other request once the
+// round that carries it is written (and synced, per the policy, and always
+// for term and truncate records) and published. It returns the seq of an
+// appended message. Refusals (fencing, size) and a failed or closing
+// journal are returned at once; a request abandoned by its context after
+// it was framed is still carried out.
+func (j *journal) submit(ctx context.Context, r request) (uint64, error) {
+	var w *waiter
+	if r.kind != reqAppend || j.s.cfg.Sync != SyncNone {
+		w = &waiter{done: make(chan struct{})}
 	}
-	if j.closing {
-		j.unlock()
-		return errors.Wrap(walimpls.ErrClosed, "local: store closed")
+	size := frameSize(len(r.body))
+	j.mu.Lock()
+	if err := j.admit(ctx, size); err != nil {
+		j.mu.Unlock()
+		return 0, err
 	}
-	j.queue = append(j.queue, r)
-	j.unlock()
+	kick := j.pend.empty()
+	seq, err := j.frame(r, w)
+	j.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if kick {
+		select {
+		case j.wake <- struct{}{}:
+		default:
+		}
+	}
+	if w == nil {
+		return seq, nil
+	}
 	select {
-	case j.wake <- struct{}{}:
-	default:
+	case <-w.done:
+		return seq, w.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
-	return nil
 }
 
-// do enqueues r and waits until the flusher has handled it or ctx ends. A
-// request abandoned by its context is still carried out.
-func (j *journal) do(ctx context.Context, r *request) error {
-	r.done = make(chan struct{})
-	if err := j.enqueue(r); err != nil {
-		return err
-	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
+// admit checks that the journal takes records, and waits until the pending
+// batch has room for size more bytes: a round writes at most MaxBatchBytes
+// (a larger record alone), and a submitter that does not wait for its
+// round cannot run ahead of the disk by more than that. Called with mu
+// held, which it releases while it waits.
+func (j *journal) admit(ctx context.Context, size int) error {
+	for {
+		if j.err != nil {
+			return j.err
+		}
+		if j.closing {
+			return errors.Wrap(walimpls.ErrClosed, "local: store closed")
+		}
+		if j.pend.bytes == 0 || j.pend.bytes+size <= j.s.cfg.MaxBatchBytes {
+			return nil
+		}
+		if j.room == nil {
+			j.room = make(chan struct{})
+		}
+		room := j.room
+		j.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			j.mu.Lock()
+			return ctx.Err()
+		}
+		j.mu.Lock()
 	}
 }
 
 // close stops the flusher after it has written and synced everything
-// queued, and returns the final sync's error.
+// framed, and returns the final sync's error.
 func (j *journal) close() error {
-	j.lock()
+	j.mu.Lock()
 	j.closing = true
-	j.unlock()
+	j.mu.Unlock()
 	select {
 	case j.wake <- struct{}{}:
 	default:
@@ -144,44 +268,228 @@ func (j *journal) close() error {
 
 // fail makes err sticky and returns it marked with ErrJournalFailed.
 func (j *journal) fail(err error) error {
-	err = &journalError{dir: j.s.cfg.Dir, cause: err}
-	j.lock()
-	if j.err == nil {
-		j.err = err
-	} else {
-		err = j.err
-	}
-	j.unlock()
-	j.s.log.Error("journal failed; refusing every later append", "err", err)
+	j.mu.Lock()
+	err = j.failLocked(err)
+	j.mu.Unlock()
 	return err
 }
 
-func (j *journal) failed() error {
-	j.lock()
-	defer j.unlock()
+// failLocked is fail with mu held.
+func (j *journal) failLocked(err error) error {
+	if j.err != nil {
+		return j.err
+	}
+	j.err = &journalError{dir: j.s.cfg.Dir, cause: err}
+	close(j.failedCh)
+	j.s.log.Error("journal failed; refusing every later append", "err", j.err)
 	return j.err
 }
 
-// take removes up to MaxBatchBytes of requests from the queue (at least
-// one), and reports whether the journal is closing.
-func (j *journal) take() ([]*request, bool) {
-	j.lock()
-	defer j.unlock()
-	n, bytes := 0, 0
-	for n < len(j.queue) {
-		bytes += frameSize(len(j.queue[n].body))
-		n++
-		if bytes >= j.s.cfg.MaxBatchBytes {
-			break
+func (j *journal) failed() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.err
+}
+
+// framedLastSeq returns the seq of the channel's last framed message: it
+// runs ahead of the published one by the records not yet written, which
+// SyncNone has acknowledged already.
+func (j *journal) framedLastSeq(ch *channel) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return ch.w.lastSeq
+}
+
+// awaitPublished waits until the channel's published state covers seq,
+// when seq is a framed message of the channel (SyncNone acknowledges an
+// append before the flusher publishes it). It returns at once for a seq
+// beyond the channel's last framed message, and with the journal's error
+// when the records will never be published.
+func (j *journal) awaitPublished(ctx context.Context, ch *channel, seq uint64) error {
+	for {
+		ch.mu.RLock()
+		last, notify := ch.lastSeq, ch.notify
+		ch.mu.RUnlock()
+		if seq <= last {
+			return nil
+		}
+		j.mu.Lock()
+		framed, err := ch.w.lastSeq, j.err
+		j.mu.Unlock()
+		if seq > framed {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-notify:
+		case <-j.failedCh:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	reqs := j.queue[:n:n]
-	if n == len(j.queue) {
-		j.queue = nil
-	} else {
-		j.queue = j.queue[n:]
+}
+
+// frame decides r and appends its frame, if it needs one, to the pending
+// batch; with w set it lists r for the round to acknowledge. Called with mu
+// held.
+func (j *journal) frame(r request, w *waiter) (uint64, error) {
+	ch := r.ch
+	if r.term < ch.w.term {
+		return 0, &walimpls.FencedError{Channel: ch.name, Term: r.term, CurrentTerm: ch.w.term}
 	}
-	return reqs, j.closing
+	b := j.pend
+	switch r.kind {
+	case reqAppend:
+		e := j.put(typeMessage, ch.w.id, r.body)
+		if e.size == 0 {
+			// Only a message whose encoding (many tiny properties) is far
+			// above its Size gets here.
+			return 0, &walimpls.TooLargeError{Size: len(r.body), Limit: j.s.cfg.MaxMessageBytes}
+		}
+		ch.w.lastSeq = e.seq
+		b.recs = append(b.recs, rec{kind: reqAppend, ch: ch, entry: e, w: w})
+		return e.seq, nil
+	case reqTerm:
+		if ch.w.defined && r.term == ch.w.term {
+			// The same owner reopening: nothing to store, but the answer
+			// waits for the round, after any earlier record of this term.
+			b.recs = append(b.recs, rec{kind: reqTerm, ch: ch, term: r.term, w: w})
+			return 0, nil
+		}
+		if !ch.w.defined {
+			ch.w.id = j.nextChan
+			j.nextChan++
+			ch.w.defined = true
+			j.defined = append(j.defined, ch)
+		}
+		ch.w.term = r.term
+		if err := j.putMeta(typeTerm, ch.w.id, encodeTerm(r.term, ch.name)); err != nil {
+			return 0, err
+		}
+		b.recs = append(b.recs, rec{kind: reqTerm, ch: ch, term: r.term, wrote: true, w: w})
+		b.needSync = true
+	case reqTruncate:
+		if r.keep <= ch.w.keep {
+			b.recs = append(b.recs, rec{kind: reqTruncate, ch: ch, w: w})
+			return 0, nil
+		}
+		ch.w.keep = r.keep
+		ch.w.lastRemoved = max(ch.w.lastRemoved, r.lastRemoved)
+		if err := j.putMeta(typeTruncate, ch.w.id, encodeTruncate(ch.w.keep, ch.w.lastRemoved)); err != nil {
+			return 0, err
+		}
+		b.recs = append(b.recs, rec{kind: reqTruncate, ch: ch, keep: r.keep, lastRemoved: r.lastRemoved, wrote: true, w: w})
+		b.needSync = true
+	}
+	return 0, nil
+}
+
+// putMeta frames a term or truncate record. Such a record not fitting in an
+// empty segment (a start frame listing a vast number of channels) fails the
+// journal: the channels' journal view already moved ahead of the log.
+// Called with mu held.
+func (j *journal) putMeta(typ frameType, chanID uint32, body []byte) error {
+	if e := j.put(typ, chanID, body); e.size == 0 {
+		return j.failLocked(errors.Newf("local: a %d-byte record does not fit in a %d-byte segment after its start frame", len(body), j.s.cfg.SegmentBytes))
+	}
+	return nil
+}
+
+// put frames one record into the pending batch, starting the next segment
+// when it does not fit in this one. A zero entry size means the record does
+// not fit even in an empty segment. Called with mu held.
+func (j *journal) put(typ frameType, chanID uint32, body []byte) entry {
+	size := int64(frameSize(len(body)))
+	if j.fseg == 0 || j.foff+size > j.s.cfg.SegmentBytes {
+		if j.fseg != 0 && j.fresh {
+			return entry{}
+		}
+		j.startSegment()
+		if j.foff+size > j.s.cfg.SegmentBytes {
+			return entry{}
+		}
+	}
+	b := j.pend
+	var p *piece
+	if n := len(b.pieces); n > 0 && b.pieces[n-1].seg == j.fseg {
+		p = &b.pieces[n-1]
+	} else {
+		p = b.newPiece(j.fseg, j.foff)
+	}
+	seq := j.nextSeq
+	j.nextSeq++
+	off := j.foff
+	p.buf = appendFrame(p.buf, frameHeader{
+		seq:    seq,
+		seg:    uint32(j.fseg),
+		synced: uint32(j.fsynced),
+		chanID: chanID,
+		typ:    typ,
+	}, body)
+	j.foff += size
+	j.fresh = false
+	b.bytes += int(size)
+	return entry{seq: seq, seg: j.fseg, off: uint32(off), size: uint32(size)}
+}
+
+// startSegment frames the start of the next segment: a piece at its offset
+// 0 with room for its start frame, a snapshot of every defined channel
+// taken now. The flusher installs the file and encodes the frame. Called
+// with mu held.
+func (j *journal) startSegment() {
+	prevEnd := int64(0)
+	if j.fseg != 0 {
+		prevEnd = j.foff
+	}
+	snaps := make([]chanSnapshot, len(j.defined))
+	for i, ch := range j.defined {
+		snaps[i] = chanSnapshot{
+			id: ch.w.id, name: ch.name, term: ch.w.term,
+			keep: ch.w.keep, lastRemoved: ch.w.lastRemoved, lastSeq: ch.w.lastSeq,
+		}
+	}
+	st := &segmentStart{prevEnd: uint64(prevEnd), nextChanID: j.nextChan, chans: snaps}
+	// The recycled flag is one varint byte either way, so the frame's size
+	// is known before the flusher learns which file it gets.
+	size := frameSize(len(encodeSegmentStart(*st)))
+	j.fseg++
+	p := j.pend.newPiece(j.fseg, 0)
+	p.start, p.startSeq, p.startLen = st, j.nextSeq, size
+	j.nextSeq++
+	p.buf = append(p.buf, make([]byte, size)...)
+	j.pend.bytes += size
+	j.foff, j.fsynced = int64(size), 0
+	j.fresh = true
+}
+
+// take hands the pending batch to the flusher (nil when there is none) and
+// reports whether the journal is closing.
+func (j *journal) take() (*batch, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.pend.empty() {
+		return nil, j.closing
+	}
+	b := j.pend
+	j.pend, j.free = j.free, nil
+	if j.pend == nil {
+		j.pend = &batch{}
+	}
+	if j.room != nil {
+		close(j.room)
+		j.room = nil
+	}
+	return b, j.closing
+}
+
+// giveBack returns a written batch for reuse.
+func (j *journal) giveBack(b *batch) {
+	b.reset()
+	j.mu.Lock()
+	j.free = b
+	j.mu.Unlock()
 }
 
 // run is the flusher goroutine.
@@ -194,14 +502,15 @@ func (j *journal) run() {
 		tick = t.C
 	}
 	for {
-		reqs, closing := j.take()
-		if len(reqs) > 0 {
-			j.flush(reqs)
+		b, closing := j.take()
+		if b != nil {
+			j.flush(b)
+			j.giveBack(b)
 			continue
 		}
 		if closing {
 			// A clean close leaves nothing unsynced, whatever the policy.
-			if j.active != nil && j.synced < j.off && j.failed() == nil {
+			if j.active != nil && j.synced < j.woff && j.failed() == nil {
 				if err := j.syncActive(); err != nil {
 					j.final = err
 				}
@@ -211,237 +520,107 @@ func (j *journal) run() {
 		select {
 		case <-j.wake:
 		case <-tick:
-			if j.active != nil && j.synced < j.off && j.failed() == nil {
+			if j.active != nil && j.synced < j.woff && j.failed() == nil {
 				_ = j.syncActive()
 			}
 		}
 	}
 }
 
-// flush is one group-commit round: frame every request, write once, sync
-// once (per the policy), publish, acknowledge.
-func (j *journal) flush(reqs []*request) {
-	j.buf = j.buf[:0]
-	j.bufOff = j.off
-	j.needSync = j.s.cfg.Sync == SyncAlways
+// flush is one group-commit round: write the batch once, sync once (per
+// the policy), publish, acknowledge.
+func (j *journal) flush(b *batch) {
 	err := j.failed()
-	for _, r := range reqs {
+	for i := range b.pieces {
 		if err != nil {
 			break
 		}
-		err = j.frame(r)
+		err = j.writePiece(&b.pieces[i])
 	}
-	if err == nil {
-		err = j.writeBuf()
-	}
+	needSync := b.needSync || j.s.cfg.Sync == SyncAlways
 	if err == nil && j.s.cfg.Sync == SyncInterval && time.Since(j.lastSync) >= j.s.cfg.SyncInterval {
-		j.needSync = true
+		needSync = true
 	}
-	if err == nil && j.needSync && j.synced < j.off {
+	if err == nil && needSync && j.active != nil && j.synced < j.woff {
 		err = j.syncActive()
 	}
 	if err != nil {
 		// The segments stay listed so that Close closes their files.
 		j.publishSegments()
-		for _, r := range reqs {
-			if r.err == nil {
-				r.err = err
+		for _, r := range b.recs {
+			if r.w != nil {
+				r.w.err = err
+				close(r.w.done)
 			}
-			close(r.done)
 		}
 		return
 	}
-	j.publish(reqs)
+	j.publish(b)
 }
 
-// publishSegments lists the segments started by this round.
-func (j *journal) publishSegments() {
-	if len(j.newSegs) == 0 {
-		return
+// writePiece writes a piece, installing its segment first when it starts
+// one, followed by an end marker: an all-zero header where the next frame
+// will go. The marker makes the end of the log explicit in a recycled
+// segment, whose old frames would otherwise follow, and overwrites any
+// frame left there by a torn write from before a recovery. The next write
+// starts on the marker.
+func (j *journal) writePiece(p *piece) error {
+	if p.start != nil {
+		if err := j.installSegment(p); err != nil {
+			return err
+		}
 	}
-	s := j.s
-	s.segMu.Lock()
-	s.segments = append(s.segments, j.newSegs...)
-	n := len(s.segments)
-	s.segMu.Unlock()
-	s.m.segments.Set(float64(n))
-	j.newSegs = j.newSegs[:0]
-}
-
-// frame appends r's frame, if it needs one, to the round's buffer. It
-// returns an error only when the journal failed; refusals (fencing, size)
-// are set on r.
-func (j *journal) frame(r *request) error {
-	ch := r.ch
-	switch r.kind {
-	case reqAppend:
-		if r.term < ch.w.term {
-			r.err = &walimpls.FencedError{Channel: ch.name, Term: r.term, CurrentTerm: ch.w.term}
-			return nil
-		}
-		seq, e, err := j.put(typeMessage, ch.w.id, r.body)
-		if err != nil {
-			return err
-		}
-		if e.size == 0 {
-			// Only a message whose encoding (many tiny properties) is far
-			// above its Size gets here.
-			r.err = &walimpls.TooLargeError{Size: len(r.body), Limit: j.s.cfg.MaxMessageBytes}
-			return nil
-		}
-		r.seq, r.entry = seq, e
-		ch.w.lastSeq = seq
-	case reqTerm:
-		if r.term < ch.w.term {
-			r.err = &walimpls.FencedError{Channel: ch.name, Term: r.term, CurrentTerm: ch.w.term}
-			return nil
-		}
-		if ch.w.defined && r.term == ch.w.term {
-			return nil // the same owner reopening: nothing to store
-		}
-		if !ch.w.defined {
-			ch.w.id = j.nextChanID
-			j.nextChanID++
-			ch.w.defined = true
-			j.defined = append(j.defined, ch)
-		}
-		ch.w.term = r.term
-		if err := j.putMeta(typeTerm, ch.w.id, encodeTerm(r.term, ch.name)); err != nil {
-			return err
-		}
-		r.wrote = true
-		j.needSync = true
-	case reqTruncate:
-		if r.term < ch.w.term {
-			r.err = &walimpls.FencedError{Channel: ch.name, Term: r.term, CurrentTerm: ch.w.term}
-			return nil
-		}
-		if r.keep <= ch.w.keep {
-			return nil
-		}
-		ch.w.keep = r.keep
-		ch.w.lastRemoved = max(ch.w.lastRemoved, r.lastRemoved)
-		if err := j.putMeta(typeTruncate, ch.w.id, encodeTruncate(ch.w.keep, ch.w.lastRemoved)); err != nil {
-			return err
-		}
-		r.wrote = true
-		j.needSync = true
+	if j.active == nil || j.active.num != p.seg || j.woff != p.off {
+		return j.fail(errors.AssertionFailedf("local: piece of segment %d at %d does not follow the writes (segment %d at %d)", p.seg, p.off, j.activeNum(), j.woff))
 	}
+	n := len(p.buf)
+	if p.off+int64(n)+headerSize <= j.s.cfg.SegmentBytes {
+		var marker [headerSize]byte
+		p.buf = append(p.buf, marker[:]...)
+	}
+	if _, err := j.active.f.WriteAt(p.buf, p.off); err != nil {
+		return j.fail(errors.Wrapf(err, "local: write segment %d at %d", p.seg, p.off))
+	}
+	p.buf = p.buf[:n]
+	j.woff = p.off + int64(n)
 	return nil
 }
 
-// putMeta frames a term or truncate record. Such a record not fitting in an
-// empty segment (a start frame listing a vast number of channels) fails the
-// journal: the channels' journal view already moved ahead of the log.
-func (j *journal) putMeta(typ frameType, chanID uint32, body []byte) error {
-	_, e, err := j.put(typ, chanID, body)
-	if err == nil && e.size == 0 {
-		err = j.fail(errors.Newf("local: a %d-byte record does not fit in a %d-byte segment after its start frame", len(body), j.s.cfg.SegmentBytes))
+func (j *journal) activeNum() uint64 {
+	if j.active == nil {
+		return 0
 	}
-	return err
+	return j.active.num
 }
 
-// put frames one record into the active segment, switching segments when it
-// does not fit. A zero entry size with a nil error means the record does not
-// fit even in an empty segment.
-func (j *journal) put(typ frameType, chanID uint32, body []byte) (uint64, entry, error) {
-	size := int64(frameSize(len(body)))
-	if j.active == nil || j.off+size > j.s.cfg.SegmentBytes {
-		if j.active != nil && j.fresh {
-			return 0, entry{}, nil
-		}
-		if err := j.switchSegment(); err != nil {
-			return 0, entry{}, err
-		}
-		if j.off+size > j.s.cfg.SegmentBytes {
-			return 0, entry{}, nil
-		}
-	}
-	seq := j.nextSeq
-	j.nextSeq++
-	off := j.off
-	j.buf = appendFrame(j.buf, frameHeader{
-		seq:    seq,
-		seg:    uint32(j.active.num),
-		synced: uint32(j.synced),
-		chanID: chanID,
-		typ:    typ,
-	}, body)
-	j.off += size
-	j.fresh = false
-	return seq, entry{seq: seq, seg: j.active.num, off: uint32(off), size: uint32(size)}, nil
-}
-
-func (j *journal) startBody(prevEnd int64, recycled bool) []byte {
-	snaps := make([]chanSnapshot, len(j.defined))
-	for i, ch := range j.defined {
-		snaps[i] = chanSnapshot{
-			id: ch.w.id, name: ch.name, term: ch.w.term,
-			keep: ch.w.keep, lastRemoved: ch.w.lastRemoved, lastSeq: ch.w.lastSeq,
-		}
-	}
-	return encodeSegmentStart(segmentStart{prevEnd: uint64(prevEnd), recycled: recycled, nextChanID: j.nextChanID, chans: snaps})
-}
-
-// switchSegment writes and syncs what the round has for the active segment,
-// installs the spare as the next segment and frames its start record. The
-// old segment is synced whatever the policy, so only the last segment can
-// ever hold unsynced bytes.
-func (j *journal) switchSegment() error {
-	next, prevEnd := uint64(1), int64(0)
-	if j.active != nil {
-		prevEnd = j.off
-		if err := j.writeBuf(); err != nil {
+// installSegment syncs the active segment, installs the spare as the
+// piece's segment and encodes the piece's start frame. The old segment is
+// synced whatever the policy, so only the last segment can ever hold
+// unsynced bytes.
+func (j *journal) installSegment(p *piece) error {
+	if j.active != nil && j.synced < j.woff {
+		if err := j.syncActive(); err != nil {
 			return err
 		}
-		if j.synced < j.off {
-			if err := j.syncActive(); err != nil {
-				return err
-			}
-		}
-		next = j.active.num + 1
 	}
-	inst := j.s.prep.install(next)
+	inst := j.s.prep.install(p.seg)
 	if inst.err != nil {
-		return j.fail(errors.Wrapf(inst.err, "local: start segment %d", next))
+		return j.fail(errors.Wrapf(inst.err, "local: start segment %d", p.seg))
 	}
-	seg := &segment{num: next, f: inst.f, chans: map[*channel]uint64{}}
+	seg := &segment{num: p.seg, f: inst.f, chans: map[*channel]uint64{}}
 	j.newSegs = append(j.newSegs, seg)
 	j.active = seg
-	j.off, j.synced = 0, 0
-	j.buf = j.buf[:0]
-	j.bufOff = 0
-	seq := j.nextSeq
-	j.nextSeq++
-	body := j.startBody(prevEnd, inst.recycled)
-	j.buf = appendFrame(j.buf, frameHeader{seq: seq, seg: uint32(next), typ: typeSegmentStart}, body)
-	j.off = int64(frameSize(len(body)))
-	j.fresh = true
+	j.woff, j.synced = 0, 0
+	st := *p.start
+	st.recycled = inst.recycled
+	fr := appendFrame(nil, frameHeader{seq: p.startSeq, seg: uint32(p.seg), typ: typeSegmentStart}, encodeSegmentStart(st))
+	if len(fr) != p.startLen {
+		return j.fail(errors.AssertionFailedf("local: start frame of segment %d is %d bytes, %d reserved", p.seg, len(fr), p.startLen))
+	}
+	copy(p.buf, fr)
 	// The new segment's start frame must be durable before anything in it
 	// is acknowledged; the round's sync covers it with SyncAlways, and the
 	// other policies accept losing an unsynced tail.
-	return nil
-}
-
-// writeBuf writes the round's buffer to the active segment, followed by an
-// end marker: an all-zero header where the next frame will go. The marker
-// makes the end of the log explicit in a recycled segment, whose old frames
-// would otherwise follow, and overwrites any frame left there by a torn
-// write from before a recovery. The next write starts on the marker.
-func (j *journal) writeBuf() error {
-	if len(j.buf) == 0 {
-		return nil
-	}
-	n := len(j.buf)
-	if j.bufOff+int64(n)+headerSize <= j.s.cfg.SegmentBytes {
-		var marker [headerSize]byte
-		j.buf = append(j.buf, marker[:]...)
-	}
-	if _, err := j.active.f.WriteAt(j.buf, j.bufOff); err != nil {
-		return j.fail(errors.Wrapf(err, "local: write segment %d at %d", j.active.num, j.bufOff))
-	}
-	j.bufOff += int64(n)
-	j.buf = j.buf[:0]
 	return nil
 }
 
@@ -459,35 +638,56 @@ func (j *journal) syncActive() error {
 	if err != nil {
 		return j.fail(errors.Wrapf(err, "local: fdatasync segment %d", j.active.num))
 	}
-	j.synced = j.off
+	j.synced = j.woff
 	j.lastSync = time.Now()
+	j.mu.Lock()
+	if j.fseg == j.active.num {
+		j.fsynced = j.synced
+	}
+	j.mu.Unlock()
 	return nil
+}
+
+// publishSegments lists the segments started by this round.
+func (j *journal) publishSegments() {
+	if len(j.newSegs) == 0 {
+		return
+	}
+	s := j.s
+	s.segMu.Lock()
+	s.segments = append(s.segments, j.newSegs...)
+	n := len(s.segments)
+	s.segMu.Unlock()
+	s.m.segments.Set(float64(n))
+	j.newSegs = j.newSegs[:0]
 }
 
 // publish makes a written round visible: index entries, terms, truncation
 // points, new segments; then it wakes scanners and acknowledges waiters.
-func (j *journal) publish(reqs []*request) {
+func (j *journal) publish(b *batch) {
 	s := j.s
 	j.publishSegments()
 	var touched []*channel
 	truncated := false
 	records, bytes := 0, 0
-	for _, r := range reqs {
-		if r.err != nil {
-			continue
-		}
+	for i := 0; i < len(b.recs); {
+		r := &b.recs[i]
 		ch := r.ch
 		switch r.kind {
 		case reqAppend:
-			records++
-			bytes += int(r.entry.size)
+			// A run of appends to one channel takes its lock once.
 			ch.mu.Lock()
-			ch.entries = append(ch.entries, r.entry)
-			ch.lastSeq = r.seq
+			for ; i < len(b.recs) && b.recs[i].kind == reqAppend && b.recs[i].ch == ch; i++ {
+				ch.entries = append(ch.entries, b.recs[i].entry)
+				ch.lastSeq = b.recs[i].entry.seq
+				records++
+				bytes += int(b.recs[i].entry.size)
+			}
 			ch.mu.Unlock()
 			if len(touched) == 0 || touched[len(touched)-1] != ch {
 				touched = append(touched, ch)
 			}
+			continue
 		case reqTerm:
 			ch.mu.Lock()
 			ch.id = ch.w.id
@@ -511,17 +711,23 @@ func (j *journal) publish(reqs []*request) {
 				truncated = true
 			}
 		}
+		i++
 	}
 	if records > 0 {
 		s.segMu.Lock()
-		for _, r := range reqs {
-			if r.err == nil && r.kind == reqAppend {
-				// The round wrote to the last segments only.
-				for i := len(s.segments) - 1; i >= 0; i-- {
-					if seg := s.segments[i]; seg.num == r.entry.seg {
-						seg.chans[r.ch] = r.seq
-						break
-					}
+		for i := range b.recs {
+			r := &b.recs[i]
+			if r.kind != reqAppend {
+				continue
+			}
+			if n := i + 1; n < len(b.recs) && b.recs[n].kind == reqAppend && b.recs[n].ch == r.ch && b.recs[n].entry.seg == r.entry.seg {
+				continue // the next one overwrites it
+			}
+			// The round wrote to the last segments only.
+			for k := len(s.segments) - 1; k >= 0; k-- {
+				if seg := s.segments[k]; seg.num == r.entry.seg {
+					seg.chans[r.ch] = r.entry.seq
+					break
 				}
 			}
 		}
@@ -533,8 +739,10 @@ func (j *journal) publish(reqs []*request) {
 	for _, ch := range touched {
 		ch.wake()
 	}
-	for _, r := range reqs {
-		close(r.done)
+	for _, r := range b.recs {
+		if r.w != nil {
+			close(r.w.done)
+		}
 	}
 	if truncated {
 		s.prep.requestGC()

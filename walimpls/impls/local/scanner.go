@@ -26,8 +26,8 @@ type scanner struct {
 	reason   error // why stop was closed; written before close(stop)
 	err      error // written by run before close(done)
 
-	batch []entry // reused by run
-	buf   []byte  // reused by run
+	batch   []entry   // reused by run
+	decoded []decoded // reused by run
 }
 
 var _ walimpls.Scanner = (*scanner)(nil)
@@ -120,6 +120,9 @@ func (sc *scanner) run() {
 				return
 			}
 		}
+		// Hold no delivered message: the span buffers they alias belong to
+		// the consumer now.
+		clear(msgs)
 	}
 }
 
@@ -153,9 +156,14 @@ func (sc *scanner) next() ([]entry, <-chan struct{}) {
 
 // read reads and decodes the frames of batch. Neighbouring frames of one
 // segment are read with one pread as long as the span stays within the
-// budget, so a scan of a busy channel costs few system calls.
+// budget, so a scan of a busy channel costs few system calls. Each span is
+// read into a buffer of its own that the decoded payloads alias: one
+// allocation per span instead of a copy and an allocation per message. The
+// buffer is never reused, so a delivered message stays valid and
+// unchanged; it is freed once the consumer has dropped every message of
+// the span.
 func (sc *scanner) read(batch []entry) ([]decoded, error) {
-	out := make([]decoded, 0, len(batch))
+	out := sc.decoded[:0]
 	for i := 0; i < len(batch); {
 		first := batch[i]
 		end := int64(first.off) + int64(first.size)
@@ -168,19 +176,15 @@ func (sc *scanner) read(batch []entry) ([]decoded, error) {
 		if f == nil {
 			return nil, errors.Newf("segment %d is gone", first.seg)
 		}
-		// The buffer is reused; decoded messages copy their payloads out of
-		// it (aliasing a fresh buffer per read measured slower here).
-		n := int(end - int64(first.off))
-		if cap(sc.buf) < n {
-			sc.buf = make([]byte, n)
-		}
-		buf := sc.buf[:n]
+		buf := make([]byte, end-int64(first.off))
 		if _, err := f.ReadAt(buf, int64(first.off)); err != nil {
 			return nil, errors.Wrapf(err, "read segment %d at %d", first.seg, first.off)
 		}
 		for _, e := range batch[i:j] {
 			rel := int(e.off - first.off)
-			m, err := decodeEntry(buf[rel:rel+int(e.size)], e)
+			// The full slice expression keeps a consumer that appends to a
+			// payload from writing over the next frame.
+			m, err := decodeEntry(buf[rel:rel+int(e.size):rel+int(e.size)], e)
 			if err != nil {
 				return nil, err
 			}
@@ -188,6 +192,7 @@ func (sc *scanner) read(batch []entry) ([]decoded, error) {
 		}
 		i = j
 	}
+	sc.decoded = out
 	return out, nil
 }
 
@@ -200,7 +205,7 @@ func decodeEntry(b []byte, e entry) (message.Immutable, error) {
 	if h.typ != typeMessage || h.seq != e.seq {
 		return message.Immutable{}, errors.Wrapf(ErrCorrupt, "segment %d offset %d: frame type %d seq %d, want a message at seq %d", e.seg, e.off, h.typ, h.seq, e.seq)
 	}
-	m, err := decodeMessage(body, true)
+	m, err := decodeMessage(body, false)
 	if err != nil {
 		return message.Immutable{}, errors.Wrapf(ErrCorrupt, "segment %d offset %d: %v", e.seg, e.off, err)
 	}

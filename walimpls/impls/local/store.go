@@ -75,9 +75,9 @@ type channel struct {
 	notify  chan struct{}
 	writers map[*wal]struct{}
 
-	// w is the journal's view, owned by the flusher goroutine (and by
+	// w is the journal's view, guarded by the journal's mu (and owned by
 	// recovery before the flusher starts): it runs ahead of the published
-	// state by the records of the round in progress.
+	// state by the records framed but not yet written and published.
 	w struct {
 		defined     bool
 		id          uint32
@@ -202,7 +202,7 @@ func (s *Store) Capabilities() walimpls.Capabilities {
 func (s *Store) UnmarshalID(str string) (message.ID, error) { return message.UnmarshalSeqID(Name, str) }
 
 // Close closes every Opener and WAL of the store, writes and syncs what is
-// queued, and releases the directory. It is idempotent.
+// framed, and releases the directory. It is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -301,8 +301,7 @@ func (o *Opener) Open(ctx context.Context, info walimpls.Channel) (walimpls.WALI
 		return nil, err
 	}
 	if info.Mode == walimpls.ReadWrite {
-		r := &request{kind: reqTerm, ch: ch, term: info.Term}
-		if err := o.s.j.do(ctx, r); err != nil {
+		if _, err := o.s.j.submit(ctx, request{kind: reqTerm, ch: ch, term: info.Term}); err != nil {
 			return nil, errors.Wrapf(err, "local: open %s", info)
 		}
 	}

@@ -72,8 +72,9 @@ func (w *wal) writable(ctx context.Context, op string) error {
 	return w.fencedErr()
 }
 
-// Append implements walimpls.WALImpl: it returns once the record is written
-// and, with SyncAlways, synced.
+// Append implements walimpls.WALImpl: with SyncNone it returns once the
+// record is framed into the journal's write buffer; with SyncInterval once it
+// is written; with SyncAlways once it is written and synced.
 func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
 	if err := w.writable(ctx, "append"); err != nil {
 		return message.ID{}, err
@@ -81,8 +82,8 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 	if size := m.Size(); size > w.s.cfg.MaxMessageBytes {
 		return message.ID{}, &walimpls.TooLargeError{Size: size, Limit: w.s.cfg.MaxMessageBytes}
 	}
-	r := &request{kind: reqAppend, ch: w.ch, term: w.info.Term, body: encodeMessage(m)}
-	if err := w.s.j.do(ctx, r); err != nil {
+	seq, err := w.s.j.submit(ctx, request{kind: reqAppend, ch: w.ch, term: w.info.Term, body: encodeMessage(m)})
+	if err != nil {
 		var fe *walimpls.FencedError
 		if errors.As(err, &fe) {
 			w.fencedBy.CompareAndSwap(0, fe.CurrentTerm)
@@ -90,7 +91,7 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 		}
 		return message.ID{}, errors.Wrapf(err, "local: append to %s", w.info)
 	}
-	return message.NewSeqID(Name, int64(r.seq)), nil
+	return message.NewSeqID(Name, int64(seq)), nil
 }
 
 // Truncate implements walimpls.WALImpl. The truncation point is synced
@@ -104,6 +105,10 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 		return errors.Wrapf(err, "local: truncate %s", w.info)
 	}
 	ch := w.ch
+	// With SyncNone, an acknowledged message may not be published yet.
+	if err := w.s.j.awaitPublished(ctx, ch, seq); err != nil {
+		return errors.Wrapf(err, "local: truncate %s", w.info)
+	}
 	ch.mu.RLock()
 	if seq > ch.lastSeq {
 		last := ch.lastSeq
@@ -121,8 +126,8 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 		lastRemoved = max(lastRemoved, ch.entries[i-1].seq)
 	}
 	ch.mu.RUnlock()
-	r := &request{kind: reqTruncate, ch: ch, term: w.info.Term, keep: seq, lastRemoved: lastRemoved}
-	if err := w.s.j.do(ctx, r); err != nil {
+	r := request{kind: reqTruncate, ch: ch, term: w.info.Term, keep: seq, lastRemoved: lastRemoved}
+	if _, err := w.s.j.submit(ctx, r); err != nil {
 		var fe *walimpls.FencedError
 		if errors.As(err, &fe) {
 			w.fencedBy.CompareAndSwap(0, fe.CurrentTerm)
@@ -169,9 +174,9 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 			return nil, errors.Wrapf(walimpls.ErrPositionGone, "local: read %s from %s: truncated up to %d", w.info, p, lr)
 		}
 	} else if p.IsLatest() {
-		ch.mu.RLock()
-		cursor = ch.lastSeq + 1
-		ch.mu.RUnlock()
+		// After the last message framed: with SyncNone it may have been
+		// acknowledged before it was published.
+		cursor = w.s.j.framedLastSeq(ch) + 1
 	} else {
 		cursor = ch.keep.Load()
 	}
