@@ -65,6 +65,10 @@
 // backend's read-ahead. Watermarks every WatermarkBytes bound what a reorder
 // buffer must hold; a scanner whose buffer still overflows (a writer that
 // is not streamwal) ends with ErrScannerBufferFull instead of dropping.
+// A catching-up scanner hands what a watermark releases to its own sender
+// goroutine and reads on while the reader takes it; what is released and
+// not yet taken counts against the same budget, and a tailing scanner reads
+// no further until it was taken.
 //
 // # Costs
 //

@@ -25,25 +25,35 @@ var errStopped = errors.New("scanner stopped")
 
 // scanner reads a channel's log from the backend (catch-up) or from the
 // write-ahead buffer (tailing), and turns it into data messages in strictly
-// increasing timetick order. Everything below run's loop is owned by the
-// scanner's goroutine.
+// increasing timetick order. Everything but the outbox is owned by run's
+// goroutine; run starts, stops and waits for the sender goroutine that
+// delivers what it releases (scansend.go).
 type scanner struct {
 	w    *wal
 	opt  ReadOption
-	kind map[message.Kind]bool
+	kind kindSet
 
 	out      chan message.Immutable
-	stop     chan struct{}
-	done     chan struct{}
+	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
+	// halt closes when the scanner must end: Close, the WAL closing, or
+	// run ending. One channel, so that the per-message selects of run
+	// and the sender lock two channels, not four (see haltErr for why).
+	halt     chan struct{}
+	haltOnce sync.Once
+	done     chan struct{}
 	err      error // set by run before done closes
 
 	// Source: a backend scanner while catching up, else the buffer cursor.
 	backend walimpls.Scanner
 	cursor  int64
-	pending []message.Immutable // copied from the buffer, not yet handled
+	pending []message.Immutable // copied from the buffer; pending[pendAt:] not yet handled
+	pendAt  int
 	resume  walimpls.DeliverPolicy
 	mode    string
+
+	// box takes released messages to the sender goroutine (scansend.go).
+	box *outbox
 
 	buf       *reorder.Buffer[message.Immutable]
 	join      *joiner
@@ -52,6 +62,9 @@ type scanner struct {
 	released  uint64 // highest watermark applied
 	delivered uint64 // timetick of the last data message delivered
 	bufBytes  int    // what the buffer gauge was last told
+	// released and resume are scratch slices reused at every watermark.
+	releasedScratch []reorder.Item[message.Immutable]
+	resumeScratch   []message.ID
 	// termBegins waiting to be delivered: right before the first released
 	// message of their term, so that nothing of a lower term follows them.
 	termBegins []message.Immutable
@@ -65,15 +78,16 @@ func newScanner(ctx context.Context, w *wal, opt ReadOption) (*scanner, error) {
 	s := &scanner{
 		w:    w,
 		opt:  opt,
-		kind: map[message.Kind]bool{},
+		halt: make(chan struct{}),
 		out:  make(chan message.Immutable),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 		buf:  reorder.New[message.Immutable](w.opts.ScannerBufferBytes),
 		join: newJoiner(),
+		box:  newOutbox(),
 	}
 	for _, k := range kinds {
-		s.kind[k] = true
+		s.kind = s.kind.with(k)
 	}
 	p := opt.DeliverPolicy.backend
 	if id, inclusive, ok := p.StartID(); ok {
@@ -124,6 +138,7 @@ func (s *scanner) Error() error {
 
 func (s *scanner) Close() error {
 	s.stopOnce.Do(func() { close(s.stop) })
+	s.haltNow()
 	<-s.done
 	s.w.forgetScanner(s)
 	return nil
@@ -142,142 +157,73 @@ func (s *scanner) abort() {
 func (s *scanner) run() {
 	defer close(s.done)
 	defer close(s.out)
-	defer func() {
-		if s.backend != nil {
-			_ = s.backend.Close()
-		}
-		s.setMode("")
-		s.w.m.scanBytes.Sub(float64(s.bufBytes))
+	// The WAL closing halts the scanner. AfterFunc's goroutine is waited
+	// for below if it started.
+	afterDone := make(chan struct{})
+	stopAfter := context.AfterFunc(s.w.ctx, func() {
+		defer close(afterDone)
+		s.haltNow()
+	})
+	senderDone := make(chan struct{})
+	go func() {
+		defer close(senderDone)
+		s.sendLoop()
 	}()
+	err := s.readLoop()
+	if err != nil && !errors.Is(err, errStopped) {
+		s.err = err
+		s.waitDelivered()
+	}
+	s.haltNow()
+	<-senderDone
+	if !stopAfter() {
+		<-afterDone
+	}
+	if s.backend != nil {
+		_ = s.backend.Close()
+	}
+	s.setMode("")
+	s.w.m.scanBytes.Sub(float64(s.bufBytes))
+	// Do not pin messages read but never delivered.
+	clear(s.pending)
+	s.box.clear()
+}
+
+// readLoop reads and orders the log until the scanner stops or fails.
+func (s *scanner) readLoop() error {
 	var last message.ID
 	for {
+		if err := s.waitRoom(); err != nil {
+			return err
+		}
 		m, err := s.next()
-		if err == nil {
-			if !last.IsZero() && !last.LT(m.ID()) {
-				// The backend delivered a position again: a duplicate.
-				s.w.m.dropped(dropDuplicate).Inc()
-				continue
-			}
-			last = m.ID()
-			err = s.handle(m)
-		}
 		if err != nil {
-			if !errors.Is(err, errStopped) {
-				s.err = err
-			}
-			return
+			return err
 		}
-	}
-}
-
-// next returns the next message of the log, switching between catch-up and
-// tailing as the write-ahead buffer allows.
-func (s *scanner) next() (message.Immutable, error) {
-	for {
-		if s.backend != nil {
-			select {
-			case m, ok := <-s.backend.Chan():
-				if !ok {
-					if err := s.backend.Error(); err != nil {
-						return message.Immutable{}, err
-					}
-					return message.Immutable{}, errors.Wrap(walimpls.ErrClosed, "backend scanner ended")
-				}
-				s.resume = walimpls.DeliverStartAfter(m.ID())
-				if err := s.tryTailing(m.ID()); err != nil {
-					return message.Immutable{}, err
-				}
-				return m, nil
-			case <-s.stop:
-				return message.Immutable{}, errStopped
-			case <-s.w.ctx.Done():
-				return message.Immutable{}, errors.Wrap(walimpls.ErrClosed, "wal closed")
-			}
-		}
-		if len(s.pending) > 0 {
-			m := s.pending[0]
-			s.pending = s.pending[1:]
-			s.resume = walimpls.DeliverStartAfter(m.ID())
-			return m, nil
-		}
-		msgs, evicted, wait, closed := s.w.wab.read(s.cursor, wabBatch)
-		switch {
-		case len(msgs) > 0:
-			s.cursor += int64(len(msgs))
-			s.pending = msgs
-			continue
-		case evicted || closed:
-			// Fell behind the buffer (or it stopped): read the backend
-			// again from where we are. A truncated position fails here
-			// with ErrPositionGone rather than skipping.
-			bs, err := s.w.impl.Read(s.w.ctx, walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: s.resume,
-				ReadAheadBytes: s.w.opts.ScannerBufferBytes / 4})
-			if err != nil {
-				return message.Immutable{}, err
-			}
-			s.backend = bs
-			s.setMode(modeCatchUp)
-			if evicted {
-				s.w.m.fallbacks.Inc()
-			}
+		if !last.IsZero() && !last.LT(m.ID()) {
+			// The source delivered a position again: a duplicate.
+			s.w.m.dropped(dropDuplicate).Inc()
 			continue
 		}
-		select {
-		case <-wait:
-		case <-s.stop:
-			return message.Immutable{}, errStopped
-		case <-s.w.ctx.Done():
-			return message.Immutable{}, errors.Wrap(walimpls.ErrClosed, "wal closed")
-		}
-	}
-}
-
-// tryTailing switches a catching-up scanner to the write-ahead buffer once
-// the buffer holds the message it just read. A scanner that reads the
-// backend as fast as the tail reader would otherwise race it for ever; so
-// when the buffer's window covers id but the tail reader has not pushed it
-// yet, the scanner waits for it.
-func (s *scanner) tryTailing(id message.ID) error {
-	for {
-		if s.w.wab.isClosed() {
-			return nil
-		}
-		if i, found := s.w.wab.find(id); found {
-			_ = s.backend.Close()
-			s.backend = nil
-			s.cursor = i + 1
-			s.setMode(modeTailing)
-			return nil
-		}
-		if !s.w.wab.behind(id) {
-			return nil
-		}
-		wait := s.w.wab.waitChanged()
-		// Look again after taking the channel, so a push in between is
-		// not missed.
-		if _, found := s.w.wab.find(id); found || !s.w.wab.behind(id) {
-			continue
-		}
-		select {
-		case <-wait:
-		case <-s.stop:
-			return errStopped
-		case <-s.w.ctx.Done():
-			return errors.Wrap(walimpls.ErrClosed, "wal closed")
+		last = m.ID()
+		e := parse(m)
+		err = s.handle(&e)
+		// Whatever this message released goes to the sender now.
+		s.box.flush()
+		if err != nil {
+			return err
 		}
 	}
 }
 
 // handle applies one log message to the scanner's state.
-func (s *scanner) handle(m message.Immutable) error {
+func (s *scanner) handle(e *logEntry) error {
+	m, term, tt, hasTT := e.m, e.term, e.tt, e.hasTT
 	if !s.started {
 		s.started = true
 		s.maxTerm = s.w.termBefore(m.ID())
 	}
-	// Parse the reserved properties once: they are strings in a map.
-	term, _ := m.Term()
-	tt, hasTT := m.TimeTick()
-	switch m.Kind() {
+	switch e.kind {
 	case message.KindTermBegin:
 		if term > s.maxTerm {
 			s.maxTerm = term
@@ -285,7 +231,7 @@ func (s *scanner) handle(m message.Immutable) error {
 				s.w.m.dropped(dropPartOrphan).Add(float64(n))
 			}
 		}
-		if s.kind[message.KindTermBegin] {
+		if s.kind.has(message.KindTermBegin) {
 			s.termBegins = append(s.termBegins, m)
 		}
 		return nil
@@ -296,28 +242,28 @@ func (s *scanner) handle(m message.Immutable) error {
 		if n := s.join.dropUpTo(tt, s.maxTerm); n > 0 {
 			s.w.m.dropped(dropPartOrphan).Add(float64(n))
 		}
-		released := s.buf.PopUpTo(tt)
-		resume := resumePositions(released, s.buf, m.ID())
+		released := s.buf.PopUpToAppend(s.releasedScratch[:0], tt)
+		resume := resumePositions(s.resumeScratch[:0], released, s.buf, m.ID())
+		// The scratch slices are kept for the next watermark, cleared so
+		// that they do not pin delivered messages.
+		defer func() {
+			clear(released)
+			s.releasedScratch, s.resumeScratch = released[:0], resume[:0]
+		}()
 		for i, it := range released {
 			// Parsing every released message's term was a sixth of a
 			// catch-up scan's CPU; only a waiting term-begin needs it.
 			if len(s.termBegins) > 0 {
 				t, _ := it.Value.Term()
-				if err := s.flushTermBegins(t); err != nil {
-					return err
-				}
+				s.flushTermBegins(t)
 			}
-			if err := s.deliver(it.Value, it.TimeTick, resume[i]); err != nil {
-				return err
-			}
+			s.deliver(it.Value, it.TimeTick, it.Size, resume[i])
 		}
-		if err := s.flushTermBegins(term); err != nil {
-			return err
-		}
+		s.flushTermBegins(term)
 		s.released = tt
-		s.updateBytes()
-		if s.kind[message.KindTimeTick] && s.passesTimeTick(tt) {
-			return s.send(m)
+		s.updateBytes(true)
+		if s.kind.has(message.KindTimeTick) && s.passesTimeTick(tt) {
+			s.emit(m, len(m.Payload())+64)
 		}
 		return nil
 	case message.KindPart:
@@ -331,14 +277,14 @@ func (s *scanner) handle(m message.Immutable) error {
 		case partMalformed:
 			s.w.m.dropped(dropPartOrphan).Inc()
 		case partCompleted:
-			return s.buffer(joined, tt)
+			return s.buffer(joined, tt, joined.Size())
 		}
 		return s.checkBudget()
 	case message.KindData:
 		if !s.admit(term, tt, hasTT) {
 			return nil
 		}
-		return s.buffer(m, tt)
+		return s.buffer(m, tt, e.size)
 	default:
 		// A kind this version does not know (a log written by a newer
 		// streamwal, or by something else): never delivered as data.
@@ -348,17 +294,14 @@ func (s *scanner) handle(m message.Immutable) error {
 }
 
 // flushTermBegins delivers the waiting term-begins of terms up to term.
-func (s *scanner) flushTermBegins(term int64) error {
+func (s *scanner) flushTermBegins(term int64) {
 	for len(s.termBegins) > 0 {
 		if t, _ := s.termBegins[0].Term(); t > term {
-			return nil
+			return
 		}
-		if err := s.send(s.termBegins[0]); err != nil {
-			return err
-		}
+		s.emit(s.termBegins[0], len(s.termBegins[0].Payload())+64)
 		s.termBegins = s.termBegins[1:]
 	}
-	return nil
 }
 
 // admit applies the log-level fence and drops messages that arrive after a
@@ -375,59 +318,70 @@ func (s *scanner) admit(term int64, tt uint64, hasTT bool) bool {
 	return true
 }
 
-// buffer holds a data message until a watermark releases it. Duplicates by
-// ID never reach it: run drops any message whose ID does not follow the
-// previous one's.
-func (s *scanner) buffer(m message.Immutable, tt uint64) error {
-	if _, err := s.buf.Push(reorder.Item[message.Immutable]{TimeTick: tt, Size: m.Size() + 64, Value: m}); err != nil {
+// buffer holds a data message (of size m.Size()) until a watermark releases
+// it. Duplicates by ID never reach it: the reader drops any message whose ID
+// does not follow the previous one's.
+func (s *scanner) buffer(m message.Immutable, tt uint64, size int) error {
+	if _, err := s.buf.Push(reorder.Item[message.Immutable]{TimeTick: tt, Size: size + 64, Value: m}); err != nil {
 		return errors.Wrapf(ErrScannerBufferFull, "%v", err)
 	}
 	return s.checkBudget()
 }
 
 func (s *scanner) checkBudget() error {
-	s.updateBytes()
+	s.updateBytes(false)
 	if total := s.buf.Bytes() + s.join.bytes; total > s.w.opts.ScannerBufferBytes && s.buf.Len()+len(s.join.partials) > 1 {
 		return errors.Wrapf(ErrScannerBufferFull, "%d bytes held, budget %d", total, s.w.opts.ScannerBufferBytes)
 	}
 	return nil
 }
 
-func (s *scanner) updateBytes() {
+// gaugeStep is how far the buffer may drift from what its gauge was told
+// before the gauge is updated between watermarks: an atomic update per
+// buffered message is shared by every scanner of the process.
+const gaugeStep = 256 << 10
+
+// updateBytes tells the buffer gauge what the buffer holds: always when
+// forced (at each watermark), else once it drifted by gaugeStep.
+func (s *scanner) updateBytes(force bool) {
 	b := s.buf.Bytes() + s.join.bytes
-	s.w.m.scanBytes.Add(float64(b - s.bufBytes))
-	s.bufBytes = b
+	if d := b - s.bufBytes; d != 0 && (force || d >= gaugeStep || d <= -gaugeStep) {
+		s.w.m.scanBytes.Add(float64(d))
+		s.bufBytes = b
+	}
 }
 
-// deliver sends a released data message if it passes the filter. A second
-// message with an already delivered timetick is a duplicate from a retry.
-func (s *scanner) deliver(m message.Immutable, tt uint64, resume message.ID) error {
+// deliver emits a released data message (counted as size bytes) if it
+// passes the filter. A second message with an already delivered timetick is
+// a duplicate from a retry.
+func (s *scanner) deliver(m message.Immutable, tt uint64, size int, resume message.ID) {
 	if tt <= s.delivered {
 		s.w.m.dropped(dropDuplicate).Inc()
-		return nil
+		return
 	}
 	s.delivered = tt
-	if !s.kind[message.KindData] || !s.passesTimeTick(tt) {
-		return nil
+	if !s.kind.has(message.KindData) || !s.passesTimeTick(tt) {
+		return
 	}
 	if vcs := s.opt.Filter.VChannels; len(vcs) > 0 && !slices.Contains(vcs, m.VChannel()) {
-		return nil
+		return
 	}
-	return s.send(m.WithLastConfirmed(resume))
+	s.emit(m.WithLastConfirmed(resume), size)
 }
 
 // resumePositions returns, for each released message, the position from
 // which a new scanner finds every message with a higher timetick: the
 // lowest ID among the messages released after it, those still buffered, and
 // the watermark that released them.
-func resumePositions(released []reorder.Item[message.Immutable], rest *reorder.Buffer[message.Immutable], watermark message.ID) []message.ID {
+// The positions are appended to dst.
+func resumePositions(dst []message.ID, released []reorder.Item[message.Immutable], rest *reorder.Buffer[message.Immutable], watermark message.ID) []message.ID {
 	low := watermark
 	rest.Each(func(it reorder.Item[message.Immutable]) {
 		if it.Value.ID().LT(low) {
 			low = it.Value.ID()
 		}
 	})
-	out := make([]message.ID, len(released))
+	out := slices.Grow(dst[:0], len(released))[:len(released)]
 	for i := len(released) - 1; i >= 0; i-- {
 		out[i] = low
 		if id := released[i].Value.ID(); id.LT(low) {
@@ -451,13 +405,32 @@ func (s *scanner) passesTimeTick(tt uint64) bool {
 	return true
 }
 
-func (s *scanner) send(m message.Immutable) error {
+// haltNow makes the scanner end.
+func (s *scanner) haltNow() { s.haltOnce.Do(func() { close(s.halt) }) }
+
+// haltErr is why the scanner halted: nothing after a user Close (nor when
+// run ended on its own: run set the error), ErrClosed when the WAL closed.
+func (s *scanner) haltErr() error {
 	select {
-	case s.out <- m:
-		return nil
 	case <-s.stop:
 		return errStopped
-	case <-s.w.ctx.Done():
+	default:
+	}
+	if s.w.ctx.Err() != nil {
 		return errors.Wrap(walimpls.ErrClosed, "wal closed")
 	}
+	return errStopped
 }
+
+// kindSet is a set of message kinds: a bit per kind, looked up per message
+// instead of a map.
+type kindSet uint32
+
+func (k kindSet) with(kind message.Kind) kindSet {
+	if kind >= 32 {
+		return k
+	}
+	return k | 1<<kind
+}
+
+func (k kindSet) has(kind message.Kind) bool { return kind < 32 && k&(1<<kind) != 0 }

@@ -10,20 +10,28 @@ import (
 // timeticks allocates the channel's timeticks and tracks the appends still in
 // flight, so that a watermark W is only written once every message with a
 // timetick below W has been acknowledged.
+//
+// Timeticks are handed out in increasing order under mu, so the appends a
+// watermark W must wait for are exactly those that began before W was
+// allocated: counting them is enough, no set of timeticks is kept (a map
+// insert and delete per append was a visible share of the append path).
 type timeticks struct {
 	alloc TimeTickAllocator
 
-	mu      sync.Mutex
-	last    uint64              // highest timetick handed out or recovered
-	pending map[uint64]struct{} // timeticks of appends in flight
-	changed chan struct{}       // closed and replaced when pending shrinks while waited on
+	mu   sync.Mutex
+	last uint64 // highest timetick handed out or recovered
+	// mark is the last watermark allocated; before counts the appends in
+	// flight with a timetick below it, after those above it.
+	mark          uint64
+	before, after int
+	changed       chan struct{} // closed and replaced when before reaches 0 while waited on
 	// waiting is set while a watermark holds changed: only then does end
 	// pay for a new channel, not on every append.
 	waiting bool
 }
 
 func newTimeticks(alloc TimeTickAllocator, floor uint64) *timeticks {
-	return &timeticks{alloc: alloc, last: floor, pending: map[uint64]struct{}{}, changed: make(chan struct{})}
+	return &timeticks{alloc: alloc, last: floor, changed: make(chan struct{})}
 }
 
 // next allocates a timetick above every earlier one. Assumes t.mu is held.
@@ -34,7 +42,7 @@ func (t *timeticks) nextLocked(raw uint64) uint64 {
 }
 
 // begin allocates the timetick of an append and marks it in flight; end must
-// follow.
+// follow, once, with the same timetick.
 func (t *timeticks) begin(ctx context.Context) (uint64, error) {
 	raw, err := t.alloc.Allocate(ctx)
 	if err != nil {
@@ -43,7 +51,7 @@ func (t *timeticks) begin(ctx context.Context) (uint64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tt := t.nextLocked(raw)
-	t.pending[tt] = struct{}{}
+	t.after++
 	return tt, nil
 }
 
@@ -51,8 +59,12 @@ func (t *timeticks) begin(ctx context.Context) (uint64, error) {
 func (t *timeticks) end(tt uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.pending, tt)
-	if t.waiting {
+	if tt > t.mark {
+		t.after--
+		return
+	}
+	t.before--
+	if t.before == 0 && t.waiting {
 		t.waiting = false
 		close(t.changed)
 		t.changed = make(chan struct{})
@@ -61,7 +73,9 @@ func (t *timeticks) end(tt uint64) {
 
 // watermark allocates a watermark timetick W and waits until no append
 // with a timetick below W is in flight. Appends that begin later get
-// timeticks above W.
+// timeticks above W. Watermarks are allocated one at a time (the WAL's
+// watermarkMu); one abandoned on a done ctx leaves its appends counted in
+// before, where the next watermark, above them too, waits for them.
 func (t *timeticks) watermark(ctx context.Context) (uint64, error) {
 	raw, err := t.alloc.Allocate(ctx)
 	if err != nil {
@@ -69,18 +83,10 @@ func (t *timeticks) watermark(ctx context.Context) (uint64, error) {
 	}
 	t.mu.Lock()
 	w := t.nextLocked(raw)
-	for {
-		blocked := false
-		for tt := range t.pending {
-			if tt < w {
-				blocked = true
-				break
-			}
-		}
-		if !blocked {
-			t.mu.Unlock()
-			return w, nil
-		}
+	t.mark = w
+	t.before += t.after
+	t.after = 0
+	for t.before > 0 {
 		wait := t.changed
 		t.waiting = true
 		t.mu.Unlock()
@@ -91,4 +97,6 @@ func (t *timeticks) watermark(ctx context.Context) (uint64, error) {
 		}
 		t.mu.Lock()
 	}
+	t.mu.Unlock()
+	return w, nil
 }

@@ -44,14 +44,31 @@ func newWriteAheadBuffer(budget int) *writeAheadBuffer {
 	return &writeAheadBuffer{budget: budget, changed: make(chan struct{})}
 }
 
-// push appends the next message of the log, evicting the oldest ones while
+// push appends the next messages of the log, evicting the oldest ones while
 // over budget (the newest is always kept), and returns the bytes buffered.
-func (b *writeAheadBuffer) push(m message.Immutable) int {
-	size := m.Size() + 64
+// The tail reader pushes what it read in batches: one lock and one wake-up
+// per batch.
+func (b *writeAheadBuffer) push(msgs ...message.Immutable) int {
+	if len(msgs) == 0 {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.bytes
+	}
+	// Sizes walk each message's properties: do it outside the lock.
+	var sizes [64]int
+	sz := sizes[:0]
+	if len(msgs) > len(sizes) {
+		sz = make([]int, 0, len(msgs))
+	}
+	for _, m := range msgs {
+		sz = append(sz, m.Size()+64)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.entries = append(b.entries, wabEntry{m: m, size: size})
-	b.bytes += size
+	for i, m := range msgs {
+		b.entries = append(b.entries, wabEntry{m: m, size: sz[i]})
+		b.bytes += sz[i]
+	}
 	for b.bytes > b.budget && b.head < len(b.entries)-1 {
 		b.bytes -= b.entries[b.head].size
 		b.entries[b.head] = wabEntry{}
@@ -64,8 +81,7 @@ func (b *writeAheadBuffer) push(m message.Immutable) int {
 		b.entries = b.entries[:n]
 		b.head = 0
 	}
-	// Waking costs a channel per message; only pay it when a scanner
-	// waits.
+	// Waking costs a channel per push; only pay it when a scanner waits.
 	if b.waiting && !b.closed {
 		b.waiting = false
 		close(b.changed)
@@ -88,6 +104,11 @@ func (b *writeAheadBuffer) close() {
 func (b *writeAheadBuffer) find(id message.ID) (int64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.findLocked(id)
+}
+
+// findLocked is find. Assumes b.mu is held.
+func (b *writeAheadBuffer) findLocked(id message.ID) (int64, bool) {
 	live := b.entries[b.head:]
 	lo, hi := 0, len(live)
 	for lo < hi {
@@ -112,34 +133,53 @@ func (b *writeAheadBuffer) find(id message.ID) (int64, bool) {
 // no longer buffered; wait is set when nothing is there yet; closed when the
 // buffer will not grow any more.
 func (b *writeAheadBuffer) read(i int64, max int) (msgs []message.Immutable, evicted bool, wait <-chan struct{}, closed bool) {
+	return b.readAppend(nil, i, max)
+}
+
+// readAppend is read appending to dst, so that a scanner reuses one slice
+// instead of allocating a copy per batch.
+func (b *writeAheadBuffer) readAppend(dst []message.Immutable, i int64, max int) (msgs []message.Immutable, evicted bool, wait <-chan struct{}, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if i < b.base {
-		return nil, true, nil, false
+		return dst, true, nil, false
 	}
 	live := b.entries[b.head:]
 	off := int(i - b.base)
 	if off >= len(live) {
 		if b.closed {
-			return nil, false, nil, true
+			return dst, false, nil, true
 		}
 		b.waiting = true
-		return nil, false, b.changed, false
+		return dst, false, b.changed, false
 	}
 	n := min(len(live)-off, max)
 	// A copy: the slots are zeroed and moved by later pushes.
-	msgs = make([]message.Immutable, n)
-	for j := range msgs {
-		msgs[j] = live[off+j].m
+	for _, e := range live[off : off+n] {
+		dst = append(dst, e.m)
 	}
-	return msgs, false, nil, false
+	return dst, false, nil, false
 }
 
-// behind reports whether the buffer's window started at or before id but
-// has not reached it yet: the tail reader is about to push it.
-func (b *writeAheadBuffer) behind(id message.ID) bool {
+// locate tells a catching-up scanner, under one lock, where id stands: at
+// index i (found), about to be pushed by the tail reader (behind, see
+// behind), or neither; closed when the buffer stopped growing.
+func (b *writeAheadBuffer) locate(id message.ID) (i int64, found, behind, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return 0, false, false, true
+	}
+	if i, found = b.findLocked(id); found {
+		return i, true, false, false
+	}
+	return 0, false, b.behindLocked(id), false
+}
+
+// behindLocked reports whether the buffer's window started at or before id
+// but has not reached it yet: the tail reader is about to push it. Assumes
+// b.mu is held.
+func (b *writeAheadBuffer) behindLocked(id message.ID) bool {
 	live := b.entries[b.head:]
 	if b.closed {
 		return false
@@ -160,11 +200,4 @@ func (b *writeAheadBuffer) waitChanged() <-chan struct{} {
 		b.waiting = true
 	}
 	return b.changed
-}
-
-// isClosed reports whether the buffer stopped growing.
-func (b *writeAheadBuffer) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
 }

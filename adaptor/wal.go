@@ -201,55 +201,98 @@ func (w *wal) startTail(s walimpls.Scanner) {
 	go w.tail(s)
 }
 
+// tailBatch bounds how many messages the tail reader takes from the backend
+// before it pushes them to the write-ahead buffer under one lock.
+const tailBatch = 64
+
 // tail owns the tail reader: it copies the log into the write-ahead buffer
 // and notices higher terms. When the backend scanner fails it reopens it
 // after the last message it copied.
+//
+// It takes what the backend has ready without blocking and pushes it as a
+// batch: one lock, one wake-up of tailing scanners and one gauge update per
+// batch instead of per message, on the append path of every WAL.
 func (w *wal) tail(s walimpls.Scanner) {
 	defer w.wg.Done()
 	defer w.wab.close()
 	var last message.ID
+	batch := make([]message.Immutable, 0, tailBatch)
 	for attempt := 0; ; {
+		var (
+			m      message.Immutable
+			ok     bool
+			closed bool
+		)
 		select {
-		case m, ok := <-s.Chan():
-			if ok {
-				attempt = 0
-				last = m.ID()
-				if m.Kind() == message.KindTermBegin {
-					t, _ := m.Term()
-					w.noteTermBegin(m.ID(), t)
-					if t > w.ch.Term && !w.opts.ReadOnly {
-						w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: t})
-					}
-				}
-				w.m.wabBytes.Set(float64(w.wab.push(m)))
-				continue
-			}
-			err := s.Error()
-			_ = s.Close()
-			if w.ctx.Err() != nil {
-				return
-			}
-			w.log.Warn("tail reader ended; restarting", "error", err, "after", last)
-			if last.IsZero() || errors.Is(err, walimpls.ErrPositionGone) || errors.Is(err, walimpls.ErrClosed) {
-				// Without a position to resume from, tailing scanners fall
-				// back to reading the backend themselves.
-				return
-			}
-			if w.opts.Retry.Wait(w.ctx, attempt) != nil {
-				return
-			}
-			attempt++
-			ns, rerr := w.impl.Read(w.ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartAfter(last)})
-			if rerr != nil {
-				w.log.Warn("tail reader restart failed", "error", rerr)
-				return
-			}
-			s = ns
+		case m, ok = <-s.Chan():
 		case <-w.ctx.Done():
+			closed = true
+		}
+		if closed {
 			_ = s.Close()
 			return
 		}
+		if ok {
+			attempt = 0
+			batch = append(batch[:0], m)
+			// Take what else is ready without blocking; a single-case
+			// select with a default is a cheap non-blocking receive.
+			for len(batch) < tailBatch {
+				select {
+				case m, ok = <-s.Chan():
+				default:
+					ok = false
+				}
+				if !ok {
+					break
+				}
+				batch = append(batch, m)
+			}
+			last = batch[len(batch)-1].ID()
+			w.tailed(batch)
+			clear(batch) // the buffer holds them now; do not pin them here
+			continue
+		}
+		err := s.Error()
+		_ = s.Close()
+		if w.ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("tail reader ended; restarting", "error", err, "after", last)
+		if last.IsZero() || errors.Is(err, walimpls.ErrPositionGone) || errors.Is(err, walimpls.ErrClosed) {
+			// Without a position to resume from, tailing scanners fall
+			// back to reading the backend themselves.
+			return
+		}
+		if w.opts.Retry.Wait(w.ctx, attempt) != nil {
+			return
+		}
+		attempt++
+		ns, rerr := w.impl.Read(w.ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartAfter(last)})
+		if rerr != nil {
+			w.log.Warn("tail reader restart failed", "error", rerr)
+			return
+		}
+		s = ns
 	}
+}
+
+// tailed handles a batch the tail reader read, in log order: term-begins
+// are noted (and may fence this WAL) before the batch reaches the buffer, so
+// a scanner that reads a message there already knows every term-begin
+// before it.
+func (w *wal) tailed(batch []message.Immutable) {
+	for _, m := range batch {
+		if m.Kind() != message.KindTermBegin {
+			continue
+		}
+		t, _ := m.Term()
+		w.noteTermBegin(m.ID(), t)
+		if t > w.ch.Term && !w.opts.ReadOnly {
+			w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: t})
+		}
+	}
+	w.m.wabBytes.Set(float64(w.wab.push(batch...)))
 }
 
 // termBegin is where a term began in the log.
@@ -368,8 +411,9 @@ func (w *wal) Append(ctx context.Context, m message.Message) (AppendResult, erro
 		return AppendResult{}, err
 	}
 	defer w.releaseSlot()
-	res, err := w.appendOne(ctx, m)
-	w.m.observe(start, m.Size(), err)
+	size := m.Size()
+	res, err := w.appendOne(ctx, m, size)
+	w.m.observe(start, size, err)
 	return res, err
 }
 
@@ -395,14 +439,15 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		defer w.wg.Done()
 		actx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(w.ctx, cancel)
-		res, err := w.appendOne(actx, m)
+		size := m.Size()
+		res, err := w.appendOne(actx, m, size)
 		stop()
 		cancel()
 		if err != nil && ctx.Err() == nil && w.ctx.Err() != nil {
 			err = errors.Wrapf(walimpls.ErrClosed, "adaptor: append to %s: %v", w.ch.Name, err)
 		}
 		w.releaseSlot()
-		w.m.observe(start, m.Size(), err)
+		w.m.observe(start, size, err)
 		cb(res, err)
 	}()
 }
@@ -427,10 +472,11 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]Append
 	return results, nil
 }
 
-// appendOne stamps m with the term and a timetick, splits it when it is
-// above the part size, and appends it with retries.
-func (w *wal) appendOne(ctx context.Context, m message.Message) (AppendResult, error) {
-	if size := m.Size(); size > w.opts.MaxMessageBytes {
+// appendOne stamps m (of m.Size() size: walking the properties is not
+// free, so it is measured once) with the term and a timetick, splits it
+// when it is above the part size, and appends it with retries.
+func (w *wal) appendOne(ctx context.Context, m message.Message, size int) (AppendResult, error) {
+	if size > w.opts.MaxMessageBytes {
 		return AppendResult{}, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.opts.MaxMessageBytes},
 			"adaptor: append to %s", w.ch.Name)
 	}
@@ -443,8 +489,9 @@ func (w *wal) appendOne(ctx context.Context, m message.Message) (AppendResult, e
 	}
 	defer w.ticks.end(tt)
 	msg := m.Stamp(message.KindData, w.ch.Term, tt)
+	msgSize := msg.Size()
 	var id message.ID
-	if w.partBytes > 0 && msg.Size() > w.partBytes {
+	if w.partBytes > 0 && msgSize > w.partBytes {
 		parts, err := splitMessage(msg, w.partBytes)
 		if err != nil {
 			return AppendResult{}, errors.Wrapf(walimpls.ErrTooLarge, "adaptor: append to %s: %v", w.ch.Name, err)
@@ -461,7 +508,7 @@ func (w *wal) appendOne(ctx context.Context, m message.Message) (AppendResult, e
 	} else if id, err = w.appendRetry(ctx, msg); err != nil {
 		return AppendResult{}, err
 	}
-	w.noteWritten(msg.Size())
+	w.noteWritten(msgSize)
 	return AppendResult{ID: id, TimeTick: tt}, nil
 }
 

@@ -81,7 +81,17 @@ func (b *Buffer[T]) PopUpTo(watermark uint64) []Item[T] {
 	if m, ok := b.MinTimeTick(); !ok || m > watermark {
 		return nil
 	}
-	out := make([]Item[T], 0, b.Len())
+	return b.PopUpToAppend(make([]Item[T], 0, b.Len()), watermark)
+}
+
+// PopUpToAppend is PopUpTo appending to dst, so that an owner releasing at
+// every watermark can reuse one slice instead of allocating one per
+// watermark.
+func (b *Buffer[T]) PopUpToAppend(dst []Item[T], watermark uint64) []Item[T] {
+	out := dst
+	if m, ok := b.MinTimeTick(); !ok || m > watermark {
+		return out
+	}
 	for {
 		fromRun := b.runHd < len(b.run) && b.run[b.runHd].TimeTick <= watermark
 		fromHeap := len(b.h) > 0 && b.h[0].TimeTick <= watermark

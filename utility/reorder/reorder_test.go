@@ -118,3 +118,18 @@ func TestRunAndHeapMerge(t *testing.T) {
 	added, _ = b.Push(item(1, "", 1))
 	require.True(t, added)
 }
+
+func TestPopUpToAppendReusesTheSlice(t *testing.T) {
+	b := reorder.New[string](0)
+	for _, it := range []reorder.Item[string]{item(3, "c", 1), item(1, "a", 1), item(2, "b", 1)} {
+		_, err := b.Push(it)
+		require.NoError(t, err)
+	}
+	dst := make([]reorder.Item[string], 0, 8)
+	got := b.PopUpToAppend(dst, 2)
+	require.Equal(t, []string{"a", "b"}, values(got))
+	require.Equal(t, &dst[:1][0], &got[0], "appended to dst's array")
+	require.Empty(t, b.PopUpToAppend(got[:0], 2), "nothing left at or below the watermark")
+	require.Equal(t, []string{"c"}, values(b.PopUpToAppend(got[:0], 3)))
+	require.Zero(t, b.Len())
+}

@@ -1,0 +1,161 @@
+package adaptor
+
+import (
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Reading: the source of a scanner (the backend while catching up, the
+// write-ahead buffer while tailing), and the parsing of each message's
+// reserved properties, once.
+
+// logEntry is a message read from the log with its reserved properties
+// parsed: they are strings in a map, and parsing them is most of what
+// ordering a message costs.
+type logEntry struct {
+	m     message.Immutable
+	kind  message.Kind
+	term  int64
+	tt    uint64
+	hasTT bool
+	size  int // m.Size(), for data messages only
+}
+
+// parse reads m's reserved properties.
+func parse(m message.Immutable) logEntry {
+	e := logEntry{m: m, kind: m.Kind()}
+	e.term, _ = m.Term()
+	e.tt, e.hasTT = m.TimeTick()
+	if e.kind == message.KindData {
+		e.size = m.Size()
+	}
+	return e
+}
+
+// next returns the next message of the log, switching between catch-up and
+// tailing as the write-ahead buffer allows.
+func (s *scanner) next() (message.Immutable, error) {
+	for {
+		if s.backend != nil {
+			m, ok, err := s.receive()
+			if err != nil {
+				return message.Immutable{}, err
+			}
+			if !ok {
+				if err := s.backend.Error(); err != nil {
+					return message.Immutable{}, err
+				}
+				return message.Immutable{}, errors.Wrap(walimpls.ErrClosed, "backend scanner ended")
+			}
+			s.resume = walimpls.DeliverStartAfter(m.ID())
+			if err := s.tryTailing(m.ID()); err != nil {
+				return message.Immutable{}, err
+			}
+			return m, nil
+		}
+		if s.pendAt < len(s.pending) {
+			m := s.pending[s.pendAt]
+			s.pending[s.pendAt] = message.Immutable{}
+			s.pendAt++
+			s.resume = walimpls.DeliverStartAfter(m.ID())
+			return m, nil
+		}
+		msgs, evicted, wait, closed := s.w.wab.readAppend(s.pending[:0], s.cursor, wabBatch)
+		s.pending, s.pendAt = msgs, 0
+		switch {
+		case len(msgs) > 0:
+			s.cursor += int64(len(msgs))
+			continue
+		case evicted || closed:
+			// Fell behind the buffer (or it stopped): read the backend
+			// again from where we are. A truncated position fails here
+			// with ErrPositionGone rather than skipping.
+			bs, err := s.w.impl.Read(s.w.ctx, walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: s.resume,
+				ReadAheadBytes: s.w.opts.ScannerBufferBytes / 4})
+			if err != nil {
+				return message.Immutable{}, err
+			}
+			s.backend = bs
+			s.setMode(modeCatchUp)
+			if evicted {
+				s.w.m.fallbacks.Inc()
+			}
+			continue
+		}
+		select {
+		case <-wait:
+		case <-s.halt:
+			return message.Immutable{}, s.haltErr()
+		}
+	}
+}
+
+// receive takes the next message from the backend scanner. A message that
+// is ready is taken with a non-blocking receive (a single-case select with a
+// default): a three-way select locks all three channels, a visible share of
+// a catch-up scan's CPU. Stopping is checked first, the same way, so that a
+// backend that always has a message ready cannot keep a stopped scanner
+// running.
+func (s *scanner) receive() (m message.Immutable, ok bool, err error) {
+	if err := s.stopping(); err != nil {
+		return message.Immutable{}, false, err
+	}
+	select {
+	case m, ok = <-s.backend.Chan():
+		return m, ok, nil
+	default:
+	}
+	select {
+	case m, ok = <-s.backend.Chan():
+		return m, ok, nil
+	case <-s.halt:
+		return message.Immutable{}, false, s.haltErr()
+	}
+}
+
+// stopping returns why the scanner must stop, if it must, without blocking.
+func (s *scanner) stopping() error {
+	select {
+	case <-s.halt:
+		return s.haltErr()
+	default:
+		return nil
+	}
+}
+
+// tryTailing switches a catching-up scanner to the write-ahead buffer once
+// the buffer holds the message it just read. A scanner that reads the
+// backend as fast as the tail reader would otherwise race it for ever; so
+// when the buffer's window covers id but the tail reader has not pushed it
+// yet, the scanner waits for it.
+func (s *scanner) tryTailing(id message.ID) error {
+	for {
+		// One lock per message read from the backend, not three.
+		i, found, behind, closed := s.w.wab.locate(id)
+		switch {
+		case closed:
+			return nil
+		case found:
+			_ = s.backend.Close()
+			s.backend = nil
+			s.cursor = i + 1
+			s.setMode(modeTailing)
+			return nil
+		case !behind:
+			return nil
+		}
+		wait := s.w.wab.waitChanged()
+		// Look again after taking the channel, so a push in between is
+		// not missed.
+		if _, found, behind, _ := s.w.wab.locate(id); found || !behind {
+			continue
+		}
+		select {
+		case <-wait:
+		case <-s.halt:
+			return s.haltErr()
+		}
+	}
+}
