@@ -21,7 +21,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,6 +174,9 @@ func RunTakeover(t *testing.T, a, b walimpls.Opener, opts TakeoverOptions) Takeo
 		err = next.mgr.Open(octx, ch(term+1))
 		returned := time.Now()
 		cancel()
+		if err != nil {
+			dumpState(t, nodes[:], opts.Channel)
+		}
 		require.NoError(t, err, "takeover %d: node %s opens term %d", i, next.name, term+1)
 		res.Durations = append(res.Durations, returned.Sub(start))
 
@@ -259,6 +264,19 @@ func newNode(t *testing.T, name string, backend walimpls.Opener, opts TakeoverOp
 	mgr, err := walmanager.New(open, walmanager.Options{CloseGracePeriod: opts.Timeout, Logger: opts.WAL.Logger})
 	require.NoError(t, err)
 	return &node{name: name, backend: backend, mgr: mgr}
+}
+
+// dumpState logs what a failed wait leaves behind: each node's view of the
+// channel and every goroutine's stack, which shows where an open is stuck.
+func dumpState(t *testing.T, nodes []*node, channel string) {
+	t.Helper()
+	for _, n := range nodes {
+		st, ok := statusOf(n.mgr, channel)
+		t.Logf("node %s: status %+v (known %v)", n.name, st, ok)
+	}
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	t.Logf("goroutines:\n%s", b.String())
 }
 
 func statusOf(m *walmanager.Manager, name string) (walmanager.ChannelStatus, bool) {
