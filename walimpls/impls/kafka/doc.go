@@ -38,6 +38,13 @@
 // v4), whose one-round-trip-cheaper path let franz-go v1.22.3 end a
 // transaction with an abort while reporting its commit as done: an
 // acknowledged record lost (see pre890p2Versions and TestFreshWritersCommit).
+// On the older path the same version sometimes returns from a commit without
+// sending EndTxn at all (again the first transaction of a fresh client): the
+// records stay in an open transaction that the broker aborts on timeout, and
+// read_committed readers stall behind it. The writer counts the EndTxn
+// requests its client writes; when a commit wrote none it sends the EndTxn
+// itself and replaces the client, whose idea of the partitions in the
+// transaction is then wrong (see txnWriter.commit1); it logs a warning.
 //
 // With DisableTransactions, appends go straight to an idempotent producer,
 // which batches concurrent appends itself. It cannot be fenced, and the

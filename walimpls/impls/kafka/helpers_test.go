@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
 	"github.com/streamwal/streamwal/message"
@@ -81,4 +83,39 @@ func seq(t testing.TB, id message.ID) int64 {
 	s, err := message.SeqOf(Name, id)
 	require.NoError(t, err)
 	return s
+}
+
+// logPartitionDump logs the log partition's bounds (log start, last stable
+// offset, high watermark), the producers the broker holds open state for,
+// and every record from offset from on, control records included: what a
+// failed read_committed test needs to tell a stuck transaction from a lost
+// record.
+func logPartitionDump(t testing.TB, cfg Config, topic string, from int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.SeedBrokers...), kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {logPartition: kgo.NewOffset().At(from)}}))
+	if err != nil {
+		t.Logf("dump: %v", err)
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	start, hwm, err := listBounds(ctx, adm, topic, logPartition, false)
+	_, lso, err2 := listBounds(ctx, adm, topic, logPartition, true)
+	t.Logf("dump %s/%d: log start %d, last stable %d, high watermark %d (%v, %v)", topic, logPartition, start, lso, hwm, err, err2)
+	if ps, err := adm.DescribeProducers(ctx, kadm.TopicsSet{topic: {logPartition: {}}}); err != nil {
+		t.Logf("dump: describe producers: %v", err)
+	} else {
+		ps.EachProducer(func(p kadm.DescribedProducer) {
+			t.Logf("dump: producer %d epoch %d, open transaction from offset %d", p.ProducerID, p.ProducerEpoch, p.CurrentTxnStartOffset)
+		})
+	}
+	for ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			t.Logf("offset %d control=%v producer %d epoch %d key %x value %q headers %v",
+				r.Offset, r.Attrs.IsControl(), r.ProducerID, r.ProducerEpoch, r.Key, r.Value, r.Headers)
+		})
+	}
 }

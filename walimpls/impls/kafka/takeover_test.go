@@ -13,5 +13,10 @@ func TestTwoNodeTakeover(t *testing.T) {
 	c := newCluster(t)
 	cfg := testConfig(c)
 	a, b := newOpener(t, cfg), newOpener(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logPartitionDump(t, cfg, a.cfg.topicName("takeover"), 0)
+		}
+	})
 	walmanagertest.RunTakeover(t, a, b, walmanagertest.TakeoverOptions{Backend: "kafka"})
 }

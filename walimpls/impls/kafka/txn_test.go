@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -47,31 +46,11 @@ func TestFreshWritersCommit(t *testing.T) {
 		case m := <-s.Chan():
 			got = append(got, m.ID())
 		case <-ctx.Done():
-			logPartitionDump(t, cfg, o.cfg.topicName(name))
+			logPartitionDump(t, cfg, o.cfg.topicName(name), 0)
 			require.FailNowf(t, "acknowledged records missing", "read %d of %d\nacknowledged: %v\nread: %v", len(got), len(acked), acked, got)
 		}
 	}
 	for i := range acked {
 		require.Truef(t, acked[i].EQ(got[i]), "record %d: read %s, acknowledged %s", i, got[i], acked[i])
-	}
-}
-
-// logPartitionDump logs every record of the log partition, control records
-// and aborted ones included, to show what happened to a missing record.
-func logPartitionDump(t *testing.T, cfg Config, topic string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.SeedBrokers...), kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
-		kgo.KeepControlRecords(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {logPartition: kgo.NewOffset().AtStart()}}))
-	if err != nil {
-		t.Logf("dump: %v", err)
-		return
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			t.Logf("offset %d control=%v producer %d epoch %d key %x value %q",
-				r.Offset, r.Attrs.IsControl(), r.ProducerID, r.ProducerEpoch, r.Key, r.Value)
-		})
 	}
 }

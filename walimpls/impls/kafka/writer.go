@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -47,8 +48,21 @@ type txnWriter struct {
 	fenced   atomic.Pointer[error]
 	stopOnce sync.Once
 
+	// endTxnWrites counts the EndTxn requests the client wrote (see
+	// commitAttempt).
+	endTxnWrites atomic.Int64
+
 	// owned by run
 	cl *kgo.Client
+}
+
+// countEndTxn is a franz-go hook that counts written EndTxn requests.
+type countEndTxn struct{ n *atomic.Int64 }
+
+func (h countEndTxn) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.EndTxn) && err == nil {
+		h.n.Add(1)
+	}
 }
 
 // newTxnWriter fences lower terms and starts the writer: it creates the
@@ -85,6 +99,7 @@ func (tw *txnWriter) newClient() (*kgo.Client, error) {
 		kgo.ProducerBatchMaxBytes(int32(w.limit)),
 		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
 		kgo.MaxVersions(pre890p2Versions()),
+		kgo.WithHooks(countEndTxn{&tw.endTxnWrites}),
 	)
 	opts = append(opts, cfg.ClientOptions...)
 	cl, err := kgo.NewClient(opts...)
@@ -288,7 +303,7 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 	}
 	committing := first == nil
 	if committing {
-		if first = tw.cl.EndTransaction(tw.ctx, kgo.TryCommit); first == nil {
+		if first = tw.commit1(); first == nil {
 			for _, r := range live {
 				r.res <- appendRes{off: r.rec.Offset}
 			}
@@ -304,6 +319,46 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 		return
 	}
 	tw.fail(live, first, committing)
+}
+
+// commit1 commits the open transaction, whose records were all produced.
+//
+// franz-go v1.22.3 sometimes returns nil from EndTransaction(TryCommit)
+// without writing any EndTxn request (seen on the first transaction of a
+// fresh client, under load): it believes no partition was added to the
+// transaction. The records then sit in a transaction the broker aborts when
+// it times out, after the WAL acknowledged them, and read_committed readers
+// stall behind it until then. The hook counts the EndTxn requests the
+// client writes; when the commit wrote none, commit1 sends the EndTxn
+// itself and replaces the client. Owned by run.
+func (tw *txnWriter) commit1() error {
+	before := tw.endTxnWrites.Load()
+	if err := tw.cl.EndTransaction(tw.ctx, kgo.TryCommit); err != nil {
+		return err
+	}
+	if tw.endTxnWrites.Load() != before {
+		return nil
+	}
+	tw.w.log.Warn("the Kafka client skipped a commit; sending EndTxn itself and replacing the client")
+	// The client's view of which partitions are in a transaction is wrong
+	// now, and a later transaction would inherit it (a produce without
+	// AddPartitionsToTxn); the next batch acquires a new client.
+	defer tw.dropClient()
+	id, epoch, err := tw.cl.ProducerID(tw.ctx)
+	if err != nil {
+		return errors.Wrap(err, "kafka: commit skipped by the client: producer id")
+	}
+	req := kmsg.NewPtrEndTxnRequest()
+	req.TransactionalID = tw.w.o.cfg.transactionalID(tw.w.ch.Name)
+	req.ProducerID, req.ProducerEpoch, req.Commit = id, epoch, true
+	resp, err := req.RequestWith(tw.ctx, tw.cl)
+	if err != nil {
+		return errors.Wrap(err, "kafka: commit skipped by the client: EndTxn")
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return errors.Wrap(err, "kafka: commit skipped by the client: EndTxn")
+	}
+	return nil
 }
 
 // producerStateLost reports produce errors after which the broker no longer
