@@ -169,8 +169,7 @@ func (s *scanner) run() {
 		defer close(senderDone)
 		s.sendLoop()
 	}()
-	err := s.readLoop()
-	if err != nil && !errors.Is(err, errStopped) {
+	if err := s.readLoop(); !errors.Is(err, errStopped) {
 		s.err = err
 		s.waitDelivered()
 	}
@@ -189,7 +188,8 @@ func (s *scanner) run() {
 	s.box.clear()
 }
 
-// readLoop reads and orders the log until the scanner stops or fails.
+// readLoop reads and orders the log until the scanner stops (errStopped) or
+// fails.
 func (s *scanner) readLoop() error {
 	var last message.ID
 	for {
