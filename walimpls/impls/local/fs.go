@@ -140,6 +140,15 @@ func (f osFile) Sync() error {
 	}
 }
 
+// sequentialAdviser is a File that can be told it will be read from start
+// to end.
+type sequentialAdviser interface{ adviseSequential() }
+
+// adviseSequential is posix_fadvise(SEQUENTIAL): the kernel doubles its
+// read-ahead window on this open file, shared by every scanner and the
+// journal, which only writes. A hint, so a failure is ignored.
+func (f osFile) adviseSequential() { _ = unix.Fadvise(int(f.f.Fd()), 0, 0, unix.FADV_SEQUENTIAL) }
+
 func (f osFile) Size() (int64, error) {
 	st, err := f.f.Stat()
 	if err != nil {

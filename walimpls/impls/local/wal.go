@@ -3,12 +3,12 @@ package local
 import (
 	"context"
 	"sort"
-	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -22,14 +22,13 @@ type wal struct {
 	closed   atomic.Bool
 	fencedBy atomic.Int64 // the term that fenced this writer, 0 if none
 
-	mu       sync.Mutex // guards scanners
-	scanners map[*scanner]struct{}
+	scanners lifecycle.Group[*scanner]
 }
 
 var _ walimpls.WALImpl = (*wal)(nil)
 
 func newWAL(o *Opener, ch *channel, info walimpls.Channel) *wal {
-	w := &wal{o: o, s: o.s, ch: ch, info: info, scanners: map[*scanner]struct{}{}}
+	w := &wal{o: o, s: o.s, ch: ch, info: info}
 	if info.Mode == walimpls.ReadWrite {
 		ch.mu.Lock()
 		if ch.term > info.Term {
@@ -185,13 +184,9 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		budget = w.s.cfg.ReadAheadBytes
 	}
 	sc := newScanner(w, opt.Name, cursor, budget)
-	w.mu.Lock()
-	if w.closed.Load() {
-		w.mu.Unlock()
+	if !w.scanners.Add(sc) {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "local: read %s", w.info)
 	}
-	w.scanners[sc] = struct{}{}
-	w.mu.Unlock()
 	go sc.run()
 	return sc, nil
 }
@@ -199,20 +194,10 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 // Close implements walimpls.WALImpl: it ends the WAL's scanners and waits
 // for them. Idempotent.
 func (w *wal) Close() error {
-	w.mu.Lock()
 	if w.closed.Swap(true) {
-		w.mu.Unlock()
 		return nil
 	}
-	scanners := w.scanners
-	w.scanners = nil
-	w.mu.Unlock()
-	for sc := range scanners {
-		sc.stopWith(errors.Wrapf(walimpls.ErrClosed, "local: %s closed", w.info))
-	}
-	for sc := range scanners {
-		<-sc.done
-	}
+	w.scanners.StopAll(errors.Wrapf(walimpls.ErrClosed, "local: %s closed", w.info))
 	if w.info.Mode == walimpls.ReadWrite {
 		w.ch.mu.Lock()
 		delete(w.ch.writers, w)
@@ -220,10 +205,4 @@ func (w *wal) Close() error {
 	}
 	w.o.forget(w)
 	return nil
-}
-
-func (w *wal) forget(sc *scanner) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.scanners, sc)
 }
