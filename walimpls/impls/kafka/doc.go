@@ -44,7 +44,7 @@
 // read_committed readers stall behind it. The writer counts the EndTxn
 // requests its client writes; when a commit wrote none it sends the EndTxn
 // itself and replaces the client, whose idea of the partitions in the
-// transaction is then wrong (see txnWriter.commit1); it logs a warning.
+// transaction is then wrong (see txnWriter.commitOpenTxn); it logs a warning.
 //
 // With DisableTransactions, appends go straight to an idempotent producer,
 // which batches concurrent appends itself. It cannot be fenced, and the

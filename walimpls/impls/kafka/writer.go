@@ -303,7 +303,7 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 	}
 	committing := first == nil
 	if committing {
-		if first = tw.commit1(); first == nil {
+		if first = tw.commitOpenTxn(); first == nil {
 			for _, r := range live {
 				r.res <- appendRes{off: r.rec.Offset}
 			}
@@ -321,17 +321,17 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 	tw.fail(live, first, committing)
 }
 
-// commit1 commits the open transaction, whose records were all produced.
+// commitOpenTxn commits the open transaction, whose records were all produced.
 //
 // franz-go v1.22.3 sometimes returns nil from EndTransaction(TryCommit)
 // without writing any EndTxn request (seen on the first transaction of a
-// fresh client, under load): it believes no partition was added to the
-// transaction. The records then sit in a transaction the broker aborts when
+// fresh client, under load): its record of which partitions joined the
+// transaction goes wrong. The records then sit in a transaction the broker aborts when
 // it times out, after the WAL acknowledged them, and read_committed readers
 // stall behind it until then. The hook counts the EndTxn requests the
-// client writes; when the commit wrote none, commit1 sends the EndTxn
+// client writes; when the commit wrote none, commitOpenTxn sends the EndTxn
 // itself and replaces the client. Owned by run.
-func (tw *txnWriter) commit1() error {
+func (tw *txnWriter) commitOpenTxn() error {
 	before := tw.endTxnWrites.Load()
 	if err := tw.cl.EndTransaction(tw.ctx, kgo.TryCommit); err != nil {
 		return err
