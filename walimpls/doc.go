@@ -7,41 +7,110 @@
 // large messages, retries and metrics live in the layers above (the adaptor),
 // so every backend stays small. Backends classify errors; they do not retry.
 //
-// # What every backend promises
+// This is version 2 of the contract. Every promise below is checked by the
+// conformance suite in walimplstest; a backend that passes all of it works.
 //
-// These promises are checked by the conformance suite in walimplstest; a
-// backend that passes all of it works.
+// # Storing and reading
 //
 //   - IDs returned by sequential appends of one writer strictly increase, also
-//     across a Close and a reopen at a higher term. IDs are unique within a
-//     channel.
+//     across a Close and a reopen at the same or a higher term. IDs are unique
+//     within a channel.
 //   - Every acknowledged append is read back byte for byte (payload and every
 //     property, reserved ones included) by every reader started before or after
 //     it, until it is truncated.
-//   - Scanners deliver messages in ID order.
-//   - A start position that has been truncated gives ErrPositionGone, from Read
-//     or later from the scanner's Error; never a silent skip.
-//   - A backend that declares Capabilities.Fencing stops a writer with a lower
-//     term as soon as a higher term opens the channel: its appends fail with an
-//     error matching ErrFenced, and opening with a term lower than the highest
-//     one seen fails with ErrFenced too.
-//   - Bad input (an invalid Channel, a message above the declared limit, a
-//     corrupt ID string, use after Close, a write in read-only mode) is an
-//     error matching the sentinels below. Nothing panics.
+//   - Scanners deliver messages in ID order, without gaps.
+//   - Last returns the ID of the last message stored: every append
+//     acknowledged before the call has an ID at or below it. It is the zero ID
+//     only for a channel that never held a message (Truncate always keeps the
+//     last message).
+//
+// # Terms and fencing
+//
+// A backend that declares Capabilities.Fencing stops stale writers itself:
+//
+//   - A ReadWrite open at term T succeeds when T is at least the channel's
+//     highest term. From the moment it returns, every other ReadWrite WAL of
+//     the channel opened earlier with a term ≤ T is fenced: lower terms, and
+//     at the same term every earlier open. The later claim wins, on every
+//     backend: a node that restarts with the term it held takes its channel
+//     back from its own previous incarnation, which nobody could otherwise
+//     stop. One term has one writer at a time.
+//   - A ReadWrite open below the channel's highest term fails with an error
+//     matching ErrFenced and changes nothing: it stores nothing and fences
+//     nobody.
+//   - A fenced WAL's Append and Truncate fail with an error matching
+//     ErrFenced (a *FencedError) and store or remove nothing; so does every
+//     later call. Its scanners and Last keep working: a stale owner may
+//     still read.
+//   - ReadOnly opens fence nobody, whatever their term.
+//
+// A backend without fencing (Capabilities.Fencing false) accepts every open
+// and every append; readers are then protected by the adaptor's log-level
+// fence alone (a term-begin message in the log).
+//
+// # Outcomes of a failed Append
+//
+// An Append that returns nil stored its message. An Append that returns an
+// error either certainly stored nothing — NotStored(err) reports true — or
+// has an unknown outcome: the message may have been stored and may be read
+// later (a cancelled context, a dropped connection, a fence that raced a
+// write in flight, ErrClosed from a Close during the call). NotStored is true
+// for ErrTooLarge, ErrReadOnly, ErrInvalidChannel, ErrInvalidPosition,
+// ErrInvalidConfig, and for every error a backend marked with MarkNotStored
+// because it refused the message before handing it to storage (an append on
+// a WAL already closed or fenced, a context already done). Retrying an
+// append of unknown outcome may store it twice; the layers above make that
+// harmless (the adaptor drops a retried duplicate by its timetick) or
+// resolve it by reading (see the adaptor's documentation).
 //
 // # Positions
 //
 // A read starts at the first message whose ID is at or after the position
-// (StartFrom) or strictly after it (StartAfter). A position beyond the end of
-// the log is allowed: the scanner waits and delivers the first message stored
-// at or after it. Truncate(id) removes every message before id and keeps id
-// itself; truncating beyond the last stored message is an ErrInvalidPosition
-// error and removes nothing. DeliverAll starts at the first message still
-// kept; DeliverLatest delivers only messages appended after Read returned.
+// (StartFrom) or strictly after it (StartAfter). DeliverAll starts at the
+// first message still kept; DeliverLatest delivers exactly the messages
+// appended after Read returned (an append that starts after Read returned
+// is delivered).
 //
-// # Context
+// Truncate(id) removes every message before id and keeps id itself. Its
+// boundaries are exact:
 //
-// The context of Open, Append, Truncate and Read bounds that call only. A
-// cancelled Append may or may not have been stored: the caller learns which by
-// reading. A Scanner lives until Close or until it fails.
+//   - id must be at or before the last stored message; beyond it — one past
+//     the end included — Truncate is an ErrInvalidPosition error and removes
+//     nothing. Truncating to or below the current first message is a no-op.
+//   - After Truncate(id), StartFrom(p) is ErrPositionGone for every removed
+//     p, and StartAfter(p) is ErrPositionGone for p below the last removed
+//     message. StartAfter(the last removed message) is valid: it starts at
+//     id, the first message kept.
+//   - A scanner started beyond the end (a position no message has reached
+//     yet) waits and delivers only messages at or after its position.
+//   - A scanner that a truncation overtakes (its next message was removed)
+//     may still deliver what it had read ahead, at most its read-ahead
+//     budget, and then ends with ErrPositionGone. It never skips: after a
+//     removed message it delivers nothing else.
+//
+// A start position that has been truncated gives ErrPositionGone, from Read
+// or from the scanner's Error before it delivers anything; never a silent
+// skip.
+//
+// # Inputs
+//
+//   - Channel names are 1 to MaxChannelNameLen bytes of [A-Za-z0-9._-] and
+//     are case-sensitive: "Orders" and "orders" are independent channels.
+//   - Message.Size counts the payload and every property key and value. A
+//     message of exactly Capabilities.MaxMessageBytes is accepted, one byte
+//     more is ErrTooLarge, whether the bytes are payload or properties.
+//   - Opener.UnmarshalID accepts only the strings Marshal produces: every
+//     string it accepts marshals back to itself; anything else ("01", "+1",
+//     "-1", surrounding spaces) is message.ErrCorruptID.
+//   - Bad input (an invalid Channel, a message above the declared limit, a
+//     corrupt ID string, use after Close, a write in read-only mode) is an
+//     error matching the sentinels of this package. Nothing panics.
+//
+// # Lifetimes and contexts
+//
+// The context of Open, Append, Truncate, Last and Read bounds that call
+// only: a Scanner outlives the context it was read with, and lives until
+// Close, until its WAL closes, or until it fails. After WALImpl.Close or
+// Opener.Close, every call of the WAL returns ErrClosed and its scanners
+// end.
 package walimpls

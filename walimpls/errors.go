@@ -10,10 +10,10 @@ import (
 // Sentinel errors. Backends wrap them with context; callers check them with
 // errors.Is.
 var (
-	// ErrFenced means this writer can never append again: a higher term owns
-	// the channel. Opening with a term below the channel's highest is
-	// ErrFenced too.
-	ErrFenced = errors.New("wal fenced by a higher term")
+	// ErrFenced means this writer can never append or truncate again: a
+	// higher term, or a later open of the same term, owns the channel.
+	// Opening with a term below the channel's highest is ErrFenced too.
+	ErrFenced = errors.New("wal fenced")
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("wal closed")
 	// ErrPositionGone means a read start position has been truncated.
@@ -43,11 +43,15 @@ type FencedError struct {
 	// Term is the term of the fenced writer (or of the refused open).
 	Term int64
 	// CurrentTerm is the term that owns the channel, when known (0 if not).
+	// It equals Term when a later open of the same term took over.
 	CurrentTerm int64
 }
 
 func (e *FencedError) Error() string {
-	if e.CurrentTerm > 0 {
+	switch {
+	case e.CurrentTerm == e.Term:
+		return fmt.Sprintf("channel %q: term %d fenced by a later open of the same term", e.Channel, e.Term)
+	case e.CurrentTerm > 0:
 		return fmt.Sprintf("channel %q: term %d fenced by term %d", e.Channel, e.Term, e.CurrentTerm)
 	}
 	return fmt.Sprintf("channel %q: term %d fenced", e.Channel, e.Term)
@@ -69,6 +73,48 @@ func (e *TooLargeError) Error() string {
 
 // Is makes errors.Is(err, ErrTooLarge) hold.
 func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// Outcome marks. errOutcomeUnknown wins over errNotStored: a layer that
+// retried an append after an attempt of unknown outcome cannot promise that
+// nothing was stored, whatever its last attempt said.
+var (
+	errNotStored      = errors.New("not stored")
+	errOutcomeUnknown = errors.New("outcome unknown")
+)
+
+// MarkNotStored marks err, the error of a failed Append, as certain to have
+// stored nothing: the message was refused before it was handed to storage.
+// Backends and the layers above mark only what they know; an unmarked error
+// leaves the outcome unknown.
+func MarkNotStored(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.Mark(err, errNotStored)
+}
+
+// MarkOutcomeUnknown marks err as the error of an Append whose outcome is
+// unknown, overriding any NotStored mark or sentinel in its chain: for a
+// retry whose earlier attempt may have stored the message.
+func MarkOutcomeUnknown(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.Mark(err, errOutcomeUnknown)
+}
+
+// NotStored reports whether the Append that failed with err certainly stored
+// nothing. It is false for nil and for every error whose outcome is unknown
+// (the message may be stored and read later): a cancelled context during the
+// call, a connection lost, an ErrFenced or ErrClosed that raced a write in
+// flight. Input errors (ErrTooLarge, ErrReadOnly, ErrInvalidChannel,
+// ErrInvalidPosition, ErrInvalidConfig) are never stored.
+func NotStored(err error) bool {
+	if err == nil || errors.Is(err, errOutcomeUnknown) {
+		return false
+	}
+	return errors.IsAny(err, errNotStored, ErrTooLarge, ErrReadOnly, ErrInvalidChannel, ErrInvalidPosition, ErrInvalidConfig)
+}
 
 // IsRetryable reports whether an append that failed with err may succeed if
 // tried again: everything except fencing, size, read-only, invalid input,

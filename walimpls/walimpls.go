@@ -12,30 +12,31 @@ import (
 // Capabilities declares what a backend can do. The conformance suite skips
 // only the parts a backend declares it cannot do, naming why.
 type Capabilities struct {
-	// Fencing is true when opening a higher term stops every lower-term
-	// writer of the channel at the backend itself.
+	// Fencing is true when a ReadWrite open at term T stops, at the backend
+	// itself, every earlier writer of the channel with a term ≤ T.
 	Fencing bool
 	// Durable is true when acknowledged appends survive a crash of the
 	// process.
 	Durable bool
-	// MaxMessageBytes is the largest Message.Size the backend accepts; 0 means
-	// no limit below what memory allows.
+	// MaxMessageBytes is the largest Message.Size (payload and properties)
+	// the backend accepts; 0 means no limit below what memory allows.
 	MaxMessageBytes int
 }
 
 // Opener opens WALs of one backend. It is safe for concurrent use.
 type Opener interface {
-	// Open opens a channel's WAL. A ReadWrite open at term T fences every
-	// lower-term writer where the backend can fence; an open below the
-	// channel's highest term is ErrFenced.
+	// Open opens a channel's WAL. Where the backend can fence, a ReadWrite
+	// open at term T fences every earlier ReadWrite WAL of the channel with a
+	// term ≤ T (the later claim wins), and an open below the channel's highest
+	// term is ErrFenced and changes nothing.
 	Open(ctx context.Context, ch Channel) (WALImpl, error)
 	// Capabilities declares what this backend can do.
 	Capabilities() Capabilities
 	// UnmarshalID decodes an ID this backend marshalled; anything else is
 	// message.ErrCorruptID.
 	UnmarshalID(s string) (message.ID, error)
-	// Close releases the opener. WALs it opened must be closed first; their
-	// later calls fail with ErrClosed.
+	// Close releases the opener and closes every WAL it opened: their later
+	// calls fail with ErrClosed and their scanners end. Idempotent.
 	Close() error
 }
 
@@ -46,11 +47,20 @@ type WALImpl interface {
 	// Channel echoes the channel the WAL was opened with.
 	Channel() Channel
 	// Append stores m and returns its ID once the backend acknowledged it.
+	// A fenced WAL fails with ErrFenced and stores nothing; see the package
+	// documentation for which errors leave the outcome unknown.
 	Append(ctx context.Context, m message.Message) (message.ID, error)
-	// Read starts a scanner.
+	// Read starts a scanner. The scanner outlives ctx.
 	Read(ctx context.Context, opt ReadOption) (Scanner, error)
-	// Truncate removes every message before upTo; upTo itself is kept.
+	// Truncate removes every message before upTo; upTo itself is kept. upTo
+	// beyond the last message is ErrInvalidPosition; a fenced WAL fails with
+	// ErrFenced and removes nothing.
 	Truncate(ctx context.Context, upTo message.ID) error
+	// Last returns the ID of the last message stored in the channel (every
+	// append acknowledged before the call is at or below it), or the zero ID
+	// when the channel never held a message. It works on read-only and on
+	// fenced WALs.
+	Last(ctx context.Context) (message.ID, error)
 	// Close releases the WAL; it is idempotent. Scanners it started end.
 	Close() error
 }

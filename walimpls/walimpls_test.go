@@ -65,6 +65,8 @@ func TestTypedErrors(t *testing.T) {
 	require.True(t, errors.As(wrapped, &fe))
 	require.EqualValues(t, 2, fe.CurrentTerm)
 	require.Contains(t, wrapped.Error(), `channel "c": term 1 fenced by term 2`)
+	same := &walimpls.FencedError{Channel: "c", Term: 3, CurrentTerm: 3}
+	require.Contains(t, same.Error(), "fenced by a later open of the same term")
 
 	tl := errors.Wrap(&walimpls.TooLargeError{Size: 10, Limit: 5}, "append")
 	require.ErrorIs(t, tl, walimpls.ErrTooLarge)
@@ -91,4 +93,25 @@ func TestDeliverPolicy(t *testing.T) {
 	_, _, ok = walimpls.DeliverAll().StartID()
 	require.False(t, ok)
 	require.Equal(t, "start-after(m:3)", walimpls.DeliverStartAfter(id).String())
+}
+
+func TestNotStored(t *testing.T) {
+	require.False(t, walimpls.NotStored(nil))
+	require.False(t, walimpls.NotStored(errors.New("connection reset")), "an unmarked error leaves the outcome unknown")
+	require.False(t, walimpls.NotStored(errors.Wrap(context.Canceled, "append")))
+	require.False(t, walimpls.NotStored(&walimpls.FencedError{}), "a fence may race a write in flight")
+	for _, err := range []error{walimpls.ErrTooLarge, walimpls.ErrReadOnly, walimpls.ErrInvalidChannel,
+		walimpls.ErrInvalidPosition, walimpls.ErrInvalidConfig, &walimpls.TooLargeError{}} {
+		require.Truef(t, walimpls.NotStored(errors.Wrap(err, "append")), "%v", err)
+	}
+	fenced := walimpls.MarkNotStored(&walimpls.FencedError{Channel: "c", Term: 1, CurrentTerm: 2})
+	wrapped := errors.Wrap(fenced, "adaptor: append")
+	require.True(t, walimpls.NotStored(wrapped), "the mark survives wrapping")
+	require.ErrorIs(t, wrapped, walimpls.ErrFenced, "marking keeps the sentinel")
+	var fe *walimpls.FencedError
+	require.True(t, errors.As(wrapped, &fe), "marking keeps the typed error")
+	require.False(t, walimpls.NotStored(walimpls.MarkOutcomeUnknown(wrapped)), "unknown wins over not stored")
+	require.False(t, walimpls.NotStored(walimpls.MarkOutcomeUnknown(errors.Wrap(walimpls.ErrTooLarge, "x"))))
+	require.NoError(t, walimpls.MarkNotStored(nil))
+	require.NoError(t, walimpls.MarkOutcomeUnknown(nil))
 }

@@ -202,6 +202,66 @@ func (_c *MockWALImpl_Close_Call) RunAndReturn(run func() error) *MockWALImpl_Cl
 	return _c
 }
 
+// Last provides a mock function for the type MockWALImpl
+func (_mock *MockWALImpl) Last(ctx context.Context) (message.ID, error) {
+	ret := _mock.Called(ctx)
+
+	if len(ret) == 0 {
+		panic("no return value specified for Last")
+	}
+
+	var r0 message.ID
+	var r1 error
+	if returnFunc, ok := ret.Get(0).(func(context.Context) (message.ID, error)); ok {
+		return returnFunc(ctx)
+	}
+	if returnFunc, ok := ret.Get(0).(func(context.Context) message.ID); ok {
+		r0 = returnFunc(ctx)
+	} else {
+		r0 = ret.Get(0).(message.ID)
+	}
+	if returnFunc, ok := ret.Get(1).(func(context.Context) error); ok {
+		r1 = returnFunc(ctx)
+	} else {
+		r1 = ret.Error(1)
+	}
+	return r0, r1
+}
+
+// MockWALImpl_Last_Call is a *mock.Call that shadows Run/Return methods with type explicit version for method 'Last'
+type MockWALImpl_Last_Call struct {
+	*mock.Call
+}
+
+// Last is a helper method to define mock.On call
+//   - ctx context.Context
+func (_e *MockWALImpl_Expecter) Last(ctx any) *MockWALImpl_Last_Call {
+	return &MockWALImpl_Last_Call{Call: _e.mock.On("Last", ctx)}
+}
+
+func (_c *MockWALImpl_Last_Call) Run(run func(ctx context.Context)) *MockWALImpl_Last_Call {
+	_c.Call.Run(func(args mock.Arguments) {
+		var arg0 context.Context
+		if args[0] != nil {
+			arg0 = args[0].(context.Context)
+		}
+		run(
+			arg0,
+		)
+	})
+	return _c
+}
+
+func (_c *MockWALImpl_Last_Call) Return(iD message.ID, err error) *MockWALImpl_Last_Call {
+	_c.Call.Return(iD, err)
+	return _c
+}
+
+func (_c *MockWALImpl_Last_Call) RunAndReturn(run func(ctx context.Context) (message.ID, error)) *MockWALImpl_Last_Call {
+	_c.Call.Return(run)
+	return _c
+}
+
 // Read provides a mock function for the type MockWALImpl
 func (_mock *MockWALImpl) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
 	ret := _mock.Called(ctx, opt)
