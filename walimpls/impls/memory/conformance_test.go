@@ -43,3 +43,22 @@ func TestAdaptor(t *testing.T) {
 		return cluster{c: memory.NewCluster()}
 	})
 }
+
+// With backend fencing off, memory is a backend that cannot fence: the
+// suite skips what it declares it cannot do, and the adaptor's log-level
+// fence alone protects readers.
+func TestConformanceNoFencing(t *testing.T) {
+	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
+		c := memory.NewCluster()
+		c.SetFencing(false)
+		return cluster{c: c}
+	})
+}
+
+func TestAdaptorNoFencing(t *testing.T) {
+	adaptortest.Run(t, func(t *testing.T) walimplstest.Cluster {
+		c := memory.NewCluster()
+		c.SetFencing(false)
+		return cluster{c: c}
+	})
+}

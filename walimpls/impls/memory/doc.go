@@ -9,14 +9,21 @@
 // ID, starting at 0. The log outlives the WALs that write it, so IDs keep
 // increasing across a Close and a reopen.
 //
-// Fencing is a term compare-and-set on the channel's log: a ReadWrite open at
-// term T records T as the channel's term when T is at least the current one
-// (and is ErrFenced otherwise); every append and truncate of a WAL whose term
-// is below the channel's term fails with ErrFenced. The check and the append
-// happen under one lock, so once Open(T) has returned no lower-term append can
-// be acknowledged. Cluster.SetFencing(false) turns this off, so that the layers
+// Fencing is a compare-and-set on the channel's log of the pair (term, claim):
+// a ReadWrite open at term T is ErrFenced when T is below the channel's term;
+// otherwise it records T and a new claim number, so that the latest open of
+// the highest term owns the channel. Every append and truncate of a WAL whose
+// (term, claim) is no longer the channel's fails with ErrFenced, decided under
+// the same lock as the append itself: once Open has returned, no append of
+// an earlier writer - of a lower term or of the same one - can be
+// acknowledged. Cluster.SetFencing(false) turns this off, so that the layers
 // above can test their own, log-level fencing against a backend that cannot
 // fence.
+//
+// A scanner copies up to ReadOption.ReadAheadBytes (1 MiB by default, at
+// least one message) from the log at a time and checks the truncation point
+// again before the next copy, so a truncation overtakes it after at most
+// that much.
 //
 // Fault injection, per Cluster: FailNextAppends makes the next n appends fail
 // with the retryable ErrInjected, and SetAppendLatency delays every append.

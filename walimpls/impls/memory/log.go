@@ -13,6 +13,9 @@ type channelLog struct {
 	entries []message.Message
 	first   int64
 	term    int64
+	// claim counts ReadWrite opens at the current term: a writer whose claim
+	// is not the latest of its term was fenced by a later open of it.
+	claim uint64
 	// changed is closed and replaced whenever entries change, to wake
 	// scanners without polling.
 	changed chan struct{}
@@ -43,9 +46,10 @@ func (l *channelLog) truncate(seq int64) {
 	l.broadcast()
 }
 
-// readFrom copies up to max entries starting at seq. gone is true when seq
-// was truncated; wait is the channel to wait on when nothing is there yet.
-func (l *channelLog) readFrom(seq int64, max int) (msgs []message.Message, gone bool, wait <-chan struct{}) {
+// readFrom copies entries starting at seq: up to maxCount of them and,
+// beyond the first, up to maxBytes in all. gone is true when seq was
+// truncated; wait is the channel to wait on when nothing is there yet.
+func (l *channelLog) readFrom(seq int64, maxCount, maxBytes int) (msgs []message.Message, gone bool, wait <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq < l.first {
@@ -55,6 +59,13 @@ func (l *channelLog) readFrom(seq int64, max int) (msgs []message.Message, gone 
 		return nil, false, l.changed
 	}
 	i := int(seq - l.first)
-	n := min(len(l.entries)-i, max)
+	n, size := 0, 0
+	for n < maxCount && i+n < len(l.entries) {
+		size += l.entries[i+n].Size()
+		if n > 0 && size > maxBytes {
+			break
+		}
+		n++
+	}
 	return append([]message.Message(nil), l.entries[i:i+n]...), false, nil
 }

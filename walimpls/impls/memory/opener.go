@@ -76,6 +76,7 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: open %s on a closed opener", ch)
 	}
 	l := o.cluster.log(ch.Name)
+	var claim uint64
 	if ch.Mode == walimpls.ReadWrite {
 		fencing := o.cluster.FencingEnabled()
 		l.mu.Lock()
@@ -84,10 +85,18 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 			l.mu.Unlock()
 			return nil, &walimpls.FencedError{Channel: ch.Name, Term: ch.Term, CurrentTerm: cur}
 		}
-		l.term = max(l.term, ch.Term)
+		if ch.Term >= l.term {
+			// The latest claim of the highest term owns the channel:
+			// every earlier writer, of this term too, is fenced from now.
+			if ch.Term > l.term {
+				l.term, l.claim = ch.Term, 0
+			}
+			l.claim++
+			claim = l.claim
+		}
 		l.mu.Unlock()
 	}
-	w := newWAL(o, l, ch)
+	w := newWAL(o, l, ch, claim)
 	o.wals[w] = struct{}{}
 	return w, nil
 }

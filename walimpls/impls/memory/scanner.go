@@ -11,17 +11,25 @@ import (
 // readBatch bounds how many messages a scanner copies per lock.
 const readBatch = 64
 
+// defaultReadAheadBytes is a scanner's read-ahead when ReadOption leaves it
+// at 0.
+const defaultReadAheadBytes = 1 << 20
+
 type scanner struct {
 	*lifecycle.Run
-	w    *wal
-	next int64 // owned by run
-	out  chan message.Immutable
+	w         *wal
+	readAhead int
+	next      int64 // owned by run
+	out       chan message.Immutable
 }
 
 var _ walimpls.Scanner = (*scanner)(nil)
 
-func newScanner(w *wal, start int64) *scanner {
-	return &scanner{Run: lifecycle.NewRun(), w: w, next: start, out: make(chan message.Immutable)}
+func newScanner(w *wal, start int64, readAhead int) *scanner {
+	if readAhead <= 0 {
+		readAhead = defaultReadAheadBytes
+	}
+	return &scanner{Run: lifecycle.NewRun(), w: w, readAhead: readAhead, next: start, out: make(chan message.Immutable)}
 }
 
 func (s *scanner) Chan() <-chan message.Immutable { return s.out }
@@ -37,7 +45,7 @@ func (s *scanner) run() {
 
 func (s *scanner) deliver() error {
 	for {
-		msgs, gone, wait := s.w.log.readFrom(s.next, readBatch)
+		msgs, gone, wait := s.w.log.readFrom(s.next, readBatch, s.readAhead)
 		if gone {
 			return errors.Wrapf(walimpls.ErrPositionGone, "memory: scanner of %s at %d", s.w.ch, s.next)
 		}

@@ -16,6 +16,7 @@ type wal struct {
 	opener *Opener
 	log    *channelLog
 	ch     walimpls.Channel
+	claim  uint64 // the log's claim counter when this WAL opened ReadWrite
 
 	closed  atomic.Bool
 	closing chan struct{} // closed by Close: ends appends waiting out an injected latency
@@ -24,31 +25,37 @@ type wal struct {
 
 var _ walimpls.WALImpl = (*wal)(nil)
 
-func newWAL(o *Opener, l *channelLog, ch walimpls.Channel) *wal {
-	return &wal{opener: o, log: l, ch: ch, closing: make(chan struct{})}
+func newWAL(o *Opener, l *channelLog, ch walimpls.Channel, claim uint64) *wal {
+	return &wal{opener: o, log: l, ch: ch, claim: claim, closing: make(chan struct{})}
 }
 
 func (w *wal) WALName() string           { return Name }
 func (w *wal) Channel() walimpls.Channel { return w.ch }
 
-// checkWrite returns why this WAL may not write, if it may not.
+// checkWrite returns why this WAL may not write, if it may not. Nothing is
+// stored when it refuses.
 func (w *wal) checkWrite(ctx context.Context, op string) error {
 	if w.closed.Load() {
-		return errors.Wrapf(walimpls.ErrClosed, "memory: %s on %s", op, w.ch)
+		return walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: %s on %s", op, w.ch))
 	}
 	if w.ch.Mode == walimpls.ReadOnly {
 		return errors.Wrapf(walimpls.ErrReadOnly, "memory: %s on %s", op, w.ch)
 	}
 	if err := ctx.Err(); err != nil {
-		return errors.Wrapf(err, "memory: %s on %s", op, w.ch)
+		return walimpls.MarkNotStored(errors.Wrapf(err, "memory: %s on %s", op, w.ch))
 	}
 	return nil
 }
 
-// fencedLocked reports the fence error of this WAL. Assumes w.log.mu is held.
+// fencedLocked reports the fence error of this WAL: a higher term owns the
+// channel, or a later open of the same term does. Assumes w.log.mu is held.
 func (w *wal) fencedLocked() error {
-	if w.log.term > w.ch.Term && w.opener.cluster.FencingEnabled() {
-		return &walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: w.log.term}
+	l := w.log
+	if !w.opener.cluster.FencingEnabled() {
+		return nil
+	}
+	if l.term > w.ch.Term || l.term == w.ch.Term && l.claim != w.claim {
+		return walimpls.MarkNotStored(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: l.term})
 	}
 	return nil
 }
@@ -67,14 +74,14 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return message.ID{}, errors.Wrapf(ctx.Err(), "memory: append to %s", w.ch)
+			return message.ID{}, walimpls.MarkNotStored(errors.Wrapf(ctx.Err(), "memory: append to %s", w.ch))
 		case <-w.closing:
 			t.Stop()
-			return message.ID{}, errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch)
+			return message.ID{}, walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch))
 		}
 	}
 	if fail {
-		return message.ID{}, errors.Wrapf(ErrInjected, "memory: append to %s", w.ch)
+		return message.ID{}, walimpls.MarkNotStored(errors.Wrapf(ErrInjected, "memory: append to %s", w.ch))
 	}
 	// Own the bytes: the caller may reuse its buffer once we return.
 	stored := message.Restore(append([]byte(nil), m.Payload()...), m.Properties().All())
@@ -86,7 +93,7 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 		return message.ID{}, err
 	}
 	if w.closed.Load() {
-		return message.ID{}, errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch)
+		return message.ID{}, walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch))
 	}
 	seq := l.next()
 	l.entries = append(l.entries, stored)
@@ -118,6 +125,23 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	return nil
 }
 
+// Last implements walimpls.WALImpl.
+func (w *wal) Last(ctx context.Context) (message.ID, error) {
+	if w.closed.Load() {
+		return message.ID{}, errors.Wrapf(walimpls.ErrClosed, "memory: last of %s", w.ch)
+	}
+	if err := ctx.Err(); err != nil {
+		return message.ID{}, errors.Wrapf(err, "memory: last of %s", w.ch)
+	}
+	l := w.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.next() == 0 {
+		return message.ID{}, nil
+	}
+	return message.NewSeqID(Name, l.next()-1), nil
+}
+
 func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
 	if w.closed.Load() {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: read %s", w.ch)
@@ -129,7 +153,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	if err != nil {
 		return nil, err
 	}
-	s := newScanner(w, start)
+	s := newScanner(w, start, opt.ReadAheadBytes)
 	if !w.scans.Add(s) {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: read %s", w.ch)
 	}
