@@ -16,20 +16,50 @@
 //
 //	Lifecycle            open/close, idempotent Close, name and term echoed,
 //	                     bad channels rejected, use after Close, size limit
-//	ConcurrentAppendRead 8 appenders, readers before and after, byte-for-byte
+//	OpenerClose          Opener.Close closes its WALs (every call ErrClosed)
+//	                     and ends their scanners; other nodes go on
+//	ChannelNames         the longest valid name; names differing only in case
+//	                     are independent channels with independent terms
+//	SizeLimit            the limit counts properties: exactly MaxMessageBytes
+//	                     is stored byte for byte, one byte more ErrTooLarge
+//	ConcurrentAppendRead 8 appenders started together, 1,000 appends each,
+//	                     readers before and after, byte-for-byte
 //	IDOrder              sequential IDs increase across reopen; LT/LTE/EQ
 //	                     agree with each other and the read order; Marshal
-//	                     round-trips; corrupt ID strings are errors
+//	                     round-trips
+//	CanonicalIDs         UnmarshalID accepts only canonical strings: each
+//	                     accepted string marshals back to itself
+//	Last                 zero on an empty channel, the last ID on every node,
+//	                     never below an append acknowledged before the call
 //	DeliverPolicies      StartFrom inclusive, StartAfter exclusive, Latest,
 //	                     All = StartFrom(first)
+//	LatestStartsAtRead   an append right after Read(Latest) is delivered
+//	IdleTail             one append reaches an idle tailing scanner promptly
 //	Truncate             reads below the point are ErrPositionGone, never a
-//	                     skip; at and after it still work; future positions
+//	                     skip; StartAfter(the last removed) starts at the point
+//	TruncateBoundaries   truncating to the last message keeps it; one past
+//	                     the end is ErrInvalidPosition and removes nothing
+//	TruncateOvertakesScanner a positioned scanner with a one-message
+//	                     read-ahead, truncated under it, delivers at most its
+//	                     read-ahead and ends with ErrPositionGone
+//	FuturePosition       a start beyond the end waits and delivers nothing
+//	                     below it; truncating to it is ErrInvalidPosition
 //	ScannerContract      Close unblocks and closes Chan, Done, Error nil, no
 //	                     goroutine left by 20 concurrent scanners
+//	ScannerOutlivesReadContext  a scanner lives on after Read's context ends
 //	ReadOnly             Append/Truncate are ErrReadOnly; RO fences nobody
-//	Context              cancelled Open/Append/Read/Truncate return promptly
+//	Context              cancelled Open/Append/Read/Truncate/Last return
+//	                     promptly
 //	ParallelChannels     three channels in parallel do not interfere
-//	Fencing              a higher term on another node fences the lower one
+//	Fencing              a higher term on another node fences the lower one:
+//	                     appends and truncates fail, nothing is lost
+//	SameTermTakeover     a later open of the same term takes over the same way
+//	RefusedOpen          an open below the channel's term changes nothing
+//
+// Every blocking call of a part is bounded by the wait timeout (a backend
+// that ignores its context, or a Close that never returns, fails the part in
+// seconds), and the package's own test runs the suite against thirty
+// deliberately broken backends to show that each part can fail.
 //
 // Beside the suite, the package has small helpers for a backend's own tests
 // (Open, AppendOK, ReadN, Collect, NothingMore), each step bounded by a

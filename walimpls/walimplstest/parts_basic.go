@@ -2,6 +2,7 @@ package walimplstest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -26,19 +27,18 @@ func testLifecycle(t *testing.T, e *env) {
 		{Name: "ok", Mode: walimpls.AccessMode(9)},
 	}
 	for _, ch := range bad {
-		w, err := o.Open(e.ctx, ch)
+		w, err := e.tryOpen(o, ch.Name, ch.Term, ch.Mode)
 		require.ErrorIsf(t, err, walimpls.ErrInvalidChannel, "open %+v", ch)
 		require.Nil(t, w)
 	}
 
 	ch := walimpls.Channel{Name: channelName("life"), Term: 7}
-	w, err := o.Open(e.ctx, ch)
-	require.NoError(t, err)
+	w := e.open(o, ch.Name, ch.Term, ch.Mode)
 	require.NotEmpty(t, w.WALName())
 	require.Equal(t, ch, w.Channel())
 
 	var want []message.Message
-	id, err := w.Append(e.ctx, message.Message{})
+	id, err := e.appendOne(w, message.Message{})
 	require.NoError(t, err, "append an empty message")
 	ids := []message.ID{id}
 	want = append(want, message.Message{})
@@ -46,11 +46,12 @@ func testLifecycle(t *testing.T, e *env) {
 
 	if limit := e.caps.MaxMessageBytes; limit > 0 {
 		big := mustMessage(t, make([]byte, limit+1), nil)
-		_, err := w.Append(e.ctx, big)
+		_, err := e.appendOne(w, big)
 		require.ErrorIsf(t, err, walimpls.ErrTooLarge, "append of %d bytes above the declared limit %d", big.Size(), limit)
+		require.Truef(t, walimpls.NotStored(err), "a refused oversized append is NotStored: %v", err)
 	}
 	ok := mustMessage(t, []byte("after"), nil)
-	id, err = w.Append(e.ctx, ok)
+	id, err = e.appendOne(w, ok)
 	require.NoError(t, err, "append after a refused one")
 	ids = append(ids, id)
 	want = append(want, ok)
@@ -58,18 +59,14 @@ func testLifecycle(t *testing.T, e *env) {
 
 	foreign := message.NewSeqID("walimplstest-foreign", 1)
 	for _, pos := range []message.ID{foreign, {}} {
-		_, err := w.Read(e.ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(pos)})
+		_, err := e.tryRead(w, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(pos)})
 		require.ErrorIsf(t, err, walimpls.ErrInvalidPosition, "read from %s", pos)
-		require.ErrorIsf(t, w.Truncate(e.ctx, pos), walimpls.ErrInvalidPosition, "truncate to %s", pos)
+		require.ErrorIsf(t, e.truncate(w, pos), walimpls.ErrInvalidPosition, "truncate to %s", pos)
 	}
 
 	require.NoError(t, w.Close())
 	require.NoError(t, w.Close(), "second Close")
-	_, err = w.Append(e.ctx, ok)
-	require.ErrorIs(t, err, walimpls.ErrClosed, "append after Close")
-	_, err = w.Read(e.ctx, walimpls.ReadOption{})
-	require.ErrorIs(t, err, walimpls.ErrClosed, "read after Close")
-	require.ErrorIs(t, w.Truncate(e.ctx, ids[0]), walimpls.ErrClosed, "truncate after Close")
+	e.checkClosed(w, ids[0], "after Close")
 
 	// The same owner may reopen its channel, and finds what it wrote.
 	w2 := e.open(o, ch.Name, ch.Term, walimpls.ReadWrite)
@@ -78,8 +75,141 @@ func testLifecycle(t *testing.T, e *env) {
 
 	require.NoError(t, o.Close())
 	require.NoError(t, o.Close(), "second Opener.Close")
-	_, err = o.Open(e.ctx, ch)
+	_, err = e.tryOpen(o, ch.Name, ch.Term, ch.Mode)
 	require.ErrorIs(t, err, walimpls.ErrClosed, "open after Opener.Close")
+}
+
+// checkClosed checks that every call of a closed WAL is ErrClosed.
+func (e *env) checkClosed(w walimpls.WALImpl, kept message.ID, when string) {
+	t := e.t
+	t.Helper()
+	_, err := e.appendOne(w, mustMessage(t, []byte("closed"), nil))
+	require.ErrorIsf(t, err, walimpls.ErrClosed, "append %s", when)
+	require.Truef(t, walimpls.NotStored(err), "an append refused %s is NotStored: %v", when, err)
+	_, err = e.tryRead(w, walimpls.ReadOption{})
+	require.ErrorIsf(t, err, walimpls.ErrClosed, "read %s", when)
+	require.ErrorIsf(t, e.truncate(w, kept), walimpls.ErrClosed, "truncate %s", when)
+	_, err = e.last(w)
+	require.ErrorIsf(t, err, walimpls.ErrClosed, "last %s", when)
+}
+
+// testOpenerClose checks that closing an opener closes the WALs it opened,
+// and ends their scanners, while WALs of other openers go on.
+func testOpenerClose(t *testing.T, e *env) {
+	o, other := e.opener(), e.opener()
+	name := channelName("oclose")
+	w := e.open(o, name, 1, walimpls.ReadWrite)
+	ids := e.appendAll(w, simpleMessages(t, "oc", 3))
+	s := e.read(w, walimpls.DeliverLatest())
+	ro := e.open(o, name, 0, walimpls.ReadOnly)
+
+	require.NoError(t, e.do("Opener.Close", func(context.Context) error { return o.Close() }))
+	e.checkClosed(w, ids[0], "after its Opener.Close")
+	e.checkClosed(ro, ids[0], "of a read-only WAL after its Opener.Close")
+	e.waitClosed(s)
+	if err := s.Error(); err != nil {
+		require.ErrorIs(t, err, walimpls.ErrClosed, "a scanner ended by its opener's Close")
+	}
+
+	// Another node still reads and writes the channel.
+	w2 := e.open(other, name, 2, walimpls.ReadWrite)
+	more := simpleMessages(t, "oc2", 2)
+	ids = append(ids, e.appendAll(w2, more)...)
+	got := e.recv(e.read(w2, walimpls.DeliverAll()), 5)
+	for i := range got {
+		require.Truef(t, got[i].ID().EQ(ids[i]), "message %d: want %s, got %s", i, ids[i], got[i].ID())
+	}
+}
+
+// testChannelNames checks the longest valid name and that names are
+// case-sensitive: channels whose names differ only in case are independent.
+func testChannelNames(t *testing.T, e *env) {
+	o := e.opener()
+	base := channelName("names")
+	long := base + "-" + strings.Repeat("Lx", walimpls.MaxChannelNameLen)
+	long = long[:walimpls.MaxChannelNameLen]
+	w := e.open(o, long, 1, walimpls.ReadWrite)
+	require.Equal(t, long, w.Channel().Name)
+	msgs := simpleMessages(t, "long", 2)
+	ids := e.appendAll(w, msgs)
+	checkSequence(t, ids, msgs, e.recv(e.read(w, walimpls.DeliverAll()), 2))
+
+	names := []string{base + "-Case", base + "-case", base + "-CASE"}
+	wals := make([]walimpls.WALImpl, len(names))
+	for i, name := range names {
+		wals[i] = e.open(o, name, 1, walimpls.ReadWrite)
+	}
+	all := make([][]message.ID, len(names))
+	sent := make([][]message.Message, len(names))
+	for round := range 3 {
+		for i, name := range names {
+			m := mustMessage(t, []byte(fmt.Sprintf("%s-%d", name, round)), map[string]string{"channel": name})
+			all[i] = append(all[i], e.appendAll(wals[i], []message.Message{m})...)
+			sent[i] = append(sent[i], m)
+		}
+	}
+	for i := range names {
+		s := e.read(wals[i], walimpls.DeliverAll())
+		checkSequence(t, all[i], sent[i], e.recv(s, 3))
+		e.quiet(s)
+	}
+	// Each channel's term is its own: a higher term on one of them fences
+	// nobody on the others.
+	e.open(e.opener(), names[0], 5, walimpls.ReadWrite)
+	for i := 1; i < len(names); i++ {
+		_, err := e.appendOne(wals[i], mustMessage(t, []byte("still mine"), nil))
+		require.NoErrorf(t, err, "a higher term on %q fenced %q", names[0], names[i])
+	}
+}
+
+// testSizeLimit checks that the declared limit counts properties as well as
+// the payload, exactly: a message of MaxMessageBytes made mostly of
+// properties is stored byte for byte, one byte more is ErrTooLarge.
+func testSizeLimit(t *testing.T, e *env) {
+	limit := e.caps.MaxMessageBytes
+	if limit == 0 {
+		t.Skip("backend declares Capabilities.MaxMessageBytes=0: no size limit to check")
+	}
+	o := e.opener()
+	w := e.open(o, channelName("size"), 1, walimpls.ReadWrite)
+
+	exact := sizedMessage(t, limit, limit/8)
+	over := sizedMessage(t, limit+1, limit/8)
+	require.Equal(t, limit, exact.Size())
+	require.Equal(t, limit+1, over.Size())
+	for _, payload := range []int{limit / 8, 0, 1} {
+		m := sizedMessage(t, limit+1, payload)
+		_, err := e.appendOne(w, m)
+		require.ErrorIsf(t, err, walimpls.ErrTooLarge, "a message of limit+1 = %d bytes (%d of them properties) was accepted", m.Size(), m.Size()-payload)
+	}
+	id, err := e.appendOne(w, exact)
+	require.NoErrorf(t, err, "a message of exactly the declared limit (%d bytes, %d of them properties)", limit, limit-limit/8)
+	exactPayload := sizedMessage(t, limit, limit-64)
+	id2, err := e.appendOne(w, exactPayload)
+	require.NoError(t, err, "a message of exactly the declared limit, mostly payload")
+	got := e.recv(e.read(w, walimpls.DeliverAll()), 2)
+	checkSequence(t, []message.ID{id, id2}, []message.Message{exact, exactPayload}, got)
+}
+
+// sizedMessage returns a message of exactly size bytes (Message.Size) with
+// a payload of payload bytes and the rest in four properties.
+func sizedMessage(t *testing.T, size, payload int) message.Message {
+	t.Helper()
+	rest := size - payload
+	props := map[string]string{}
+	const n = 4
+	for i := range n {
+		key := fmt.Sprintf("p%d", i)
+		vlen := rest/n - len(key)
+		if i == n-1 {
+			vlen = rest - (n-1)*(rest/n) - len(key)
+		}
+		require.GreaterOrEqual(t, vlen, 0)
+		props[key] = strings.Repeat(string(rune('a'+i)), vlen)
+	}
+	m := mustMessage(t, make([]byte, payload), props)
+	require.Equal(t, size, m.Size())
+	return m
 }
 
 func testReadOnly(t *testing.T, e *env) {
@@ -92,15 +222,21 @@ func testReadOnly(t *testing.T, e *env) {
 	// A read-only open fences nobody, whatever its term.
 	ro := e.open(e.opener(), name, 5, walimpls.ReadOnly)
 	require.Equal(t, walimpls.ReadOnly, ro.Channel().Mode)
-	_, err := ro.Append(e.ctx, msgs[3])
+	_, err := e.appendOne(ro, msgs[3])
 	require.ErrorIs(t, err, walimpls.ErrReadOnly)
-	require.ErrorIs(t, ro.Truncate(e.ctx, ids[0]), walimpls.ErrReadOnly)
+	require.True(t, walimpls.NotStored(err))
+	require.ErrorIs(t, e.truncate(ro, ids[0]), walimpls.ErrReadOnly)
+	last, err := e.last(ro)
+	require.NoError(t, err, "Last of a read-only WAL")
+	require.Truef(t, last.EQ(ids[2]), "Last of a read-only WAL: want %s, got %s", ids[2], last)
 
 	s := e.read(ro, walimpls.DeliverAll())
 	checkSequence(t, ids, msgs[:3], e.recv(s, 3))
 	ids = append(ids, e.appendAll(w, msgs[3:])...)
 	checkSequence(t, ids[3:], msgs[3:], e.recv(s, 3))
 	e.quiet(s)
+	// Nothing the read-only WAL tried is in the log.
+	checkSequence(t, ids, msgs, e.recv(e.read(w, walimpls.DeliverAll()), 6))
 }
 
 func testContext(t *testing.T, e *env) {
@@ -114,7 +250,9 @@ func testContext(t *testing.T, e *env) {
 	expired, cancel2 := context.WithTimeout(context.Background(), -1)
 	defer cancel2()
 
-	_, err := o.Open(cancelled, walimpls.Channel{Name: name + "-2", Term: 1})
+	_, err := within(e, "Open with a cancelled context", func(context.Context) (walimpls.WALImpl, error) {
+		return o.Open(cancelled, walimpls.Channel{Name: name + "-2", Term: 1})
+	})
 	require.ErrorIs(t, err, context.Canceled, "open with a cancelled context")
 
 	for _, c := range []struct {
@@ -132,9 +270,14 @@ func testContext(t *testing.T, e *env) {
 		case <-time.After(e.opts.waitTimeout / 6):
 			require.FailNow(t, "append with a done context did not return promptly")
 		}
-		_, err = w.Read(c.ctx, walimpls.ReadOption{})
+		_, err = within(e, "Read with a done context", func(context.Context) (walimpls.Scanner, error) {
+			return w.Read(c.ctx, walimpls.ReadOption{})
+		})
 		require.ErrorIs(t, err, c.want, "read with a done context")
-		require.ErrorIs(t, w.Truncate(c.ctx, id), c.want, "truncate with a done context")
+		require.ErrorIs(t, e.do("Truncate with a done context", func(context.Context) error { return w.Truncate(c.ctx, id) }),
+			c.want, "truncate with a done context")
+		_, err = within(e, "Last with a done context", func(context.Context) (message.ID, error) { return w.Last(c.ctx) })
+		require.ErrorIs(t, err, c.want, "last with a done context")
 	}
 
 	// The WAL is still usable afterwards.

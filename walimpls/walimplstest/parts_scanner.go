@@ -1,6 +1,7 @@
 package walimplstest
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -17,29 +18,29 @@ func testScannerContract(t *testing.T, e *env) {
 	e.appendAll(w, simpleMessages(t, "scan", 5))
 
 	// Close unblocks a consumer waiting on an idle tail.
-	s, err := w.Read(e.ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverLatest()})
-	require.NoError(t, err)
+	s := e.read(w, walimpls.DeliverLatest())
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
 		for range s.Chan() {
 		}
 	}()
-	require.NoError(t, s.Close())
+	e.closeScanner(s)
+	timer := time.NewTimer(e.opts.waitTimeout)
+	defer timer.Stop()
 	select {
 	case <-drained:
-	case <-e.ctx.Done():
-		require.FailNow(t, "Close did not close Chan")
+	case <-timer.C:
+		require.FailNow(t, "watchdog: Close did not close Chan")
 	}
 	e.waitClosed(s)
 	require.NoError(t, s.Error(), "Error after a user Close")
-	require.NoError(t, s.Close(), "second Close")
+	e.closeScanner(s) // a second Close
 
 	// Close in the middle of a backlog.
-	s, err = w.Read(e.ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
-	require.NoError(t, err)
+	s = e.read(w, walimpls.DeliverAll())
 	e.recv(s, 1)
-	require.NoError(t, s.Close())
+	e.closeScanner(s)
 	e.waitClosed(s)
 	require.NoError(t, s.Error())
 
@@ -53,7 +54,7 @@ func testScannerContract(t *testing.T, e *env) {
 	// (an in-process broker's per-connection goroutines notice the close
 	// when its loop gets to them), so a loaded machine gets a few seconds
 	// before a goroutine counts as left behind.
-	err = goleak.Find(snapshot)
+	err := goleak.Find(snapshot)
 	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 		err = goleak.Find(snapshot)
@@ -62,7 +63,7 @@ func testScannerContract(t *testing.T, e *env) {
 
 	// Closing the WAL ends its scanners.
 	s = e.read(w, walimpls.DeliverLatest())
-	require.NoError(t, w.Close())
+	require.NoError(t, e.do("WAL.Close", func(context.Context) error { return w.Close() }))
 	e.waitClosed(s)
 	if err := s.Error(); err != nil {
 		require.ErrorIs(t, err, walimpls.ErrClosed, "a scanner ended by its WAL's Close")
@@ -82,7 +83,9 @@ func scanRound(t *testing.T, e *env, w walimpls.WALImpl, n int) {
 			if i%2 == 1 {
 				p = walimpls.DeliverLatest()
 			}
-			s, err := w.Read(e.ctx, walimpls.ReadOption{DeliverPolicy: p})
+			ctx, cancel := e.call()
+			s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: p})
+			cancel()
 			if err != nil {
 				errs <- err
 				return
@@ -93,9 +96,40 @@ func scanRound(t *testing.T, e *env, w walimpls.WALImpl, n int) {
 			errs <- s.Close()
 		}()
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(e.opts.waitTimeout):
+		require.FailNowf(t, "watchdog", "%d scanners did not all read and close within %s", n, e.opts.waitTimeout)
+	}
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// testScannerOutlivesReadContext checks that a scanner lives on after the
+// context of its Read ends: that context bounds the call only.
+func testScannerOutlivesReadContext(t *testing.T, e *env) {
+	o := e.opener()
+	w := e.open(o, channelName("readctx"), 1, walimpls.ReadWrite)
+	msgs := simpleMessages(t, "rc", 4)
+	ids := e.appendAll(w, msgs[:2])
+	var scanners []walimpls.Scanner
+	for _, p := range []walimpls.DeliverPolicy{walimpls.DeliverAll(), walimpls.DeliverLatest(), walimpls.DeliverStartAfter(ids[1])} {
+		ctx, cancel := context.WithCancel(e.ctx)
+		s, err := within(e, "Read", func(context.Context) (walimpls.Scanner, error) {
+			return w.Read(ctx, walimpls.ReadOption{DeliverPolicy: p})
+		})
+		require.NoError(t, err)
+		e.closeLater("a scanner", s.Close)
+		cancel()
+		scanners = append(scanners, s)
+	}
+	checkSequence(t, ids, msgs[:2], e.recv(scanners[0], 2))
+	ids = append(ids, e.appendAll(w, msgs[2:])...)
+	checkSequence(t, ids[2:], msgs[2:], e.recv(scanners[0], 2))
+	checkSequence(t, ids[2:], msgs[2:], e.recv(scanners[1], 2))
+	checkSequence(t, ids[2:], msgs[2:], e.recv(scanners[2], 2))
 }

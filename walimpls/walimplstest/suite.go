@@ -40,24 +40,39 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	parts := []struct {
-		name string
-		fn   func(t *testing.T, c *env)
-	}{
-		{"Lifecycle", testLifecycle},
-		{"ConcurrentAppendRead", testConcurrentAppendRead},
-		{"IDOrder", testIDOrder},
-		{"DeliverPolicies", testDeliverPolicies},
-		{"Truncate", testTruncate},
-		{"ScannerContract", testScannerContract},
-		{"ReadOnly", testReadOnly},
-		{"Context", testContext},
-		{"ParallelChannels", testParallelChannels},
-		{"Fencing", testFencing},
-	}
 	for _, p := range parts {
 		t.Run(p.name, func(t *testing.T) {
 			p.fn(t, newEnv(t, f(t), o))
 		})
 	}
+}
+
+// parts are the suite's parts, in the order they run.
+var parts = []struct {
+	name string
+	fn   func(t *testing.T, c *env)
+}{
+	{"Lifecycle", testLifecycle},
+	{"OpenerClose", testOpenerClose},
+	{"ChannelNames", testChannelNames},
+	{"SizeLimit", testSizeLimit},
+	{"ConcurrentAppendRead", testConcurrentAppendRead},
+	{"IDOrder", testIDOrder},
+	{"CanonicalIDs", testCanonicalIDs},
+	{"Last", testLast},
+	{"DeliverPolicies", testDeliverPolicies},
+	{"LatestStartsAtRead", testLatestStartsAtRead},
+	{"IdleTail", testIdleTail},
+	{"Truncate", testTruncate},
+	{"TruncateBoundaries", testTruncateBoundaries},
+	{"TruncateOvertakesScanner", testTruncateOvertakesScanner},
+	{"FuturePosition", testFuturePosition},
+	{"ScannerContract", testScannerContract},
+	{"ScannerOutlivesReadContext", testScannerOutlivesReadContext},
+	{"ReadOnly", testReadOnly},
+	{"Context", testContext},
+	{"ParallelChannels", testParallelChannels},
+	{"Fencing", testFencing},
+	{"SameTermTakeover", testSameTermTakeover},
+	{"RefusedOpen", testRefusedOpen},
 }

@@ -5,6 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,32 +26,70 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // brokenEnv selects the deliberately broken backend the child run uses.
 const brokenEnv = "WALIMPLSTEST_BROKEN"
 
+// brokenLimit is the size limit every broken backend declares, so that the
+// SizeLimit part runs.
+const brokenLimit = 64 << 10
+
+// breakages lists each deliberately broken backend and the parts of the
+// suite that must fail it. Each models a bug a real backend could have.
+var breakages = []struct {
+	broken   string
+	mustFail []string
+}{
+	{"none", nil}, // the wrapper unbroken: the whole suite passes
+	{"drop-every-10th", []string{"ConcurrentAppendRead", "DeliverPolicies"}},
+	{"reverse-ids", []string{"ConcurrentAppendRead", "IDOrder"}},
+	{"lose-properties", []string{"ConcurrentAppendRead"}},
+	{"lenient-ids", []string{"CanonicalIDs"}},
+	{"last-off-by-one", []string{"Last"}},
+	{"skip-truncated", []string{"Truncate"}},
+	{"truncate-off-by-one", []string{"Truncate", "TruncateBoundaries"}},
+	{"truncate-one-past-end", []string{"TruncateBoundaries"}},
+	{"unbounded-read-ahead", []string{"TruncateOvertakesScanner"}},
+	{"overtaken-skips", []string{"TruncateOvertakesScanner"}},
+	{"future-clamps", []string{"FuturePosition"}},
+	{"lazy-latest", []string{"LatestStartsAtRead"}},
+	{"polling-tail", []string{"IdleTail"}},
+	{"scanner-bound-to-read-ctx", []string{"ScannerOutlivesReadContext"}},
+	{"size-payload-only", []string{"SizeLimit"}},
+	{"size-off-by-one", []string{"SizeLimit"}},
+	{"case-insensitive-names", []string{"ChannelNames"}},
+	{"shared-log", []string{"ParallelChannels"}},
+	{"close-is-noop", []string{"Lifecycle"}},
+	{"opener-close-keeps-wals", []string{"OpenerClose"}},
+	{"readonly-writes", []string{"ReadOnly"}},
+	{"ignore-context", []string{"Context"}},
+	{"leak-scanner-goroutine", []string{"ScannerContract"}},
+	{"chan-never-closes", []string{"ScannerContract"}},
+	{"scanner-close-hangs", []string{"ScannerContract"}},
+	{"no-fencing-declared-fencing", []string{"Fencing", "SameTermTakeover"}},
+	{"same-term-both-write", []string{"SameTermTakeover"}},
+	{"fenced-truncate", []string{"Fencing", "SameTermTakeover"}},
+	{"refused-open-writes", []string{"RefusedOpen"}},
+}
+
 // TestSuiteCatchesBrokenBackends runs the suite, in a child process, against
 // memory backends broken on purpose, and checks that it fails them in the
-// parts that should notice; and that the unbroken wrapper passes, so the
-// failures come from the breakage.
+// parts that should notice, within a bounded time (a broken backend must
+// fail a part, not hang the run); and that the unbroken wrapper passes the
+// whole suite, so the failures come from the breakage.
 func TestSuiteCatchesBrokenBackends(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the whole suite several times in child processes")
+		t.Skip("runs the suite once per broken backend, in child processes")
 	}
-	cases := []struct {
-		broken   string
-		mustFail []string // parts that must fail
-	}{
-		{"none", nil},
-		{"drop-every-10th", []string{"ConcurrentAppendRead", "DeliverPolicies"}},
-		{"reverse-ids", []string{"ConcurrentAppendRead", "IDOrder"}},
-		{"skip-truncated", []string{"Truncate"}},
-		{"no-fencing-declared-fencing", []string{"Fencing"}},
-		{"ignore-context", []string{"Context"}},
-		{"leak-scanner-goroutine", []string{"ScannerContract"}},
-	}
-	for _, c := range cases {
+	for _, c := range breakages {
 		t.Run(c.broken, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenBackendChild$", "-test.v", "-test.count=1")
+			run := "^TestBrokenBackendChild$"
+			if c.mustFail != nil {
+				run += "/^(" + strings.Join(c.mustFail, "|") + ")$"
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+run, "-test.v", "-test.count=1")
 			cmd.Env = append(os.Environ(), brokenEnv+"="+c.broken)
 			out, err := cmd.CombinedOutput()
+			require.NoErrorf(t, ctx.Err(), "the suite hung on a backend that is %s instead of failing it:\n%s", c.broken, out)
 			if c.mustFail == nil {
 				require.NoError(t, err, "the unbroken wrapper fails the suite:\n%s", out)
 				return
@@ -79,63 +120,189 @@ type brokenCluster struct {
 }
 
 func (b brokenCluster) NewOpener(t *testing.T) walimpls.Opener {
-	o, err := memory.NewOpener(b.c, memory.Config{})
+	cfg := memory.Config{MaxMessageBytes: brokenLimit}
+	if b.broken == "size-payload-only" || b.broken == "size-off-by-one" {
+		cfg.MaxMessageBytes = 0 // the wrapper checks the limit, wrongly
+	}
+	o, err := memory.NewOpener(b.c, cfg)
 	require.NoError(t, err)
-	return &brokenOpener{Opener: o, cluster: b.c, broken: b.broken}
+	bo := &brokenOpener{Opener: o, cluster: b.c, broken: b.broken}
+	if b.broken == "opener-close-keeps-wals" {
+		bo.hidden, err = memory.NewOpener(b.c, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = bo.hidden.Close() })
+	}
+	return bo
 }
 
 type brokenOpener struct {
 	*memory.Opener
 	cluster *memory.Cluster
 	broken  string
+	hidden  *memory.Opener // opener-close-keeps-wals: opens WALs its Close does not reach
 }
 
 func (o *brokenOpener) Capabilities() walimpls.Capabilities {
 	caps := o.Opener.Capabilities()
+	caps.MaxMessageBytes = brokenLimit
 	if o.broken == "no-fencing-declared-fencing" {
 		caps.Fencing = true // a lie: the cluster's fencing is off
 	}
 	return caps
 }
 
+// unfenced runs fn with the cluster's fencing off: how the breakages below
+// let a stale writer through.
+func (o *brokenOpener) unfenced(fn func()) {
+	o.cluster.SetFencing(false)
+	defer o.cluster.SetFencing(true)
+	fn()
+}
+
 func (o *brokenOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
-	if o.broken == "no-fencing-declared-fencing" {
+	asked := ch
+	switch o.broken {
+	case "no-fencing-declared-fencing":
 		o.cluster.SetFencing(false)
+	case "case-insensitive-names":
+		ch.Name = strings.ToLower(ch.Name)
+	case "shared-log":
+		if ch.Validate() == nil {
+			ch.Name = "the-one-log"
+		}
+	case "readonly-writes":
+		ch.Mode = walimpls.ReadWrite
 	}
-	w, err := o.Opener.Open(ctx, ch)
+	opener := o.Opener
+	if o.hidden != nil {
+		if _, err := o.Opener.Open(ctx, ch); err != nil { // closed state and validation
+			return nil, err
+		}
+		opener = o.hidden
+	}
+	w, err := opener.Open(ctx, ch)
+	if o.broken == "refused-open-writes" && errors.Is(err, walimpls.ErrFenced) {
+		// The refused open leaves a record in the log anyway.
+		o.unfenced(func() {
+			if stale, oerr := o.Opener.Open(ctx, ch); oerr == nil {
+				_, _ = stale.Append(ctx, message.Message{})
+				_ = stale.Close()
+			}
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &brokenWAL{WALImpl: w, broken: o.broken}, nil
+	return &brokenWAL{WALImpl: w, asked: asked, o: o, broken: o.broken}, nil
 }
 
 func (o *brokenOpener) UnmarshalID(s string) (message.ID, error) {
-	id, err := o.Opener.UnmarshalID(s)
-	if err != nil || o.broken != "reverse-ids" {
-		return id, err
+	switch o.broken {
+	case "lenient-ids":
+		if v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil && v >= 0 {
+			return message.NewSeqID(memory.Name, v), nil
+		}
+	case "reverse-ids":
+		id, err := o.Opener.UnmarshalID(s)
+		if err != nil {
+			return id, err
+		}
+		return message.NewID(reversed{id.Value()}), nil
 	}
-	return message.NewID(reversed{id.Value()}), nil
+	return o.Opener.UnmarshalID(s)
 }
 
 type brokenWAL struct {
 	walimpls.WALImpl
+	asked  walimpls.Channel
+	o      *brokenOpener
 	broken string
 }
 
+func (w *brokenWAL) Channel() walimpls.Channel { return w.asked }
+
 func (w *brokenWAL) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	if w.broken == "ignore-context" {
+	switch w.broken {
+	case "ignore-context":
 		ctx = context.Background()
+	case "lose-properties":
+		// Stores drop properties with empty values and reserved keys.
+		props := map[string]string{}
+		for k, v := range m.Properties().All() {
+			if v != "" && !message.IsReserved(k) {
+				props[k] = v
+			}
+		}
+		m = message.Restore(m.Payload(), props)
+	case "size-payload-only":
+		if len(m.Payload()) > brokenLimit {
+			return message.ID{}, &walimpls.TooLargeError{Size: len(m.Payload()), Limit: brokenLimit}
+		}
+	case "size-off-by-one":
+		if m.Size() >= brokenLimit {
+			return message.ID{}, &walimpls.TooLargeError{Size: m.Size(), Limit: brokenLimit}
+		}
 	}
 	id, err := w.WALImpl.Append(ctx, m)
+	var fe *walimpls.FencedError
+	if w.broken == "same-term-both-write" && errors.As(err, &fe) && fe.CurrentTerm == fe.Term {
+		// A same-term claim is not checked: the earlier writer goes on.
+		w.o.unfenced(func() { id, err = w.WALImpl.Append(ctx, m) })
+	}
 	if err == nil && w.broken == "reverse-ids" {
 		id = message.NewID(reversed{id.Value()})
 	}
 	return id, err
 }
 
+func (w *brokenWAL) Truncate(ctx context.Context, upTo message.ID) error {
+	seq, serr := message.SeqOf(memory.Name, upTo)
+	switch {
+	case w.broken == "truncate-off-by-one" && serr == nil:
+		// Removes upTo too.
+		return w.WALImpl.Truncate(ctx, message.NewSeqID(memory.Name, seq+1))
+	case w.broken == "truncate-one-past-end" && serr == nil:
+		// Truncating to the position the next append gets removes all but
+		// the last message instead of failing.
+		err := w.WALImpl.Truncate(ctx, upTo)
+		if last, lerr := w.WALImpl.Last(ctx); errors.Is(err, walimpls.ErrInvalidPosition) && lerr == nil && !last.IsZero() {
+			if ls, _ := message.SeqOf(memory.Name, last); ls+1 == seq {
+				return w.WALImpl.Truncate(ctx, last)
+			}
+		}
+		return err
+	case w.broken == "fenced-truncate":
+		err := w.WALImpl.Truncate(ctx, upTo)
+		if errors.Is(err, walimpls.ErrFenced) {
+			w.o.unfenced(func() { err = w.WALImpl.Truncate(ctx, upTo) })
+		}
+		return err
+	}
+	return w.WALImpl.Truncate(ctx, upTo)
+}
+
+func (w *brokenWAL) Last(ctx context.Context) (message.ID, error) {
+	id, err := w.WALImpl.Last(ctx)
+	if w.broken == "last-off-by-one" && err == nil && !id.IsZero() {
+		if seq, _ := message.SeqOf(memory.Name, id); seq > 0 {
+			return message.NewSeqID(memory.Name, seq-1), nil
+		}
+	}
+	return id, err
+}
+
+func (w *brokenWAL) Close() error {
+	if w.broken == "close-is-noop" {
+		return nil
+	}
+	return w.WALImpl.Close()
+}
+
 func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
-	if w.broken == "reverse-ids" {
-		if id, incl, ok := opt.DeliverPolicy.StartID(); ok {
+	p := opt.DeliverPolicy
+	switch w.broken {
+	case "reverse-ids":
+		if id, incl, ok := p.StartID(); ok {
 			if r, isRev := id.Value().(reversed); isRev {
 				id = message.NewID(r.IDValue)
 			}
@@ -145,47 +312,145 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 				opt.DeliverPolicy = walimpls.DeliverStartAfter(id)
 			}
 		}
-	}
-	if w.broken == "skip-truncated" {
+	case "skip-truncated":
 		// Turn a truncated start position into "start at the first kept
 		// message": the silent skip the suite forbids.
 		s, err := w.WALImpl.Read(ctx, opt)
-		if err == nil || !isGone(err) {
-			return w.wrapScanner(s, err)
+		if err == nil || !errors.Is(err, walimpls.ErrPositionGone) {
+			return w.wrapScanner(ctx, opt, s, err)
 		}
 		opt.DeliverPolicy = walimpls.DeliverAll()
+	case "unbounded-read-ahead":
+		opt.ReadAheadBytes = 1 << 30
+	case "future-clamps":
+		// A start beyond the end is taken as "the end".
+		if id, _, ok := p.StartID(); ok {
+			if last, err := w.WALImpl.Last(ctx); err == nil && !last.IsZero() && last.LT(id) {
+				opt.DeliverPolicy = walimpls.DeliverLatest()
+			}
+		}
 	}
-	return w.wrapScanner(w.WALImpl.Read(ctx, opt))
+	if w.broken == "lazy-latest" && p.IsLatest() {
+		// The end is looked up by the scanner's goroutine, a little later.
+		bs := newBrokenScanner(w, opt, nil)
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			inner, err := w.WALImpl.Read(context.Background(), opt)
+			bs.start(inner, err)
+		}()
+		return bs, nil
+	}
+	s, err := w.WALImpl.Read(ctx, opt)
+	return w.wrapScanner(ctx, opt, s, err)
 }
 
-func (w *brokenWAL) wrapScanner(s walimpls.Scanner, err error) (walimpls.Scanner, error) {
+func (w *brokenWAL) wrapScanner(ctx context.Context, opt walimpls.ReadOption, s walimpls.Scanner, err error) (walimpls.Scanner, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs := &brokenScanner{inner: s, broken: w.broken, out: make(chan message.Immutable), done: make(chan struct{}), stop: make(chan struct{})}
-	go bs.run()
+	var readCtx context.Context
+	if w.broken == "scanner-bound-to-read-ctx" {
+		readCtx = ctx
+	}
+	bs := newBrokenScanner(w, opt, readCtx)
+	bs.start(s, nil)
 	return bs, nil
 }
 
 // brokenScanner forwards an inner scanner, breaking it on purpose.
 type brokenScanner struct {
-	inner  walimpls.Scanner
-	broken string
-	out    chan message.Immutable
-	done   chan struct{}
-	stop   chan struct{}
+	w       *brokenWAL
+	opt     walimpls.ReadOption
+	readCtx context.Context // scanner-bound-to-read-ctx: ends with it
+
+	mu    sync.Mutex
+	inner walimpls.Scanner // nil until started
+	err   error
+
+	out  chan message.Immutable
+	done chan struct{}
+	stop chan struct{}
+	once sync.Once
+}
+
+func newBrokenScanner(w *brokenWAL, opt walimpls.ReadOption, readCtx context.Context) *brokenScanner {
+	return &brokenScanner{w: w, opt: opt, readCtx: readCtx, out: make(chan message.Immutable), done: make(chan struct{}), stop: make(chan struct{})}
+}
+
+func (s *brokenScanner) start(inner walimpls.Scanner, err error) {
+	s.mu.Lock()
+	s.inner, s.err = inner, err
+	s.mu.Unlock()
+	go s.run()
+}
+
+func (s *brokenScanner) current() walimpls.Scanner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inner
 }
 
 func (s *brokenScanner) run() {
-	defer close(s.done)
-	defer close(s.out)
+	if s.w.broken != "chan-never-closes" {
+		defer close(s.done)
+		defer close(s.out)
+	}
+	inner := s.current()
+	if inner == nil {
+		return
+	}
+	var ctxDone <-chan struct{}
+	if s.readCtx != nil {
+		ctxDone = s.readCtx.Done()
+	}
 	n := 0
-	for m := range s.inner.Chan() {
+	for {
+		var (
+			m  message.Immutable
+			ok bool
+		)
+		if s.w.broken == "polling-tail" {
+			// Looks for messages, and sleeps a poll interval when none is
+			// ready.
+			select {
+			case m, ok = <-inner.Chan():
+			default:
+				select {
+				case <-time.After(time.Second):
+					continue
+				case <-s.stop:
+					return
+				}
+			}
+		} else {
+			select {
+			case m, ok = <-inner.Chan():
+			case <-ctxDone:
+				_ = inner.Close()
+				return
+			case <-s.stop:
+				return
+			}
+		}
+		if !ok {
+			if s.w.broken == "overtaken-skips" && errors.Is(inner.Error(), walimpls.ErrPositionGone) {
+				// Carries on from the first message still kept.
+				next, err := s.w.WALImpl.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+				if err == nil {
+					s.mu.Lock()
+					s.inner = next
+					s.mu.Unlock()
+					inner = next
+					continue
+				}
+			}
+			return
+		}
 		n++
-		if s.broken == "drop-every-10th" && n%10 == 0 {
+		if s.w.broken == "drop-every-10th" && n%10 == 0 {
 			continue
 		}
-		if s.broken == "reverse-ids" {
+		if s.w.broken == "reverse-ids" {
 			m = message.NewImmutable(m.Message, message.NewID(reversed{m.ID().Value()}))
 		}
 		select {
@@ -198,19 +463,31 @@ func (s *brokenScanner) run() {
 
 func (s *brokenScanner) Chan() <-chan message.Immutable { return s.out }
 func (s *brokenScanner) Done() <-chan struct{}          { return s.done }
-func (s *brokenScanner) Error() error                   { return s.inner.Error() }
+
+func (s *brokenScanner) Error() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inner == nil {
+		return s.err
+	}
+	return s.inner.Error()
+}
 
 func (s *brokenScanner) Close() error {
-	if s.broken == "leak-scanner-goroutine" {
+	switch s.w.broken {
+	case "leak-scanner-goroutine":
 		go func() { <-make(chan struct{}) }() // a goroutine nobody will stop
+	case "scanner-close-hangs":
+		<-make(chan struct{})
 	}
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
+	s.once.Do(func() { close(s.stop) })
+	var err error
+	if inner := s.current(); inner != nil {
+		err = inner.Close()
 	}
-	err := s.inner.Close()
-	<-s.done
+	if s.w.broken != "chan-never-closes" {
+		<-s.done
+	}
 	return err
 }
 
@@ -223,5 +500,3 @@ func (r reversed) Compare(o message.IDValue) int {
 	}
 	return 0
 }
-
-func isGone(err error) bool { return errors.Is(err, walimpls.ErrPositionGone) }
