@@ -59,7 +59,11 @@ type Config struct {
 	Dir string `yaml:"dir" json:"dir"`
 	// SegmentBytes is the size of each segment file (default 64 MiB,
 	// 64 KiB to 1 GiB). It must hold at least two messages of
-	// MaxMessageBytes plus 8 KiB.
+	// MaxMessageBytes plus 8 KiB. It may change between opens of a root:
+	// every segment records the size it was started with, the segments
+	// already written keep theirs (the one being written is filled up to
+	// its own size), the next ones take the new size, and Open logs both
+	// sizes at Info.
 	SegmentBytes int64 `yaml:"segmentBytes" json:"segmentBytes"`
 	// Sync is the sync policy: "always" (default), "interval" or "none".
 	Sync SyncPolicy `yaml:"sync" json:"sync"`

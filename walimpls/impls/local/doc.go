@@ -20,7 +20,9 @@
 //	                                need (zero-filled, or recycled)
 //
 // Segment numbers are contiguous: a gap is corruption. Only the oldest
-// segments are ever deleted (see Truncation), never the last one.
+// segments are ever deleted (see Truncation), never the last one. Every
+// segment but the last ends with a seal frame naming the next one, so the
+// loss of the newest segment file is detected (see Recovery).
 //
 // # Frames
 //
@@ -49,52 +51,64 @@
 //	synced  offset in this segment up to which the file was known to be
 //	        fdatasynced when the frame was written (see Recovery)
 //	chan    channel id (0 for frames that belong to no channel)
-//	typ     1 segment start, 2 message, 3 term, 4 truncate
+//	typ     1 segment start, 2 message, 3 term, 4 truncate, 5 seal
 //
 // Bodies:
 //
 //	segment start  magic "swlocal1", uvarint end of the previous segment's
-//	               frames (0 for none), uvarint flags (1: the file is a
-//	               recycled segment), uvarint next channel id, uvarint n,
-//	               then n times: uvarint id, uvarint len+name, varint term,
-//	               uvarint truncate seq, uvarint last removed seq,
-//	               uvarint last seq
+//	               frames, its seal included (0 for none), uvarint flags
+//	               (1: the file is a recycled segment; 2: a segment size
+//	               follows), if flag 2: uvarint segment size (the bytes
+//	               the segment may fill, 64 KiB to 1 GiB), uvarint next
+//	               channel id, uvarint n, then n times: uvarint id,
+//	               uvarint len+name, varint term, uvarint truncate seq,
+//	               uvarint last removed seq, uvarint last seq
 //	message        uvarint n properties, n times (uvarint len+key,
 //	               uvarint len+value), then the payload to the end of the body
 //	term           varint term, uvarint len+channel name (the first term frame
 //	               of a channel id defines it)
 //	truncate       uvarint first kept seq, uvarint last removed seq
+//	seal           uint64 number of the next segment (8 bytes; chan 0)
 //
 // The first frame of every segment is a segment start frame: a snapshot of
 // every channel's id, name, term and truncation point at that moment. So
 // every segment is self-describing, and deleting the oldest segments never
 // loses a channel's definition, term or truncation point.
 //
+// The last frame of every segment but the last is a seal frame naming the
+// next segment; nothing follows it but an end marker. It is written only
+// once the next segment's file is in place and the directory synced, so a
+// seal proves that the next segment's file existed. Segments written
+// before seal frames existed end without one, and no segment start before
+// them records a size (flag 2); both are accepted.
+//
 // Every write of the journal is followed by an end marker: 32 zero bytes
-// where the next frame will go (unless the segment has no room left), which
-// the next write overwrites. So the end of the log is explicit even in a
+// where the next frame will go, which the next write overwrites; the framer
+// keeps room at the end of every segment for a seal (40 bytes) and the end
+// marker after it. (A segment of the previous format may end without room
+// for a marker; recovery takes the end of the file as one.) So the end of the log is explicit even in a
 // recycled file, whose older frames follow it, and a frame left past the end
 // by a torn write can never be mistaken for the continuation of the log.
 //
 // # Writing
 //
 // Deciding is apart from doing. A submitter (Append, Truncate, a
-// ReadWrite Open) decides its record itself, under the journal's mutex:
-// it checks fencing, takes the next sequence number, decides where the
-// record goes (starting the next segment when it does not fit) and frames
-// it into the pending batch. One flusher goroutine owns the segment files:
-// each round it takes the whole pending batch (at most
-// Config.MaxBatchBytes: a submitter waits for room beyond that, unless its
-// record is alone), installs the segments the batch starts, issues one
-// write per segment and - depending on the sync policy - one fdatasync,
+// ReadWrite Open) decides its record itself, under the journal's mutex: it
+// checks fencing (its writer's claim, see Fencing and terms), takes the
+// next sequence number, decides where the record goes (starting the next
+// segment when it does not fit) and frames it into the pending batch. One
+// flusher goroutine owns the segment files: each round it takes the whole
+// pending batch (at most Config.MaxBatchBytes: a submitter waits for room
+// beyond that, unless its record is alone), installs the segments the batch
+// starts, issues one write per segment and - depending on the sync policy - one fdatasync,
 // then publishes the records to the channels' indexes and acknowledges the
 // waiters. A reader sees a record only once it is published: written, and
 // with SyncAlways synced. With SyncAlways a waiter is acknowledged after
 // the fdatasync that covers its record; with SyncInterval after the write;
 // with SyncNone an append is acknowledged as soon as it is framed, without
 // waiting for the flusher (its write overlaps the appends that follow), so
-// it may be acknowledged before it is published (Truncate and a Latest read
-// account for that). Term and truncate frames are always synced before
+// it may be acknowledged before it is published (Truncate, Last and a
+// Latest read account for that). Term and truncate frames are always synced before
 // they take effect, whatever the policy, and a segment is always synced
 // before the journal moves on to the next one, so only the last segment
 // can ever hold unsynced bytes.
@@ -110,9 +124,26 @@
 // cheaper than extending a file or writing into merely fallocated
 // (unwritten) extents. A segment freed by truncation is renamed to a spare
 // and reused (recycled); only when no spare is left does the goroutine write
-// zeros over a new spare file and sync it. When the active segment is full,
-// the flusher syncs it, renames a spare into place, syncs the directory and
-// writes the new segment's start frame (with the old segment's end).
+// zeros over a new spare file and sync it.
+//
+// A segment switch is decided by the submitter whose record does not fit:
+// the framer keeps room in every segment for a seal frame and its end
+// marker, reserves the seal's sequence number and offset, and frames the
+// next segment's start. The flusher then (1) syncs segment N-1, whatever
+// the policy, so that only the last segment can ever hold unsynced bytes
+// and no later segment exists while N-1's frames may still tear, (2)
+// renames a spare into place as the next segment N and syncs the
+// directory, (3) writes the seal naming N (and an end marker) into N-1 and
+// syncs it, and (4) writes N's start frame (with the end of N-1, seal
+// included) and the records after it. A crash at any step is recovered
+// without losing an acknowledged record (see Recovery), and the seal is
+// never durable before N's name is.
+//
+// A segment is filled up to the size in its start frame, taken from
+// Config.SegmentBytes when it was started. Reopening with another
+// SegmentBytes is a legitimate change: the segments already written keep
+// their size (the active one is filled up to its own), the next ones take
+// the new size, and Open logs both sizes at Info.
 //
 // # Recovery
 //
@@ -122,10 +153,22 @@
 // segment starts.
 //
 //   - A segment but the last must end with its end marker (or the end of the
-//     file) exactly where the next segment's start frame says it ended.
-//     Anything else - a bad frame, a zeroed frame, a missing segment - is
-//     corruption in the middle of the log: Open fails with ErrCorrupt naming
-//     the segment and offset. It never skips.
+//     file) exactly where the next segment's start frame says it ended, and
+//     its seal, if it has one, must name the next segment. Anything else - a
+//     bad frame, a zeroed frame, a missing segment, a frame after a seal -
+//     is corruption in the middle of the log: Open fails with ErrCorrupt
+//     naming the segment and offset (or the missing file). It never skips.
+//   - The last segment present must not end with a seal: a seal naming N
+//     while N's file is missing means the newest segment was deleted (the
+//     journal never seals before N's name is durable, and never deletes the
+//     last segment). Open fails with ErrCorrupt naming N's file.
+//   - The oldest segment present must hold every message the channels
+//     keep: its start frame says each channel's last message before it, and
+//     a channel whose truncation point (after replay) is at or below that
+//     message kept messages in a segment that is gone - the oldest segments
+//     were deleted by hand (the journal deletes only segments whose
+//     messages every channel has truncated). Open fails with ErrCorrupt
+//     naming the missing file.
 //   - The last segment ends cleanly at an end marker followed by zeros (or,
 //     in a recycled file, by anything but frames of this segment). Otherwise
 //     recovery looks past X for valid frames of this segment: if one of them
@@ -136,15 +179,33 @@
 //     are logged and counted (Store.Recovery and the
 //     streamwal_local_recovery_dropped_bytes_total metric). Appends continue
 //     at X.
-//   - A last segment whose start frame is missing or invalid (a crash right
-//     after a segment switch) is removed the same way, and the journal goes
-//     on in the previous segment.
+//   - A last segment N whose start frame is missing or invalid is a crash
+//     during a segment switch, not corruption. If segment N-1 ends with a
+//     valid seal naming N (the crash came between steps 3 and 4), recovery
+//     completes the switch: it cuts N's file to nothing (what it held is
+//     checked, cut and counted like a torn tail), writes N's start frame (a
+//     snapshot of the replayed state, sequence number after the seal's) and
+//     an end marker, syncs it, and the journal goes on in N - never after a
+//     seal. Otherwise (the crash came before the seal was
+//     durable) N's file is removed and synced away, N-1 is the last segment
+//     (a torn seal at its end is cut like any torn tail), and the journal
+//     goes on in N-1; the next switch installs N again.
 //   - Sequence numbers must strictly increase and segment numbers must be
 //     contiguous; anything else is corruption.
 //
-// One blind spot is accepted: in a recycled last segment, a torn write whose
-// first sector was lost and that left no complete frame behind is not
-// reported (its bytes cannot be told from the older segment's).
+// Blind spots that are accepted:
+//
+//   - In a recycled last segment, a torn write whose first sector was lost
+//     and that left no complete frame behind is not reported (its bytes
+//     cannot be told from the older segment's).
+//   - Deleting every segment file (in particular the only one) is not
+//     detected: the root then looks like a store that never wrote, and opens
+//     empty, without the channels' messages, terms and truncation points.
+//     Nothing outside the segments records that they existed.
+//   - Deleting the newest segment together with the seal that names it
+//     (editing the file before it) looks like a crash before the seal, and
+//     deleting oldest segments whose messages every channel has truncated
+//     is what the journal itself does; neither is reported.
 //
 // With SyncInterval or SyncNone an operating-system crash may lose
 // acknowledged records at the tail (never records in the middle). With
@@ -161,12 +222,35 @@
 // the holder's pid. Inside the process, one Store serves several Openers
 // (nodes) over the one journal. Each channel's term is stored in term frames
 // (and in every segment start frame). A ReadWrite open below the stored term
-// fails with a *walimpls.FencedError; an open above it writes and syncs a term
-// frame, and from then on the journal refuses every append and truncate of a
-// lower-term writer: every record's term is checked against the channel's
-// term at the moment the record is framed (under the journal's mutex, in
-// framing order), so no lower-term append is acknowledged once the higher
-// term's Open has returned.
+// fails with a *walimpls.FencedError and changes nothing; an open above it
+// writes and syncs a term frame; an open at the stored term writes nothing.
+//
+// Every ReadWrite open that is not refused claims the channel: under the
+// journal's mutex, in framing order with every record, it takes the
+// channel's next writer generation, and the WAL it returns carries it.
+// Every append and truncate carries its WAL's generation and is checked
+// against the channel's current one at the moment the record would be
+// framed; a mismatch means a later claim - at a higher term, or at the same
+// term (the later claim wins) - and is a *walimpls.FencedError (CurrentTerm
+// equal to Term for the same term) with nothing framed. An Open returns
+// only after the round that carries its claim, so an append of an earlier
+// WAL that starts after a later Open returned is framed after the claim and
+// refused: no append of a fenced writer is acknowledged once the Open that
+// fenced it has returned. An Open whose context ends while its claim waits
+// for its round has still claimed the channel (the earlier writers are
+// fenced even though that Open failed), as a higher term's frame is still
+// written.
+//
+// The generation lives in memory only, and need not be durable: it orders
+// WALs of one Store, and a WAL never outlives its Store. The LOCK makes the
+// process holding the root the only one that can write to it, and every
+// Opener of that process shares the Store's one journal, its mutex and its
+// channels, so every claim and every record of the root is decided under
+// that one mutex. A Store opened later (after a Close, or in a process
+// started after a crash) has no WAL of the previous Store left to fence:
+// its generations start afresh, and only terms, which are durable, carry
+// over. A closed WAL's owner reopening the channel claims it like any
+// other open.
 //
 // # Truncation
 //
@@ -180,6 +264,15 @@
 // A reader still holding the file finds frames of another segment, or a
 // closed file, and learns from the truncation point that its position is
 // gone.
+//
+// # Last
+//
+// Last returns the channel's last published message. With SyncAlways and
+// SyncInterval an append is acknowledged after it is published, so that
+// covers every acknowledged append. With SyncNone an append is
+// acknowledged once framed, so Last first waits until the messages framed
+// before the call are published (one write round, no fdatasync): the ID it
+// returns can be read at once, and covers every acknowledged append.
 //
 // # Reading
 //

@@ -26,12 +26,26 @@ type faultFS struct {
 	failPrepare atomic.Bool
 	writes      atomic.Int64
 	syncs       atomic.Int64
+	// gate, when set, holds the next fdatasync of a file that holds data
+	// (not the zero-fill of a spare) until release is closed.
+	gate atomic.Pointer[syncGate]
+}
+
+type syncGate struct{ entered, release chan struct{} }
+
+// holdNextSync arms the gate and returns it: entered is closed once the
+// sync waits, and the sync goes on when release is closed.
+func (f *faultFS) holdNextSync() *syncGate {
+	g := &syncGate{entered: make(chan struct{}), release: make(chan struct{})}
+	f.gate.Store(g)
+	return g
 }
 
 type faultFile struct {
 	File
-	fs    *faultFS
-	spare bool
+	fs       *faultFS
+	spare    bool
+	withData atomic.Bool // a write that is not all zeros went to it
 }
 
 func newFaultFS() *faultFS { return &faultFS{FS: OSFS()} }
@@ -58,10 +72,19 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 		return n, &os.PathError{Op: "write", Path: "segment", Err: unix.ENOSPC}
 	}
 	f.fs.writes.Add(1)
+	if !allZero(p) {
+		f.withData.Store(true)
+	}
 	return f.File.WriteAt(p, off)
 }
 
 func (f *faultFile) Sync() error {
+	if f.withData.Load() {
+		if g := f.fs.gate.Swap(nil); g != nil {
+			close(g.entered)
+			<-g.release
+		}
+	}
 	if f.fs.failSync.Load() {
 		return &os.PathError{Op: "fdatasync", Path: "segment", Err: unix.EIO}
 	}

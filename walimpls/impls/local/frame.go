@@ -25,6 +25,16 @@ const (
 	typeMessage      frameType = 2
 	typeTerm         frameType = 3
 	typeTruncate     frameType = 4
+	typeSeal         frameType = 5
+)
+
+// sealSize is the size of a seal frame; sealReserve is the room the framer
+// keeps at the end of every segment for the seal and the end marker after
+// it.
+const (
+	sealBodySize = 8
+	sealSize     = (headerSize + sealBodySize + frameAlign - 1) &^ (frameAlign - 1)
+	sealReserve  = sealSize + headerSize
 )
 
 // frameHeader is a decoded frame header (without the CRC, which
@@ -114,7 +124,7 @@ func decodeFrame(b []byte, seg uint32) (frameHeader, []byte, int, frameStatus) {
 		chanID: binary.LittleEndian.Uint32(b[24:]),
 		typ:    frameType(b[28]),
 	}
-	if h.typ < typeSegmentStart || h.typ > typeTruncate || b[29]|b[30]|b[31] != 0 {
+	if h.typ < typeSegmentStart || h.typ > typeSeal || b[29]|b[30]|b[31] != 0 {
 		return frameHeader{}, nil, 0, frameBad
 	}
 	if uint64(h.length) > uint64(len(b)-headerSize) {
@@ -285,7 +295,22 @@ func decodeTruncate(body []byte) (keep, lastRemoved uint64, err error) {
 	return keep, lastRemoved, r.err("truncate record")
 }
 
+func encodeSeal(next uint64) []byte { return binary.LittleEndian.AppendUint64(nil, next) }
+
+func decodeSeal(body []byte) (next uint64, err error) {
+	if len(body) != sealBodySize {
+		return 0, errors.Wrapf(errBadBody, "seal record of %d bytes", len(body))
+	}
+	return binary.LittleEndian.Uint64(body), nil
+}
+
 const segmentMagic = "swlocal1"
+
+// Flags of a segment start frame.
+const (
+	startRecycled = 1 << iota
+	startHasSize
+)
 
 // chanSnapshot is one channel's durable state in a segment start frame.
 type chanSnapshot struct {
@@ -305,9 +330,13 @@ type segmentStart struct {
 	prevEnd uint64
 	// recycled says the file held an older segment before: past the end of
 	// the log it holds that segment's frames, not zeros.
-	recycled   bool
-	nextChanID uint32
-	chans      []chanSnapshot
+	recycled bool
+	// segmentBytes is the size the segment may fill, the configured
+	// SegmentBytes when it was started; 0 in segments written before the
+	// size was recorded.
+	segmentBytes int64
+	nextChanID   uint32
+	chans        []chanSnapshot
 }
 
 func encodeSegmentStart(st segmentStart) []byte {
@@ -315,9 +344,15 @@ func encodeSegmentStart(st segmentStart) []byte {
 	b = binary.AppendUvarint(b, st.prevEnd)
 	flags := uint64(0)
 	if st.recycled {
-		flags |= 1
+		flags |= startRecycled
+	}
+	if st.segmentBytes != 0 {
+		flags |= startHasSize
 	}
 	b = binary.AppendUvarint(b, flags)
+	if st.segmentBytes != 0 {
+		b = binary.AppendUvarint(b, uint64(st.segmentBytes))
+	}
 	b = binary.AppendUvarint(b, uint64(st.nextChanID))
 	b = binary.AppendUvarint(b, uint64(len(st.chans)))
 	for _, c := range st.chans {
@@ -339,12 +374,22 @@ func decodeSegmentStart(body []byte) (segmentStart, error) {
 	r := bodyReader{b: body[len(segmentMagic):]}
 	prevEnd := r.uvarint()
 	flags := r.uvarint()
+	var size uint64
+	if flags&startHasSize != 0 {
+		size = r.uvarint()
+		if !r.bad && (size < minSegmentBytes || size > maxSegmentBytes) {
+			return segmentStart{}, errors.Wrapf(errBadBody, "segment start: segment size %d outside [%d, %d]", size, minSegmentBytes, maxSegmentBytes)
+		}
+	}
 	next := r.uvarint()
 	n := r.uvarint()
-	if flags > 1 || next > 1<<32-1 || n > uint64(len(r.b)) {
+	if flags > startRecycled|startHasSize || next > 1<<32-1 || n > uint64(len(r.b)) {
 		return segmentStart{}, errors.Wrap(errBadBody, "segment start: bad flags or counts")
 	}
-	st := segmentStart{prevEnd: prevEnd, recycled: flags&1 != 0, nextChanID: uint32(next), chans: make([]chanSnapshot, 0, n)}
+	st := segmentStart{
+		prevEnd: prevEnd, recycled: flags&startRecycled != 0, segmentBytes: int64(size),
+		nextChanID: uint32(next), chans: make([]chanSnapshot, 0, n),
+	}
 	for i := uint64(0); i < n && !r.bad; i++ {
 		var c chanSnapshot
 		id := r.uvarint()

@@ -77,6 +77,20 @@ func TestMetaBodiesRoundTrip(t *testing.T) {
 	require.Equal(t, st, got)
 	_, err = decodeSegmentStart(encodeSegmentStart(segmentStart{nextChanID: 2, chans: snaps}))
 	require.ErrorIs(t, err, errBadBody, "an id at or above the next id")
+	st.segmentBytes = 64 << 20
+	got, err = decodeSegmentStart(encodeSegmentStart(st))
+	require.NoError(t, err)
+	require.Equal(t, st, got, "with a recorded size")
+	st.segmentBytes = 1000
+	_, err = decodeSegmentStart(encodeSegmentStart(st))
+	require.ErrorIs(t, err, errBadBody, "a size no config allows")
+
+	next, err := decodeSeal(encodeSeal(1 << 40))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1<<40), next)
+	require.Equal(t, sealSize, frameSize(len(encodeSeal(7))))
+	_, err = decodeSeal([]byte{1, 2, 3})
+	require.ErrorIs(t, err, errBadBody)
 }
 
 // FuzzDecodeFrame feeds arbitrary bytes to the frame and body decoders: they
@@ -88,6 +102,8 @@ func FuzzDecodeFrame(f *testing.F) {
 		appendFrame(nil, frameHeader{seq: 2, seg: 1, typ: typeTerm, chanID: 1}, encodeTerm(4, "c")),
 		appendFrame(nil, frameHeader{seq: 3, seg: 1, typ: typeTruncate, chanID: 1}, encodeTruncate(2, 1)),
 		appendFrame(nil, frameHeader{seq: 4, seg: 1, typ: typeSegmentStart}, encodeSegmentStart(segmentStart{prevEnd: 64, nextChanID: 2, chans: []chanSnapshot{{id: 1, name: "c", term: 4}}})),
+		appendFrame(nil, frameHeader{seq: 5, seg: 1, typ: typeSegmentStart}, encodeSegmentStart(segmentStart{prevEnd: 64, segmentBytes: 1 << 20, nextChanID: 1})),
+		appendFrame(nil, frameHeader{seq: 6, seg: 1, typ: typeSeal}, encodeSeal(2)),
 		make([]byte, 40),
 		{1, 2, 3},
 	}
@@ -104,6 +120,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		_, _, _ = decodeTerm(b)
 		_, _, _ = decodeTruncate(b)
 		_, _ = decodeSegmentStart(b)
+		_, _ = decodeSeal(b)
 		h, body, sz, st := decodeFrame(b, 1)
 		if st != frameOK {
 			return
@@ -128,6 +145,8 @@ func FuzzDecodeFrame(f *testing.F) {
 			_, _, _ = decodeTruncate(body)
 		case typeSegmentStart:
 			_, _ = decodeSegmentStart(body)
+		case typeSeal:
+			_, _ = decodeSeal(body)
 		}
 	})
 }

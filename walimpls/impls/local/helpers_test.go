@@ -1,9 +1,13 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,3 +99,36 @@ func readAvailable(t *testing.T, w walimpls.WALImpl, p walimpls.DeliverPolicy) (
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// logCapture collects a store's log lines (text format) for tests to check.
+type logCapture struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (c *logCapture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.Write(p)
+}
+
+func (c *logCapture) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(c, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// lines returns the lines holding every one of the given substrings.
+func (c *logCapture) lines(subs ...string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(c.buf.String(), "\n") {
+		ok := l != ""
+		for _, s := range subs {
+			ok = ok && strings.Contains(l, s)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -22,7 +22,10 @@ const (
 type request struct {
 	kind reqKind
 	ch   *channel
-	term int64  // the writer's term; for reqTerm the term to store
+	term int64 // the writer's term; for reqTerm the term to store
+	// gen is the writer's claim on the channel (reqAppend, reqTruncate):
+	// the record is refused unless it is still the channel's latest.
+	gen  uint64
 	body []byte // reqAppend: the encoded message
 	// reqTruncate: the first seq to keep and the last one removed.
 	keep, lastRemoved uint64
@@ -40,8 +43,9 @@ type waiter struct {
 type rec struct {
 	kind  reqKind
 	ch    *channel
-	entry entry // reqAppend: where the message is
-	term  int64 // reqTerm: the term stored
+	entry entry  // reqAppend: where the message is
+	term  int64  // reqTerm: the term stored
+	gen   uint64 // reqTerm: the claim taken
 	// reqTruncate: the truncation point stored.
 	keep, lastRemoved uint64
 	wrote             bool    // a term or truncate frame was written
@@ -60,6 +64,18 @@ type piece struct {
 	start    *segmentStart
 	startSeq uint64
 	startLen int
+	// seal is set on a piece that starts a segment after another one: the
+	// seal frame to write into the previous segment once the new one's file
+	// is in place.
+	seal *sealPlan
+}
+
+// sealPlan is a seal frame the framer reserved in segment seg at off, with
+// sequence number seq, naming the segment that follows.
+type sealPlan struct {
+	seg uint64
+	off int64
+	seq uint64
 }
 
 // batch is what submitters framed since the flusher last took the pending
@@ -90,7 +106,7 @@ func (b *batch) reset() {
 	clear(b.recs) // drop the channel and waiter pointers
 	b.recs = b.recs[:0]
 	for i := range b.pieces {
-		b.pieces[i].start = nil
+		b.pieces[i].start, b.pieces[i].seal = nil, nil
 		if cap(b.pieces[i].buf) > maxKeptPieceBytes {
 			b.pieces[i].buf = nil
 		}
@@ -108,6 +124,7 @@ const maxKeptPieceBytes = 8 << 20
 type recovered struct {
 	active     *segment // nil for an empty store
 	off        int64
+	limit      int64 // the bytes the active segment may fill
 	nextSeq    uint64
 	nextChanID uint32
 	defined    []*channel
@@ -138,6 +155,7 @@ type journal struct {
 	room     chan struct{} // closed when the flusher takes pend; nil if nobody waits
 	fseg     uint64        // segment being framed, 0 before the first one
 	foff     int64         // where the next frame goes in fseg
+	flimit   int64         // the bytes fseg may fill (its recorded size)
 	fsynced  int64         // bytes of fseg known synced: the frames' synced field
 	fresh    bool          // fseg holds nothing but its start frame
 	nextSeq  uint64
@@ -163,6 +181,7 @@ func newJournal(s *Store, rs recovered) *journal {
 		pend:     &batch{},
 		free:     &batch{},
 		foff:     rs.off,
+		flimit:   rs.limit,
 		fsynced:  rs.off,
 		nextSeq:  rs.nextSeq,
 		nextChan: rs.nextChanID,
@@ -184,9 +203,11 @@ func newJournal(s *Store, rs recovered) *journal {
 // a SyncNone append returns once framed, every other request once the
 // round that carries it is written (and synced, per the policy, and always
 // for term and truncate records) and published. It returns the seq of an
-// appended message. Refusals (fencing, size) and a failed or closing
-// journal are returned at once; a request abandoned by its context after
-// it was framed is still carried out.
+// appended message, or the claim a reqTerm took. Refusals (fencing, size),
+// a failed or closing journal and a context that ends before the record is
+// framed are returned at once, marked walimpls.MarkNotStored: nothing was
+// framed. A request abandoned by its context after it was framed is still
+// carried out, and its error is not marked.
 func (j *journal) submit(ctx context.Context, r request) (uint64, error) {
 	var w *waiter
 	if r.kind != reqAppend || j.s.cfg.Sync != SyncNone {
@@ -196,13 +217,13 @@ func (j *journal) submit(ctx context.Context, r request) (uint64, error) {
 	j.mu.Lock()
 	if err := j.admit(ctx, size); err != nil {
 		j.mu.Unlock()
-		return 0, err
+		return 0, walimpls.MarkNotStored(err)
 	}
 	kick := j.pend.empty()
 	seq, err := j.frame(r, w)
 	j.mu.Unlock()
 	if err != nil {
-		return 0, err
+		return 0, walimpls.MarkNotStored(err)
 	}
 	if kick {
 		select {
@@ -291,6 +312,24 @@ func (j *journal) failed() error {
 	return j.err
 }
 
+// checkClaim reports a *walimpls.FencedError when a later open claimed the
+// channel after the writer of term and claim gen: what the journal would
+// decide for its next record now.
+func (j *journal) checkClaim(ch *channel, term int64, gen uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return ch.fencedLocked(term, gen)
+}
+
+// fencedLocked is the fencing decision for a record of the writer of term
+// and claim gen. Called with the journal's mu held.
+func (ch *channel) fencedLocked(term int64, gen uint64) error {
+	if gen != ch.w.gen {
+		return &walimpls.FencedError{Channel: ch.name, Term: term, CurrentTerm: ch.w.term}
+	}
+	return nil
+}
+
 // framedLastSeq returns the seq of the channel's last framed message: it
 // runs ahead of the published one by the records not yet written, which
 // SyncNone has acknowledged already.
@@ -336,8 +375,12 @@ func (j *journal) awaitPublished(ctx context.Context, ch *channel, seq uint64) e
 // held.
 func (j *journal) frame(r request, w *waiter) (uint64, error) {
 	ch := r.ch
-	if r.term < ch.w.term {
-		return 0, &walimpls.FencedError{Channel: ch.name, Term: r.term, CurrentTerm: ch.w.term}
+	if r.kind == reqTerm {
+		if r.term < ch.w.term {
+			return 0, &walimpls.FencedError{Channel: ch.name, Term: r.term, CurrentTerm: ch.w.term}
+		}
+	} else if err := ch.fencedLocked(r.term, r.gen); err != nil {
+		return 0, err
 	}
 	b := j.pend
 	switch r.kind {
@@ -352,11 +395,14 @@ func (j *journal) frame(r request, w *waiter) (uint64, error) {
 		b.recs = append(b.recs, rec{kind: reqAppend, ch: ch, entry: e, w: w})
 		return e.seq, nil
 	case reqTerm:
+		// The claim: every earlier writer's next record is refused.
+		ch.w.gen++
+		gen := ch.w.gen
 		if ch.w.defined && r.term == ch.w.term {
-			// The same owner reopening: nothing to store, but the answer
-			// waits for the round, after any earlier record of this term.
-			b.recs = append(b.recs, rec{kind: reqTerm, ch: ch, term: r.term, w: w})
-			return 0, nil
+			// An open at the stored term: nothing to store, but the answer
+			// waits for the round, after every earlier record of this term.
+			b.recs = append(b.recs, rec{kind: reqTerm, ch: ch, term: r.term, gen: gen, w: w})
+			return gen, nil
 		}
 		if !ch.w.defined {
 			ch.w.id = j.nextChan
@@ -368,8 +414,9 @@ func (j *journal) frame(r request, w *waiter) (uint64, error) {
 		if err := j.putMeta(typeTerm, ch.w.id, encodeTerm(r.term, ch.name)); err != nil {
 			return 0, err
 		}
-		b.recs = append(b.recs, rec{kind: reqTerm, ch: ch, term: r.term, wrote: true, w: w})
+		b.recs = append(b.recs, rec{kind: reqTerm, ch: ch, term: r.term, gen: gen, wrote: true, w: w})
 		b.needSync = true
+		return gen, nil
 	case reqTruncate:
 		if r.keep <= ch.w.keep {
 			b.recs = append(b.recs, rec{kind: reqTruncate, ch: ch, w: w})
@@ -398,16 +445,18 @@ func (j *journal) putMeta(typ frameType, chanID uint32, body []byte) error {
 }
 
 // put frames one record into the pending batch, starting the next segment
-// when it does not fit in this one. A zero entry size means the record does
-// not fit even in an empty segment. Called with mu held.
+// when it does not fit in this one: every segment keeps sealReserve bytes
+// for the seal frame that will end it and its end marker. A zero entry size
+// means the record does not fit even in an empty segment. Called with mu
+// held.
 func (j *journal) put(typ frameType, chanID uint32, body []byte) entry {
 	size := int64(frameSize(len(body)))
-	if j.fseg == 0 || j.foff+size > j.s.cfg.SegmentBytes {
+	if j.fseg == 0 || j.foff+size+sealReserve > j.flimit {
 		if j.fseg != 0 && j.fresh {
 			return entry{}
 		}
 		j.startSegment()
-		if j.foff+size > j.s.cfg.SegmentBytes {
+		if j.foff+size+sealReserve > j.flimit {
 			return entry{}
 		}
 	}
@@ -434,14 +483,18 @@ func (j *journal) put(typ frameType, chanID uint32, body []byte) entry {
 	return entry{seq: seq, seg: j.fseg, off: uint32(off), size: uint32(size)}
 }
 
-// startSegment frames the start of the next segment: a piece at its offset
-// 0 with room for its start frame, a snapshot of every defined channel
-// taken now. The flusher installs the file and encodes the frame. Called
-// with mu held.
+// startSegment frames the start of the next segment: the seal that ends the
+// current one (in the room put kept for it), and a piece at the new
+// segment's offset 0 with room for its start frame, a snapshot of every
+// defined channel taken now. The flusher installs the file, writes the
+// seal and encodes the start frame. Called with mu held.
 func (j *journal) startSegment() {
 	prevEnd := int64(0)
+	var seal *sealPlan
 	if j.fseg != 0 {
-		prevEnd = j.foff
+		seal = &sealPlan{seg: j.fseg, off: j.foff, seq: j.nextSeq}
+		j.nextSeq++
+		prevEnd = j.foff + sealSize
 	}
 	snaps := make([]chanSnapshot, len(j.defined))
 	for i, ch := range j.defined {
@@ -450,17 +503,17 @@ func (j *journal) startSegment() {
 			keep: ch.w.keep, lastRemoved: ch.w.lastRemoved, lastSeq: ch.w.lastSeq,
 		}
 	}
-	st := &segmentStart{prevEnd: uint64(prevEnd), nextChanID: j.nextChan, chans: snaps}
+	st := &segmentStart{prevEnd: uint64(prevEnd), segmentBytes: j.s.cfg.SegmentBytes, nextChanID: j.nextChan, chans: snaps}
 	// The recycled flag is one varint byte either way, so the frame's size
 	// is known before the flusher learns which file it gets.
 	size := frameSize(len(encodeSegmentStart(*st)))
 	j.fseg++
 	p := j.pend.newPiece(j.fseg, 0)
-	p.start, p.startSeq, p.startLen = st, j.nextSeq, size
+	p.start, p.startSeq, p.startLen, p.seal = st, j.nextSeq, size, seal
 	j.nextSeq++
 	p.buf = append(p.buf, make([]byte, size)...)
 	j.pend.bytes += size
-	j.foff, j.fsynced = int64(size), 0
+	j.foff, j.fsynced, j.flimit = int64(size), 0, j.s.cfg.SegmentBytes
 	j.fresh = true
 }
 
@@ -574,10 +627,9 @@ func (j *journal) writePiece(p *piece) error {
 		return j.fail(errors.AssertionFailedf("local: piece of segment %d at %d does not follow the writes (segment %d at %d)", p.seg, p.off, j.activeNum(), j.woff))
 	}
 	n := len(p.buf)
-	if p.off+int64(n)+headerSize <= j.s.cfg.SegmentBytes {
-		var marker [headerSize]byte
-		p.buf = append(p.buf, marker[:]...)
-	}
+	// put kept room for it (and for a seal) in the segment.
+	var marker [headerSize]byte
+	p.buf = append(p.buf, marker[:]...)
 	if _, err := j.active.f.WriteAt(p.buf, p.off); err != nil {
 		return j.fail(errors.Wrapf(err, "local: write segment %d at %d", p.seg, p.off))
 	}
@@ -593,11 +645,16 @@ func (j *journal) activeNum() uint64 {
 	return j.active.num
 }
 
-// installSegment syncs the active segment, installs the spare as the
-// piece's segment and encodes the piece's start frame. The old segment is
-// synced whatever the policy, so only the last segment can ever hold
-// unsynced bytes.
+// installSegment switches segments, in the order doc.go (Writing) gives:
+// it syncs the active segment - whatever the policy, so that only the last
+// segment can ever hold unsynced bytes - installs the spare as the piece's
+// segment (renamed into place, the directory synced), writes the seal
+// naming it into the old segment and syncs that, and encodes the piece's
+// start frame. The seal is never durable before the new segment's name is.
 func (j *journal) installSegment(p *piece) error {
+	if p.seal != nil && (j.active == nil || j.active.num != p.seal.seg || j.woff != p.seal.off) {
+		return j.fail(errors.AssertionFailedf("local: seal of segment %d at %d does not follow the writes (segment %d at %d)", p.seal.seg, p.seal.off, j.activeNum(), j.woff))
+	}
 	if j.active != nil && j.synced < j.woff {
 		if err := j.syncActive(); err != nil {
 			return err
@@ -608,7 +665,21 @@ func (j *journal) installSegment(p *piece) error {
 		return j.fail(errors.Wrapf(inst.err, "local: start segment %d", p.seg))
 	}
 	seg := &segment{num: p.seg, f: inst.f, chans: map[*channel]uint64{}}
+	// Listed at once, so that Close closes its file even if this fails.
 	j.newSegs = append(j.newSegs, seg)
+	if p.seal != nil {
+		fr := appendFrame(nil, frameHeader{seq: p.seal.seq, seg: uint32(p.seal.seg), synced: uint32(j.synced), typ: typeSeal}, encodeSeal(p.seg))
+		fr = append(fr, make([]byte, headerSize)...) // the end marker
+		if _, err := j.active.f.WriteAt(fr, p.seal.off); err != nil {
+			return j.fail(errors.Wrapf(err, "local: write the seal of segment %d at %d", p.seal.seg, p.seal.off))
+		}
+		j.woff = p.seal.off + sealSize
+	}
+	if j.active != nil && j.synced < j.woff {
+		if err := j.syncActive(); err != nil {
+			return err
+		}
+	}
 	j.active = seg
 	j.woff, j.synced = 0, 0
 	st := *p.start
@@ -692,18 +763,21 @@ func (j *journal) publish(b *batch) {
 			ch.mu.Lock()
 			ch.id = ch.w.id
 			prev, fenced := ch.term, 0
-			if r.term > ch.term {
-				ch.term = r.term
-				for w := range ch.writers {
-					if w.info.Term < r.term {
-						w.fence(r.term)
-						fenced++
-					}
+			ch.term = max(ch.term, r.term)
+			ch.gen = r.gen
+			for w := range ch.writers {
+				// The claimer is not listed yet; every listed writer
+				// claimed earlier.
+				if w.gen < r.gen && w.fence(r.term) {
+					fenced++
 				}
 			}
 			ch.mu.Unlock()
-			if r.wrote {
+			switch {
+			case r.wrote:
 				s.log.Info("channel term stored", "channel", ch.name, "term", r.term, "previous_term", prev, "fenced_writers", fenced)
+			case fenced > 0:
+				s.log.Info("channel claimed again at its term", "channel", ch.name, "term", r.term, "fenced_writers", fenced)
 			}
 		case reqTruncate:
 			if r.wrote {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,6 +20,18 @@ type memFS struct {
 	mu      sync.Mutex
 	names   map[string]*memFile // the namespace now
 	durable map[string]*memFile // the namespace as of the last SyncDir
+
+	// before, when set, is called before every operation that changes the
+	// file system (outside the lock, so it may call crash), with the
+	// operation and the file's name.
+	before atomic.Pointer[func(op, name string)]
+}
+
+// hook calls the before hook, if any.
+func (m *memFS) hook(op, name string) {
+	if f := m.before.Load(); f != nil {
+		(*f)(op, name)
+	}
 }
 
 type memFile struct {
@@ -29,6 +42,7 @@ type memFile struct {
 type memHandle struct {
 	fs     *memFS
 	f      *memFile
+	name   string // as opened
 	closed bool
 }
 
@@ -57,6 +71,18 @@ func (m *memFS) crash(r *rand.Rand) *memFS {
 	return out
 }
 
+// crashExtremes are the two ends of what crash may leave: every unsynced
+// byte and size change reached the disk (keepAll), or none did.
+func crashExtremes() (keepAll, keepNone *rand.Rand) {
+	return rand.New(constSource(0)), rand.New(constSource(^uint64(0)))
+}
+
+// constSource makes IntN(2) always 0 (every unsynced sector survives) or
+// always 1 (none does).
+type constSource uint64
+
+func (c constSource) Uint64() uint64 { return uint64(c) }
+
 // crashContent keeps the synced bytes and, sector by sector, either the
 // unsynced new bytes or the synced old ones.
 func crashContent(f *memFile, r *rand.Rand) []byte {
@@ -79,6 +105,9 @@ func crashContent(f *memFile, r *rand.Rand) []byte {
 }
 
 func (m *memFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	if flag&(os.O_CREATE|os.O_TRUNC) != 0 {
+		m.hook("open", name)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f, ok := m.names[name]
@@ -92,10 +121,11 @@ func (m *memFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) 
 	if flag&os.O_TRUNC != 0 {
 		f.data = nil
 	}
-	return &memHandle{fs: m, f: f}, nil
+	return &memHandle{fs: m, f: f, name: name}, nil
 }
 
 func (m *memFS) Rename(oldname, newname string) error {
+	m.hook("rename", newname)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f, ok := m.names[oldname]
@@ -108,6 +138,7 @@ func (m *memFS) Rename(oldname, newname string) error {
 }
 
 func (m *memFS) Remove(name string) error {
+	m.hook("remove", name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.names[name]; !ok {
@@ -132,7 +163,8 @@ func (m *memFS) ReadDir(dir string) ([]string, error) {
 
 func (m *memFS) MkdirAll(string, os.FileMode) error { return nil }
 
-func (m *memFS) SyncDir(string) error {
+func (m *memFS) SyncDir(dir string) error {
+	m.hook("syncdir", dir)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.durable = map[string]*memFile{}
@@ -161,6 +193,7 @@ func (h *memHandle) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (h *memHandle) WriteAt(p []byte, off int64) (int, error) {
+	h.fs.hook("write", h.name)
 	h.fs.mu.Lock()
 	defer h.fs.mu.Unlock()
 	if h.closed {
@@ -184,6 +217,7 @@ func (h *memHandle) Close() error {
 }
 
 func (h *memHandle) Sync() error {
+	h.fs.hook("sync", h.name)
 	h.fs.mu.Lock()
 	defer h.fs.mu.Unlock()
 	h.f.synced = slices.Clone(h.f.data)
@@ -191,6 +225,7 @@ func (h *memHandle) Sync() error {
 }
 
 func (h *memHandle) Truncate(size int64) error {
+	h.fs.hook("truncate", h.name)
 	h.fs.mu.Lock()
 	defer h.fs.mu.Unlock()
 	if int(size) <= len(h.f.data) {

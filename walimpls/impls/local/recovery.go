@@ -9,10 +9,59 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
+// segScan is one segment file as recovery read it: its bytes, its start
+// frame, and where its frames end.
+type segScan struct {
+	seg     *segment
+	buf     []byte
+	start   segmentStart
+	startOK bool        // the file begins with a valid start frame
+	startSt frameStatus // what is at offset 0 when !startOK
+	off     int         // where the frames end
+	st      frameStatus // what is at off
+	// sealNext is the segment the seal frame that ends the frames names, 0
+	// when they end without one.
+	sealNext uint64
+}
+
+// atMarker reports whether the frames end where the journal left its end
+// marker (or at the end of the file).
+func (sc *segScan) atMarker() bool {
+	return sc.st == frameZero || len(sc.buf)-sc.off < headerSize
+}
+
+// limit is the bytes the segment may fill.
+func (sc *segScan) limit(cfg Config) int64 {
+	if sc.start.segmentBytes != 0 {
+		return sc.start.segmentBytes
+	}
+	return cfg.SegmentBytes
+}
+
+// replayer carries the state of one recovery across segments.
+type replayer struct {
+	s       *Store
+	rs      *recovered
+	byID    map[uint32]*channel
+	lastSeq uint64
+	report  RecoveryReport
+	opened  []File // every segment file opened, closed if recovery fails
+}
+
 // recover replays the segments of the root, rebuilding the channels and the
-// segment list, and cuts a torn tail. The rules are in doc.go (Recovery).
-func (s *Store) recover() (recovered, error) {
-	rs := recovered{nextSeq: 1, nextChanID: 1}
+// segment list, cuts a torn tail and completes an interrupted segment
+// switch. The rules are in doc.go (Recovery).
+func (s *Store) recover() (rs recovered, err error) {
+	rs = recovered{nextSeq: 1, nextChanID: 1}
+	r := &replayer{s: s, rs: &rs, byID: map[uint32]*channel{}}
+	defer func() {
+		if err != nil {
+			for _, f := range r.opened {
+				_ = f.Close() // a file closed already says so; ignored
+			}
+			s.segments = nil
+		}
+	}()
 	names, err := s.fs.ReadDir(s.cfg.Dir)
 	if err != nil {
 		return rs, errors.Wrapf(err, "local: list %s", s.cfg.Dir)
@@ -33,138 +82,50 @@ func (s *Store) recover() (recovered, error) {
 	slices.Sort(nums)
 	for i := 1; i < len(nums); i++ {
 		if nums[i] != nums[i-1]+1 {
-			return rs, errors.Wrapf(ErrCorrupt, "local: segment %d is missing (found %d and %d)", nums[i-1]+1, nums[i-1], nums[i])
+			return rs, errors.Wrapf(ErrCorrupt, "local: segment file %s is missing (found segments %d and %d)",
+				s.path(segmentName(nums[i-1]+1)), nums[i-1], nums[i])
 		}
 	}
-	byID := map[uint32]*channel{}
+	r.report.Segments = len(nums)
 	var (
-		buf     []byte
-		lastSeq uint64
-		prevEnd int64 // where the frames of the previous segment end
-		report  = RecoveryReport{Segments: len(nums)}
+		bufs  [2][]byte // the previous segment's bytes stay readable
+		prev  *segScan
+		first *segScan // the oldest segment, once its start frame is valid
 	)
 	for i, num := range nums {
 		last := i == len(nums)-1
-		// Read-write: a segment may be recycled as the spare later.
-		f, err := s.fs.OpenFile(s.path(segmentName(num)), os.O_RDWR, 0)
+		cur, err := r.scan(num, &bufs[i%2], i == 0)
 		if err != nil {
-			return rs, errors.Wrapf(err, "local: open segment %d", num)
-		}
-		seg := &segment{num: num, f: f, chans: map[*channel]uint64{}}
-		fail := func(err error) (recovered, error) {
-			_ = f.Close()
 			return rs, err
 		}
-		size, err := f.Size()
-		if err != nil {
-			return fail(errors.Wrapf(err, "local: size of segment %d", num))
-		}
-		if size > maxSegmentBytes {
-			return fail(errors.Wrapf(ErrCorrupt, "local: segment %d has %d bytes, more than %d", num, size, maxSegmentBytes))
-		}
-		if int64(cap(buf)) < size {
-			buf = make([]byte, size)
-		}
-		buf = buf[:size]
-		if n, err := f.ReadAt(buf, 0); err != nil && !(errors.Is(err, io.EOF) && int64(n) == size) {
-			return fail(errors.Wrapf(err, "local: read segment %d", num))
-		}
-
-		// The start frame: without it the segment is a torn switch (last)
-		// or corruption (any other).
-		h, body, sz, st := decodeFrame(buf, uint32(num))
-		var start segmentStart
-		if st == frameOK && h.typ == typeSegmentStart {
-			start, err = decodeSegmentStart(body)
-		}
-		if st != frameOK || h.typ != typeSegmentStart || err != nil || (lastSeq != 0 && h.seq <= lastSeq) {
+		if !cur.startOK {
 			if !last {
-				return fail(errors.Wrapf(ErrCorrupt, "local: segment %d has no valid start frame (%s)", num, st))
+				return rs, errors.Wrapf(ErrCorrupt, "local: segment %d has no valid start frame (%s)", num, cur.startSt)
 			}
-			// The file may be recycled: only frames of this segment count.
-			if err := s.cutTail(seg, buf, 0, st, true, &report, true); err != nil {
+			if err := r.tornSwitch(prev, cur); err != nil {
 				return rs, err
 			}
-			report.Segments--
 			break
 		}
-		if i > 0 && start.prevEnd != uint64(prevEnd) {
-			return fail(errors.Wrapf(ErrCorrupt, "local: segment %d ends at %d, but segment %d says it ended at %d", nums[i-1], prevEnd, num, start.prevEnd))
-		}
 		if i == 0 {
-			rs.nextChanID = start.nextChanID
-			for _, c := range start.chans {
-				ch := newChannel(c.name)
-				ch.id, ch.term, ch.lastSeq = c.id, c.term, c.lastSeq
-				ch.keep.Store(c.keep)
-				ch.lastRemoved.Store(c.lastRemoved)
-				ch.w.defined, ch.w.id, ch.w.term = true, c.id, c.term
-				ch.w.keep, ch.w.lastRemoved, ch.w.lastSeq = c.keep, c.lastRemoved, c.lastSeq
-				byID[c.id] = ch
-				s.channels[c.name] = ch
-				rs.defined = append(rs.defined, ch)
-			}
+			first = cur
 		}
-		lastSeq = h.seq
-		report.Records++
-		off := sz
-		for {
-			h, body, sz, st = decodeFrame(buf[off:], uint32(num))
-			if st != frameOK {
-				break
-			}
-			if h.seq <= lastSeq {
-				return fail(errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: seq %d after %d", num, off, h.seq, lastSeq))
-			}
-			if err := s.apply(seg, byID, &rs, h, body, uint32(off), uint32(sz)); err != nil {
-				return fail(errors.Wrapf(err, "local: segment %d offset %d", num, off))
-			}
-			lastSeq = h.seq
-			report.Records++
-			off += sz
-		}
-		// The frames end at off. The journal wrote an end marker (a zero
-		// header) there, unless the segment had no room left for one.
-		atMarker := st == frameZero || len(buf)-off < headerSize
-		if !last {
-			// The journal synced this segment whole before moving on, and
-			// the next start frame says where it ended (checked above on
-			// the next round).
-			if !atMarker {
-				return fail(errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: %s in the middle of the log", num, off, st))
-			}
-			prevEnd = int64(off)
-			s.segments = append(s.segments, seg)
-			continue
-		}
-		clean := atMarker
-		if clean {
-			valid, _, _ := scanPast(buf, off, uint32(num))
-			// In a zero-filled file everything past the marker is zero; in
-			// a recycled one it is the older segment's content, and only
-			// frames of this segment would mean more was written.
-			clean = valid == 0 && (start.recycled || allZero(buf[off:]))
-		}
-		if !clean {
-			if err := s.cutTail(seg, buf, off, st, start.recycled, &report, false); err != nil {
+		if prev != nil {
+			if err := r.endMiddle(prev, cur); err != nil {
 				return rs, err
 			}
 		}
-		s.segments = append(s.segments, seg)
-		// Whatever survived the crash may sit in the page cache only:
-		// sync it so that the journal's synced offset is honest.
-		if err := f.Sync(); err != nil {
-			return rs, errors.Wrapf(err, "local: sync segment %d", num)
+		if last {
+			if err := r.endLast(cur); err != nil {
+				return rs, err
+			}
 		}
-		rs.active, rs.off = seg, int64(off)
+		prev = cur
 	}
-	if len(s.segments) > 0 && rs.active == nil {
-		// The last segment was a torn switch and is gone: go on writing in
-		// the previous one, which was synced before the switch.
-		rs.active = s.segments[len(s.segments)-1]
-		rs.off = prevEnd
+	if err := r.checkOldest(first); err != nil {
+		return rs, err
 	}
-	rs.nextSeq = lastSeq + 1
+	rs.nextSeq = r.lastSeq + 1
 	for _, ch := range s.channels {
 		i := 0
 		for i < len(ch.entries) && ch.entries[i].seq < ch.keep.Load() {
@@ -172,9 +133,243 @@ func (s *Store) recover() (recovered, error) {
 		}
 		ch.entries = slices.Clip(ch.entries[i:])
 	}
-	s.recovery = report
-	s.log.Info("recovered", "segments", report.Segments, "records", report.Records, "channels", len(s.channels), "next_seq", rs.nextSeq)
+	s.recovery = r.report
+	s.log.Info("recovered", "segments", r.report.Segments, "records", r.report.Records, "channels", len(s.channels), "next_seq", rs.nextSeq)
 	return rs, nil
+}
+
+// scan opens and reads segment num into *buf and replays its frames, when
+// it starts with a valid start frame (the oldest segment's start frame
+// defines the channels). Corruption inside the frames is an error; what
+// ends them is for the caller to judge.
+func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) {
+	s := r.s
+	// Read-write: a segment may be recycled as the spare later.
+	f, err := s.fs.OpenFile(s.path(segmentName(num)), os.O_RDWR, 0)
+	if err != nil {
+		return nil, errors.Wrapf(err, "local: open segment %d", num)
+	}
+	r.opened = append(r.opened, f)
+	size, err := f.Size()
+	if err != nil {
+		return nil, errors.Wrapf(err, "local: size of segment %d", num)
+	}
+	// A segment written before a change of SegmentBytes may end a seal
+	// past its size.
+	if size > maxSegmentBytes+sealReserve {
+		return nil, errors.Wrapf(ErrCorrupt, "local: segment %d has %d bytes, more than %d", num, size, maxSegmentBytes)
+	}
+	if int64(cap(*buf)) < size {
+		*buf = make([]byte, size)
+	}
+	b := (*buf)[:size]
+	if n, err := f.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && int64(n) == size) {
+		return nil, errors.Wrapf(err, "local: read segment %d", num)
+	}
+	sc := &segScan{seg: &segment{num: num, f: f, chans: map[*channel]uint64{}}, buf: b}
+
+	// The start frame: without it the segment is a torn switch (last)
+	// or corruption (any other).
+	h, body, sz, st := decodeFrame(b, uint32(num))
+	if st == frameOK && h.typ == typeSegmentStart {
+		sc.start, err = decodeSegmentStart(body)
+	}
+	if st != frameOK || h.typ != typeSegmentStart || err != nil || (r.lastSeq != 0 && h.seq <= r.lastSeq) {
+		sc.startSt = st
+		if st == frameOK {
+			sc.startSt = frameBad
+		}
+		return sc, nil
+	}
+	sc.startOK = true
+	if oldest {
+		// Its snapshot defines the channels.
+		r.rs.nextChanID = sc.start.nextChanID
+		for _, c := range sc.start.chans {
+			ch := newChannel(c.name)
+			ch.id, ch.term, ch.lastSeq = c.id, c.term, c.lastSeq
+			ch.keep.Store(c.keep)
+			ch.lastRemoved.Store(c.lastRemoved)
+			ch.w.defined, ch.w.id, ch.w.term = true, c.id, c.term
+			ch.w.keep, ch.w.lastRemoved, ch.w.lastSeq = c.keep, c.lastRemoved, c.lastSeq
+			r.byID[c.id] = ch
+			s.channels[c.name] = ch
+			r.rs.defined = append(r.rs.defined, ch)
+		}
+	}
+	r.lastSeq = h.seq
+	r.report.Records++
+	off := sz
+	for {
+		h, body, sz, st = decodeFrame(b[off:], uint32(num))
+		if st != frameOK {
+			break
+		}
+		if sc.sealNext != 0 {
+			return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: a frame after the seal", num, off)
+		}
+		if h.seq <= r.lastSeq {
+			return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: seq %d after %d", num, off, h.seq, r.lastSeq)
+		}
+		if h.typ == typeSeal {
+			next, err := decodeSeal(body)
+			if err != nil || next != num+1 || h.chanID != 0 {
+				return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: seal naming segment %d (%v)", num, off, next, err)
+			}
+			sc.sealNext = next
+		} else if err := s.apply(sc.seg, r.byID, r.rs, h, body, uint32(off), uint32(sz)); err != nil {
+			return nil, errors.Wrapf(err, "local: segment %d offset %d", num, off)
+		}
+		r.lastSeq = h.seq
+		r.report.Records++
+		off += sz
+	}
+	sc.off, sc.st = off, st
+	return sc, nil
+}
+
+// endMiddle checks how a segment that is not the last ended, against the
+// start frame of the segment after it, and lists it.
+func (r *replayer) endMiddle(prev, next *segScan) error {
+	num := prev.seg.num
+	if next.start.prevEnd != uint64(prev.off) {
+		return errors.Wrapf(ErrCorrupt, "local: segment %d ends at %d, but segment %d says it ended at %d", num, prev.off, next.seg.num, next.start.prevEnd)
+	}
+	// The journal synced this segment whole before moving on, ending it
+	// with its seal and an end marker (no seal before seals existed).
+	if !prev.atMarker() {
+		return errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: %s in the middle of the log", num, prev.off, prev.st)
+	}
+	r.s.segments = append(r.s.segments, prev.seg)
+	return nil
+}
+
+// endLast handles the tail of the last segment, which has a valid start
+// frame, and makes it the active one.
+func (r *replayer) endLast(sc *segScan) error {
+	s := r.s
+	num := sc.seg.num
+	if sc.sealNext != 0 {
+		// The journal seals only once the next segment's name is durable,
+		// and never deletes the last segment.
+		return errors.Wrapf(ErrCorrupt, "local: segment %d ends with a seal naming segment %d, but %s is missing: the newest segment file was deleted",
+			num, sc.sealNext, s.path(segmentName(sc.sealNext)))
+	}
+	clean := sc.atMarker()
+	if clean {
+		valid, _, _ := scanPast(sc.buf, sc.off, uint32(num))
+		// In a zero-filled file everything past the marker is zero; in
+		// a recycled one it is the older segment's content, and only
+		// frames of this segment would mean more was written.
+		clean = valid == 0 && (sc.start.recycled || allZero(sc.buf[sc.off:]))
+	}
+	if !clean {
+		if err := s.cutTail(sc.seg, sc.buf, sc.off, sc.st, sc.start.recycled, &r.report, false); err != nil {
+			return err
+		}
+	}
+	s.segments = append(s.segments, sc.seg)
+	// Whatever survived the crash may sit in the page cache only: sync it
+	// so that the journal's synced offset is honest.
+	if err := sc.seg.f.Sync(); err != nil {
+		return errors.Wrapf(err, "local: sync segment %d", num)
+	}
+	r.activate(sc.seg, int64(sc.off), sc.limit(s.cfg), sc.start.segmentBytes)
+	return nil
+}
+
+// activate makes seg the segment the journal goes on in, at off. recorded
+// is the size the segment's start frame gave (0 if none).
+func (r *replayer) activate(seg *segment, off, limit, recorded int64) {
+	r.rs.active, r.rs.off, r.rs.limit = seg, off, limit
+	if recorded != 0 && recorded != r.s.cfg.SegmentBytes {
+		r.s.log.Info("segment size changed: the segments written keep their size, the next ones take the new one",
+			"segment", seg.num, "previous_segment_bytes", recorded, "segment_bytes", r.s.cfg.SegmentBytes)
+	}
+}
+
+// tornSwitch handles a last segment cur without a valid start frame: a
+// crash during a segment switch. When prev ends with a seal naming cur the
+// crash came after the seal: the switch is completed. Otherwise the seal
+// never became durable: cur is removed and prev is the last segment.
+func (r *replayer) tornSwitch(prev, cur *segScan) error {
+	s := r.s
+	// The file may be recycled: only frames of this segment count.
+	if prev == nil || prev.sealNext != cur.seg.num {
+		if err := s.cutTail(cur.seg, cur.buf, 0, cur.startSt, true, &r.report, true); err != nil {
+			return err
+		}
+		s.log.Info("recovery removed a segment whose switch did not complete", "segment", cur.seg.num)
+		r.report.Segments--
+		if prev == nil {
+			return nil // an empty store
+		}
+		// The journal synced prev before it renamed cur into place.
+		return r.endLast(prev)
+	}
+	// Nothing may follow the seal but its end marker: cut whatever a torn
+	// write left after it, so that prev ends like any middle segment.
+	if !prev.atMarker() {
+		if err := s.cutTail(prev.seg, prev.buf, prev.off, prev.st, prev.start.recycled, &r.report, false); err != nil {
+			return err
+		}
+	}
+	s.segments = append(s.segments, prev.seg)
+	// Complete the switch: cur's start frame, a snapshot of the replayed
+	// state, as the journal would have written it. The file is cut to
+	// nothing first (after the check that what it held is a torn write, not
+	// synced frames damaged later), so that no frame of cur's torn round is
+	// left after the new start frame to be taken for the continuation of
+	// the log after a later crash. The file may be recycled.
+	num := cur.seg.num
+	if err := s.cutTail(cur.seg, cur.buf, 0, cur.startSt, true, &r.report, false); err != nil {
+		return err
+	}
+	snaps := make([]chanSnapshot, len(r.rs.defined))
+	for i, ch := range r.rs.defined {
+		snaps[i] = chanSnapshot{
+			id: ch.w.id, name: ch.name, term: ch.w.term,
+			keep: ch.w.keep, lastRemoved: ch.w.lastRemoved, lastSeq: ch.w.lastSeq,
+		}
+	}
+	st := segmentStart{prevEnd: uint64(prev.off), segmentBytes: s.cfg.SegmentBytes, nextChanID: r.rs.nextChanID, chans: snaps}
+	r.lastSeq++
+	fr := appendFrame(nil, frameHeader{seq: r.lastSeq, seg: uint32(num), typ: typeSegmentStart}, encodeSegmentStart(st))
+	size := len(fr)
+	fr = append(fr, make([]byte, headerSize)...) // the end marker
+	f := cur.seg.f
+	if _, err := f.WriteAt(fr, 0); err != nil {
+		return errors.Wrapf(err, "local: write the start frame of segment %d", num)
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Wrapf(err, "local: sync segment %d", num)
+	}
+	s.segments = append(s.segments, cur.seg)
+	r.report.Records++
+	s.log.Info("recovery completed an interrupted segment switch", "segment", num)
+	r.activate(cur.seg, int64(size), s.cfg.SegmentBytes, prev.start.segmentBytes)
+	return nil
+}
+
+// checkOldest checks that the oldest segment holds every message the
+// channels keep: its start frame says each channel's last message before
+// it, and the journal deletes a segment only once every channel has
+// truncated past its messages.
+func (r *replayer) checkOldest(first *segScan) error {
+	if first == nil {
+		return nil
+	}
+	for _, c := range first.start.chans {
+		ch := r.byID[c.id]
+		if c.lastSeq == 0 || ch == nil {
+			continue
+		}
+		if keep := ch.keep.Load(); keep <= c.lastSeq {
+			return errors.Wrapf(ErrCorrupt, "local: channel %q keeps messages from seq %d on, but its messages up to %d were in segments before %d, and %s is missing: the oldest segment files were deleted",
+				ch.name, keep, c.lastSeq, first.seg.num, r.s.path(segmentName(first.seg.num-1)))
+		}
+	}
+	return nil
 }
 
 // apply replays one frame into the channels' state.
@@ -242,7 +437,6 @@ func (s *Store) apply(seg *segment, byID map[uint32]*channel, rs *recovered, h f
 func (s *Store) cutTail(seg *segment, buf []byte, off int, st frameStatus, recycled bool, report *RecoveryReport, whole bool) error {
 	valid, synced, firstStale := scanPast(buf, off, uint32(seg.num))
 	if synced {
-		_ = seg.f.Close()
 		return errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: %s before frames written after it was synced", seg.num, off, st)
 	}
 	limit := len(buf)
@@ -274,11 +468,9 @@ func (s *Store) cutTail(seg *segment, buf []byte, off int, st frameStatus, recyc
 		// beyond the cut could otherwise be read as part of the log after
 		// the next crash.
 		if err := seg.f.Truncate(int64(off)); err != nil {
-			_ = seg.f.Close()
 			return errors.Wrapf(err, "local: truncate segment %d at %d", seg.num, off)
 		}
 		if err := seg.f.Sync(); err != nil {
-			_ = seg.f.Close()
 			return errors.Wrapf(err, "local: sync segment %d", seg.num)
 		}
 	}
@@ -303,7 +495,7 @@ func scanPast(buf []byte, off int, seg uint32) (valid int, synced bool, firstSta
 	for p := off + frameAlign; p+headerSize <= len(buf); p += frameAlign {
 		// Cheap filters before the CRC: the type and reserved bytes, and a
 		// segment number that is this one or an older one.
-		if buf[p+28] < byte(typeSegmentStart) || buf[p+28] > byte(typeTruncate) || buf[p+29]|buf[p+30]|buf[p+31] != 0 {
+		if buf[p+28] < byte(typeSegmentStart) || buf[p+28] > byte(typeSeal) || buf[p+29]|buf[p+30]|buf[p+31] != 0 {
 			continue
 		}
 		fseg := binary.LittleEndian.Uint32(buf[p+16:])

@@ -70,6 +70,7 @@ type channel struct {
 	mu      sync.RWMutex // guards the published state below
 	id      uint32       // 0 until the channel is defined in the journal
 	term    int64        // highest durable term
+	gen     uint64       // the latest published claim (see wal.gen)
 	lastSeq uint64       // seq of the last published message, 0 if none
 	entries []entry      // published messages with seq >= keep, in seq order
 	notify  chan struct{}
@@ -86,6 +87,9 @@ type channel struct {
 		lastRemoved uint64
 		lastSeq     uint64
 		round       uint64 // last round that touched the channel
+		// gen counts the ReadWrite opens that claimed the channel: only
+		// the writer holding the latest claim may append or truncate.
+		gen uint64
 	}
 }
 
@@ -282,7 +286,8 @@ func (o *Opener) Capabilities() walimpls.Capabilities { return o.s.Capabilities(
 func (o *Opener) UnmarshalID(str string) (message.ID, error) { return o.s.UnmarshalID(str) }
 
 // Open implements walimpls.Opener. A ReadWrite open stores the channel's term
-// durably before it returns and fences every lower-term writer.
+// durably before it returns and fences every earlier writer of the channel
+// with a term at or below its own (see doc.go, Fencing and terms).
 func (o *Opener) Open(ctx context.Context, info walimpls.Channel) (walimpls.WALImpl, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Wrapf(err, "local: open %s", info)
@@ -300,12 +305,13 @@ func (o *Opener) Open(ctx context.Context, info walimpls.Channel) (walimpls.WALI
 	if err != nil {
 		return nil, err
 	}
+	var gen uint64
 	if info.Mode == walimpls.ReadWrite {
-		if _, err := o.s.j.submit(ctx, request{kind: reqTerm, ch: ch, term: info.Term}); err != nil {
+		if gen, err = o.s.j.submit(ctx, request{kind: reqTerm, ch: ch, term: info.Term}); err != nil {
 			return nil, errors.Wrapf(err, "local: open %s", info)
 		}
 	}
-	w := newWAL(o, ch, info)
+	w := newWAL(o, ch, info, gen)
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()

@@ -140,7 +140,8 @@ func TestFencingAcrossOpeners(t *testing.T) {
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.ErrorIs(t, w1.Truncate(context.Background(), message.NewSeqID(Name, 1)), walimpls.ErrFenced)
 	appendN(t, w2, "two", 1)
-	// The same term may reopen; a read-only open fences nobody.
+	// The same term may reopen, and the later open wins; a read-only open
+	// fences nobody.
 	w2b := openWAL(t, n1, "c", 2)
 	appendN(t, w2b, "two-b", 1)
 	ro, err := n1.Open(context.Background(), walimpls.Channel{Name: "c", Term: 9, Mode: walimpls.ReadOnly})
@@ -148,7 +149,9 @@ func TestFencingAcrossOpeners(t *testing.T) {
 	defer ro.Close()
 	_, err = ro.Append(context.Background(), msg(t, "x"))
 	require.ErrorIs(t, err, walimpls.ErrReadOnly)
-	appendN(t, w2, "two", 1)
+	appendN(t, w2b, "two-b", 1)
+	_, err = w2.Append(context.Background(), msg(t, "two"))
+	require.ErrorIs(t, err, walimpls.ErrFenced, "fenced by the later open of its own term")
 }
 
 func TestTooLargeAndClosed(t *testing.T) {

@@ -19,21 +19,29 @@ type wal struct {
 	ch   *channel
 	info walimpls.Channel
 
-	closed   atomic.Bool
-	fencedBy atomic.Int64 // the term that fenced this writer, 0 if none
+	// gen is the claim the ReadWrite open took on the channel (0 for
+	// ReadOnly): the journal refuses its records once a later open claimed
+	// the channel.
+	gen uint64
+
+	closed atomic.Bool
+	// fenced is set once the writer is known to be fenced: by the flusher
+	// when it publishes a later claim, or when the journal refuses a
+	// record. The journal's decision at framing is the authoritative one.
+	fenced atomic.Pointer[walimpls.FencedError]
 
 	scanners lifecycle.Group[*scanner]
 }
 
 var _ walimpls.WALImpl = (*wal)(nil)
 
-func newWAL(o *Opener, ch *channel, info walimpls.Channel) *wal {
-	w := &wal{o: o, s: o.s, ch: ch, info: info}
+func newWAL(o *Opener, ch *channel, info walimpls.Channel, gen uint64) *wal {
+	w := &wal{o: o, s: o.s, ch: ch, info: info, gen: gen}
 	if info.Mode == walimpls.ReadWrite {
 		ch.mu.Lock()
-		if ch.term > info.Term {
-			// A higher term won between our term record and now.
-			w.fencedBy.Store(ch.term)
+		if ch.gen > gen {
+			// A later open claimed the channel between our claim and now.
+			w.fence(ch.term)
 		}
 		ch.writers[w] = struct{}{}
 		ch.mu.Unlock()
@@ -47,14 +55,28 @@ func (w *wal) WALName() string { return Name }
 // Channel implements walimpls.WALImpl.
 func (w *wal) Channel() walimpls.Channel { return w.info }
 
-// fence marks the writer fenced by term; called with ch.mu held.
-func (w *wal) fence(term int64) { w.fencedBy.Store(term) }
+// fence marks the writer fenced by a claim at term current, unless it is
+// already; it reports whether it was not.
+func (w *wal) fence(current int64) bool {
+	return w.fenced.CompareAndSwap(nil, &walimpls.FencedError{Channel: w.info.Name, Term: w.info.Term, CurrentTerm: current})
+}
 
+// fencedErr returns a copy of the writer's fence, nil if it is not known to
+// be fenced.
 func (w *wal) fencedErr() error {
-	if t := w.fencedBy.Load(); t != 0 {
-		return &walimpls.FencedError{Channel: w.info.Name, Term: w.info.Term, CurrentTerm: t}
+	if fe := w.fenced.Load(); fe != nil {
+		c := *fe
+		return &c
 	}
 	return nil
+}
+
+// noteFenced records a fence the journal decided.
+func (w *wal) noteFenced(err error) {
+	var fe *walimpls.FencedError
+	if errors.As(err, &fe) {
+		w.fence(fe.CurrentTerm)
+	}
 }
 
 // writable checks what every Append and Truncate checks first.
@@ -73,19 +95,22 @@ func (w *wal) writable(ctx context.Context, op string) error {
 
 // Append implements walimpls.WALImpl: with SyncNone it returns once the
 // record is framed into the journal's write buffer; with SyncInterval once it
-// is written; with SyncAlways once it is written and synced.
+// is written; with SyncAlways once it is written and synced. Errors decided
+// before the record was framed are marked walimpls.MarkNotStored (submit
+// marks its own); an error after that (a context that ends while the round
+// is under way, a failed write or sync) leaves the outcome unknown.
 func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
 	if err := w.writable(ctx, "append"); err != nil {
-		return message.ID{}, err
+		return message.ID{}, walimpls.MarkNotStored(err)
 	}
 	if size := m.Size(); size > w.s.cfg.MaxMessageBytes {
 		return message.ID{}, &walimpls.TooLargeError{Size: size, Limit: w.s.cfg.MaxMessageBytes}
 	}
-	seq, err := w.s.j.submit(ctx, request{kind: reqAppend, ch: w.ch, term: w.info.Term, body: encodeMessage(m)})
+	seq, err := w.s.j.submit(ctx, request{kind: reqAppend, ch: w.ch, term: w.info.Term, gen: w.gen, body: encodeMessage(m)})
 	if err != nil {
 		var fe *walimpls.FencedError
 		if errors.As(err, &fe) {
-			w.fencedBy.CompareAndSwap(0, fe.CurrentTerm)
+			w.fence(fe.CurrentTerm)
 			return message.ID{}, err
 		}
 		return message.ID{}, errors.Wrapf(err, "local: append to %s", w.info)
@@ -94,9 +119,17 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 }
 
 // Truncate implements walimpls.WALImpl. The truncation point is synced
-// before Truncate returns, whatever the sync policy.
+// before Truncate returns, whatever the sync policy. A fenced writer's
+// Truncate is ErrFenced, whatever upTo, and removes nothing.
 func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if err := w.writable(ctx, "truncate"); err != nil {
+		return err
+	}
+	// Decided again when the truncate record is framed; this check makes a
+	// fenced writer's every Truncate ErrFenced, before its position is
+	// looked at.
+	if err := w.s.j.checkClaim(w.ch, w.info.Term, w.gen); err != nil {
+		w.noteFenced(err)
 		return err
 	}
 	seq, err := seqOf(upTo)
@@ -125,16 +158,42 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 		lastRemoved = max(lastRemoved, ch.entries[i-1].seq)
 	}
 	ch.mu.RUnlock()
-	r := request{kind: reqTruncate, ch: ch, term: w.info.Term, keep: seq, lastRemoved: lastRemoved}
+	r := request{kind: reqTruncate, ch: ch, term: w.info.Term, gen: w.gen, keep: seq, lastRemoved: lastRemoved}
 	if _, err := w.s.j.submit(ctx, r); err != nil {
 		var fe *walimpls.FencedError
 		if errors.As(err, &fe) {
-			w.fencedBy.CompareAndSwap(0, fe.CurrentTerm)
+			w.fence(fe.CurrentTerm)
 			return err
 		}
 		return errors.Wrapf(err, "local: truncate %s", w.info)
 	}
 	return nil
+}
+
+// Last implements walimpls.WALImpl: the channel's last published message.
+// With SyncNone an append is acknowledged once framed, before it is
+// published, so Last first waits for the messages framed before the call
+// to be published (one write round; see doc.go, Last).
+func (w *wal) Last(ctx context.Context) (message.ID, error) {
+	if w.closed.Load() {
+		return message.ID{}, errors.Wrapf(walimpls.ErrClosed, "local: last of %s", w.info)
+	}
+	if err := ctx.Err(); err != nil {
+		return message.ID{}, errors.Wrapf(err, "local: last of %s", w.info)
+	}
+	ch := w.ch
+	if w.s.cfg.Sync == SyncNone {
+		if err := w.s.j.awaitPublished(ctx, ch, w.s.j.framedLastSeq(ch)); err != nil {
+			return message.ID{}, errors.Wrapf(err, "local: last of %s", w.info)
+		}
+	}
+	ch.mu.RLock()
+	last := ch.lastSeq
+	ch.mu.RUnlock()
+	if last == 0 {
+		return message.ID{}, nil
+	}
+	return message.NewSeqID(Name, int64(last)), nil
 }
 
 // seqOf decodes a position; foreign and zero IDs are ErrInvalidPosition.
