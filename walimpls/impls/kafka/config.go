@@ -105,7 +105,9 @@ type Config struct {
 
 	// DisableTransactions turns the transactional producer off: appends use
 	// a plain idempotent producer, which is cheaper but cannot be fenced, so
-	// the backend declares Capabilities.Fencing false. Transactions are on
+	// the backend declares Capabilities.Fencing false and accepts a
+	// ReadWrite open at any term (see the package documentation, "Without
+	// transactions"). Every node must use the same value. Transactions are on
 	// by default (the zero value), so that a Config literal never loses
 	// fencing by omission.
 	DisableTransactions bool `yaml:"disableTransactions" json:"disableTransactions"`

@@ -59,3 +59,9 @@ func TestConformanceNoTransactions(t *testing.T) {
 func TestAdaptor(t *testing.T) {
 	adaptortest.Run(t, conformanceFactory(nil))
 }
+
+// Without transactions Kafka cannot fence: the adaptor's log-level fence and
+// its confirmed acknowledgements carry the takeover parts.
+func TestAdaptorNoTransactions(t *testing.T) {
+	adaptortest.Run(t, conformanceFactory(func(c *Config) { c.DisableTransactions = true }))
+}

@@ -48,13 +48,23 @@
 //
 // With DisableTransactions, appends go straight to an idempotent producer,
 // which batches concurrent appends itself. It cannot be fenced, and the
-// backend declares Capabilities.Fencing false.
+// backend declares Capabilities.Fencing false (see "Without transactions").
 //
 // A produce retried after an ambiguous failure (a timeout after the broker
 // applied it, a dropped connection) is deduplicated by the broker through
 // the producer's sequence numbers, so readers see one copy. An EndTxn whose
 // outcome is unknown makes the appends fail with a retryable error: they may
 // or may not be stored, as with a cancelled Append.
+//
+// An Append refused before any of its records reached the broker fails with
+// an error marked walimpls.MarkNotStored (walimpls.NotStored reports true):
+// on a closed WAL, on a WAL that knows it is fenced, with a context done
+// before the record was handed to the producer, when the WAL closes before
+// the writer took the append, and when the writer could not even start the
+// transaction (acquiring a producer, BeginTransaction) for a batch none of
+// whose records had been produced before. Every failure after the records
+// were produced stays unmarked, even when the transaction was never
+// committed; so does a fence learnt from a produce or a commit in flight.
 //
 // # Sizes
 //
@@ -90,18 +100,56 @@
 //  5. delete the claims before ours (they can never win again), so that
 //     partition 1 stays a few records long.
 //
+// The later claim wins at the same term too: a ReadWrite open at the term
+// the channel's owner holds writes a claim after the owner's, which then
+// loses, and its producer initialisation fences the owner's producer. So a
+// node that restarts with its term takes the channel back from its previous
+// incarnation; the FencedError of the earlier writer then has CurrentTerm
+// equal to Term.
+//
 // A writer whose append fails with a fencing error reads the claims: if a
 // claim other than its own wins, it is fenced for good and every later
-// Append fails with the same FencedError (errors.Is(err,
+// Append and Truncate fails with the same FencedError (errors.Is(err,
 // walimpls.ErrFenced)). If its own claim still wins, the producer was fenced
 // by a concurrent open of a lower term that lost in step 4 and gives up; the
 // writer then re-acquires its producer (steps 3 and 4) on the next append
 // and fails only the batch in flight, with a retryable error. Every producer
 // initialisation is followed by a claim check before it appends, so once
-// Open(T) has returned no writer of a lower term commits another append. The
+// Open(T) has returned no writer of a lower term, nor an earlier open of
+// T, commits another append. The
 // price is two claim reads and one claim write per ReadWrite open, and
 // producer fencing only works if every node uses the same
 // TransactionalIDPrefix and TopicPrefix.
+//
+// Truncate is not a produce, so the producer epoch does not stop it:
+// DeleteRecords has no condition Kafka could check. A writer therefore reads
+// the claims right before it deletes, and when its claim no longer wins it
+// is fenced (for good, as above) and deletes nothing. A Truncate that starts
+// after a higher or later same-term Open returned always sees that open's
+// claim (written, and acknowledged, before the producer initialisation) and
+// is refused. One window remains: a Truncate whose claim check ran before
+// the new owner wrote its claim may still delete after the new owner's Open
+// returned, if its DeleteRecords reaches the broker later than the new
+// owner's remaining open steps (a producer initialisation and a claim read,
+// several round trips). The backend bounds that call by RequestTimeout, so
+// the stale deletion lands at most that long after the check (plus however
+// long the broker takes to serve a request already sent). It removes only
+// the messages before the position the stale owner chose, never the last
+// message; the layers above should truncate only what every reader, the
+// next owner included, no longer needs.
+//
+// # Without transactions
+//
+// With DisableTransactions the backend cannot fence and says so
+// (Capabilities.Fencing false). It then neither reads nor writes claims: a
+// ReadWrite open is accepted at any term, a lower one included, and fences
+// nobody; Append and Truncate never fail with ErrFenced. Two writers of one
+// channel both append, and readers see the appends of both: they are
+// protected by the adaptor's log-level fence (the term-begin message each
+// owner writes) alone, as for every backend without fencing. Every node of
+// a deployment must use the same DisableTransactions: a transactional
+// writer is not stopped by a writer without transactions, nor does it see
+// its term.
 //
 // # Reads
 //
@@ -114,9 +162,33 @@
 // scanner with ErrPositionGone (Read itself checks the start first), and a
 // position beyond the end is waited for.
 //
+// # Last
+//
+// Last is the offset of the last record a read_committed scanner delivers.
+// The end of partition 0 is not it: a commit marker, aborted records and
+// their abort marker may follow. Last lists the bounds of partition 0 and
+// waits until the last stable offset reaches the high watermark it listed
+// first: a transaction acknowledged before the call may still be writing
+// its commit markers (Kafka answers EndTxn before the markers are written),
+// and waiting for every transaction open at the call to end puts every
+// acknowledged append below the last stable offset. A transaction of a
+// writer that died holds Last up like it holds up scanners, until the next
+// owner's producer initialisation or TransactionTimeout aborts it. Last then
+// fetches (read_committed, so aborted records and markers are dropped)
+// windows of offsets backwards from the last stable offset, 4 offsets
+// first and each window 8 times the last, until one holds a record; none
+// down to the log start means the channel never held a message (Truncate
+// always keeps the last one), and Last is the zero ID. A truncation that
+// overtakes the search makes it start again.
+//
 // # Truncate
 //
-// Truncate(id) is DeleteRecords of partition 0 before the id's offset. An
-// offset at or below the log start is a no-op; an offset with no committed
-// message at or after it is ErrInvalidPosition.
+// Truncate(id) is DeleteRecords of partition 0 before the offset just after
+// the last message below id, not before id itself: the records between are
+// markers and aborted records, and keeping them makes the log start one
+// past the last removed message, so that StartAfter(that message) is valid
+// and starts at id while StartFrom(it) is ErrPositionGone. An id with no
+// message below it down to the log start is a no-op; an offset with no
+// committed message at or after it is ErrInvalidPosition. A transactional
+// writer reads the claims first (see Fencing).
 package kafka

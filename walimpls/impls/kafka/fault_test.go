@@ -255,16 +255,35 @@ func TestReacquireAfterStaleOpen(t *testing.T) {
 	assert.True(t, after.EQ(got[1].ID()))
 }
 
+// TestLowerTermOpenWithoutTransactions pins the contract of a backend
+// without fencing: with DisableTransactions every open is accepted whatever
+// its term, and every writer appends and truncates; readers see every
+// acknowledged append (the adaptor's term-begin messages are what protects
+// them).
 func TestLowerTermOpenWithoutTransactions(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	cfg := testConfig(c)
 	cfg.DisableTransactions = true
-	o := newOpener(t, cfg)
-	assert.False(t, o.Capabilities().Fencing)
-	open(t, o, "lower", 3, walimpls.ReadWrite)
-	_, err := o.Open(context.Background(), walimpls.Channel{Name: "lower", Term: 2})
-	require.ErrorIs(t, err, walimpls.ErrFenced)
+	a, b := newOpener(t, cfg), newOpener(t, cfg)
+	assert.False(t, a.Capabilities().Fencing)
+	high := open(t, a, "lower", 3, walimpls.ReadWrite)
+	h1 := appendOK(t, high, msg(t, "h1", nil))
+	low := open(t, b, "lower", 2, walimpls.ReadWrite)
+	l1 := appendOK(t, low, msg(t, "l1", nil))
+	h2 := appendOK(t, high, msg(t, "h2", nil))
+	same := open(t, b, "lower", 3, walimpls.ReadWrite)
+	s1 := appendOK(t, same, msg(t, "s1", nil))
+	l2 := appendOK(t, low, msg(t, "l2", nil))
+	got := readN(t, high, walimpls.DeliverAll(), 5)
+	assert.Equal(t, []string{"h1", "l1", "h2", "s1", "l2"}, payloads(got))
+	for i, id := range []message.ID{h1, l1, h2, s1, l2} {
+		assert.True(t, id.EQ(got[i].ID()), "message %d", i)
+	}
+	require.NoError(t, low.Truncate(context.Background(), h2))
+	got = readN(t, high, walimpls.DeliverAll(), 3)
+	assert.Equal(t, []string{"h2", "s1", "l2"}, payloads(got))
+	requireSameID(t, l2, last(t, low))
 }
 
 func TestRestart(t *testing.T) {

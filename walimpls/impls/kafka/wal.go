@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -25,6 +26,13 @@ type wal struct {
 	declared int
 	log      *slog.Logger
 	nonce    nonce // identifies this WAL's term claim
+	// life ends when the WAL closes; calls that may wait long (Last) end
+	// with it.
+	life    context.Context
+	endLife context.CancelFunc
+	// fenced is set once, to the *walimpls.FencedError every later Append
+	// and Truncate returns. Only a transactional writer is ever fenced.
+	fenced atomic.Pointer[error]
 
 	mu       sync.Mutex
 	closed   bool
@@ -35,17 +43,28 @@ type wal struct {
 var _ walimpls.WALImpl = (*wal)(nil)
 
 func newWAL(o *Opener, ch walimpls.Channel, topic string, limit int) *wal {
-	return &wal{
+	w := &wal{
 		o: o, ch: ch, topic: topic,
 		limit: limit, declared: limit - recordOverhead,
 		log:   o.log.With("channel", ch.Name, "term", ch.Term, "mode", ch.Mode.String()),
 		nonce: newNonce(),
 	}
+	w.life, w.endLife = context.WithCancel(context.Background())
+	return w
 }
 
-// startWriter claims the channel's term and starts the appender; see the
-// package documentation for the protocol.
+// startWriter starts the appender. With transactions it first claims the
+// channel's term (see the package documentation for the protocol); without
+// them the backend cannot fence, claims nothing and accepts every term.
 func (w *wal) startWriter(ctx context.Context) error {
+	if w.o.cfg.DisableTransactions {
+		pw, err := newPlainWriter(w)
+		if err != nil {
+			return err
+		}
+		w.wr = pw
+		return nil
+	}
 	cs, err := w.o.readClaims(ctx, w.topic)
 	if err != nil {
 		return err
@@ -57,24 +76,47 @@ func (w *wal) startWriter(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if w.o.cfg.DisableTransactions {
-		if err := w.checkWinner(ctx); err != nil {
-			return err
-		}
-		pw, err := newPlainWriter(w)
-		if err != nil {
-			return err
-		}
-		w.wr = pw
-	} else {
-		tw, err := newTxnWriter(ctx, w)
-		if err != nil {
-			return err
-		}
-		w.wr = tw
+	tw, err := newTxnWriter(ctx, w)
+	if err != nil {
+		return err
 	}
+	w.wr = tw
 	w.o.dropClaimsBefore(ctx, w.topic, off)
 	return nil
+}
+
+// fencing reports whether this WAL is a writer that can be fenced: a
+// ReadWrite WAL with transactions.
+func (w *wal) fencing() bool { return w.wr != nil && !w.o.cfg.DisableTransactions }
+
+// fencedErr returns the error of a fenced WAL, nil while it is not fenced.
+func (w *wal) fencedErr() error {
+	if e := w.fenced.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// setFenced records err (a *walimpls.FencedError) as the WAL's fence, the
+// first time only, and returns the recorded one.
+func (w *wal) setFenced(err error) error {
+	if w.fenced.CompareAndSwap(nil, &err) {
+		w.log.Warn("fenced", "err", err)
+		return err
+	}
+	return *w.fenced.Load()
+}
+
+// checkFence reads the claims and, when this WAL's claim no longer wins,
+// records the fence and returns it. Any other error leaves the WAL as it
+// was.
+func (w *wal) checkFence(ctx context.Context) error {
+	err := w.checkWinner(ctx)
+	var fe *walimpls.FencedError
+	if errors.As(err, &fe) {
+		return w.setFenced(err)
+	}
+	return err
 }
 
 // checkWinner reads the claims and returns a FencedError unless this WAL's
@@ -111,9 +153,13 @@ func (w *wal) isClosed() bool {
 
 // Append implements walimpls.WALImpl: the payload becomes the record value
 // and every property a record header.
+//
+// Refusals decided before the message reaches the broker (a closed or a
+// fenced WAL, a context already done) are marked with
+// walimpls.MarkNotStored.
 func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
 	if w.isClosed() {
-		return message.ID{}, w.closedErr()
+		return message.ID{}, walimpls.MarkNotStored(w.closedErr())
 	}
 	if w.wr == nil {
 		return message.ID{}, errors.Wrapf(walimpls.ErrReadOnly, "kafka: append to channel %q", w.ch.Name)
@@ -122,7 +168,7 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 		return message.ID{}, &walimpls.TooLargeError{Size: size, Limit: w.declared}
 	}
 	if err := ctx.Err(); err != nil {
-		return message.ID{}, err
+		return message.ID{}, walimpls.MarkNotStored(err)
 	}
 	off, err := w.wr.append(ctx, w.record(m), m.Size())
 	if err != nil {
@@ -143,13 +189,18 @@ func (w *wal) record(m message.Message) *kgo.Record {
 }
 
 // Truncate implements walimpls.WALImpl with DeleteRecords on the log
-// partition.
+// partition. A writer with transactions reads the claims right before it
+// deletes: a WAL whose claim no longer wins is fenced and removes nothing
+// (see the package documentation for the window this leaves).
 func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if w.isClosed() {
 		return w.closedErr()
 	}
 	if w.wr == nil {
 		return errors.Wrapf(walimpls.ErrReadOnly, "kafka: truncate channel %q", w.ch.Name)
+	}
+	if err := w.fencedErr(); err != nil {
+		return err
 	}
 	seq, err := message.SeqOf(Name, upTo)
 	if err != nil {
@@ -159,31 +210,39 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if err != nil {
 		return errors.Wrapf(err, "kafka: truncate channel %q", w.ch.Name)
 	}
-	if seq <= start {
-		return nil
-	}
-	if seq >= end {
-		return errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: truncate channel %q at %d: the log ends at %d", w.ch.Name, seq, end)
-	}
-	// Offsets are not dense (transaction markers, aborted records): make
-	// sure a message is stored at or after seq.
-	found := false
-	for next := seq; next < end && !found; {
-		fp, after, err := w.o.fetchRaw(ctx, w.topic, logPartition, next, 1<<20, true)
+	// Delete up to just after the last message before seq, not up to seq:
+	// offsets are not dense, and a log start above the last removed
+	// message would make StartAfter(it) look truncated.
+	deleteAt := int64(-1) // none: a no-op
+	if seq > start {
+		if err := w.checkTruncatePoint(ctx, seq, end); err != nil {
+			return err
+		}
+		prev, found, err := w.lastBelow(ctx, start, seq)
 		if err != nil {
 			return errors.Wrapf(err, "kafka: truncate channel %q", w.ch.Name)
 		}
-		found = len(fp.Records) > 0
-		if after <= next {
-			break
+		if found {
+			deleteAt = prev + 1
 		}
-		next = after
 	}
-	if !found {
-		return errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: truncate channel %q at %d: no message at or after it", w.ch.Name, seq)
+	if w.fencing() {
+		if err := w.checkFence(ctx); err != nil {
+			if errors.Is(err, walimpls.ErrFenced) {
+				return err
+			}
+			return errors.Wrapf(err, "kafka: truncate channel %q: term claim check", w.ch.Name)
+		}
 	}
+	if deleteAt < 0 {
+		return nil
+	}
+	// Kafka cannot make the deletion conditional on the claims: bound how
+	// long after the check it may still land.
+	ctx, cancel := context.WithTimeout(ctx, w.o.cfg.RequestTimeout)
+	defer cancel()
 	os := kadm.Offsets{}
-	os.Add(kadm.Offset{Topic: w.topic, Partition: logPartition, At: seq})
+	os.Add(kadm.Offset{Topic: w.topic, Partition: logPartition, At: deleteAt})
 	resp, err := w.o.adm.DeleteRecords(ctx, os)
 	if err == nil {
 		if r, ok := resp.Lookup(w.topic, logPartition); ok {
@@ -191,9 +250,33 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 		}
 	}
 	if err != nil {
-		return errors.Wrapf(err, "kafka: truncate channel %q at %d", w.ch.Name, seq)
+		return errors.Wrapf(err, "kafka: truncate channel %q before offset %d", w.ch.Name, deleteAt)
 	}
 	return nil
+}
+
+// checkTruncatePoint returns ErrInvalidPosition unless a message is stored
+// at or after seq, below the last stable offset end.
+func (w *wal) checkTruncatePoint(ctx context.Context, seq, end int64) error {
+	if seq >= end {
+		return errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: truncate channel %q at %d: the log ends at %d", w.ch.Name, seq, end)
+	}
+	// Offsets are not dense (transaction markers, aborted records): make
+	// sure a message is stored at or after seq.
+	for next := seq; next < end; {
+		fp, after, err := w.o.fetchRaw(ctx, w.topic, logPartition, next, 1<<20, true)
+		if err != nil {
+			return errors.Wrapf(err, "kafka: truncate channel %q", w.ch.Name)
+		}
+		if len(fp.Records) > 0 {
+			return nil
+		}
+		if after <= next {
+			break
+		}
+		next = after
+	}
+	return errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: truncate channel %q at %d: no message at or after it", w.ch.Name, seq)
 }
 
 // Close implements walimpls.WALImpl: it stops the appender and every
@@ -213,8 +296,9 @@ func (w *wal) Close() error {
 	return nil
 }
 
-// shutdown stops the appender.
+// shutdown ends the WAL's life and stops the appender.
 func (w *wal) shutdown() {
+	w.endLife()
 	if w.wr != nil {
 		w.wr.close()
 	}

@@ -38,14 +38,12 @@ type appendRes struct {
 // txnWriter coalesces concurrent appends into transactions. One goroutine
 // (run) owns the transactional client and everything below "owned by run".
 type txnWriter struct {
-	w      *wal
-	reqs   chan *appendReq
-	stop   chan struct{}
-	done   chan struct{}
-	ctx    context.Context // cancelled by close: aborts the client calls in flight
-	cancel context.CancelFunc
-	// fenced is set once, to the error every later append returns.
-	fenced   atomic.Pointer[error]
+	w        *wal
+	reqs     chan *appendReq
+	stop     chan struct{}
+	done     chan struct{}
+	ctx      context.Context // cancelled by close: aborts the client calls in flight
+	cancel   context.CancelFunc
 	stopOnce sync.Once
 
 	// endTxnWrites counts the EndTxn requests the client wrote (see
@@ -160,28 +158,30 @@ func (tw *txnWriter) acquire(ctx context.Context, precheck bool) (*kgo.Client, e
 }
 
 func (tw *txnWriter) append(ctx context.Context, r *kgo.Record, size int) (int64, error) {
-	if e := tw.fenced.Load(); e != nil {
-		return 0, *e
+	if err := tw.w.fencedErr(); err != nil {
+		return 0, walimpls.MarkNotStored(err)
 	}
 	req := &appendReq{ctx: ctx, rec: r, size: size, res: make(chan appendRes, 1)}
 	select {
 	case tw.reqs <- req:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, walimpls.MarkNotStored(ctx.Err())
 	case <-tw.done:
-		return 0, tw.w.closedErr()
+		return 0, walimpls.MarkNotStored(tw.w.closedErr())
 	}
 	select {
 	case res := <-req.res:
 		return res.off, res.err
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, ctx.Err() // the request may be in flight
 	case <-tw.done:
 		select {
 		case res := <-req.res:
 			return res.off, res.err
 		default:
-			return 0, tw.w.closedErr()
+			// run replies to every request it takes before it ends:
+			// this one was never taken.
+			return 0, walimpls.MarkNotStored(tw.w.closedErr())
 		}
 	}
 }
@@ -228,7 +228,7 @@ func (tw *txnWriter) run() {
 }
 
 func (tw *txnWriter) failPending() {
-	err := tw.w.closedErr()
+	err := walimpls.MarkNotStored(tw.w.closedErr())
 	for {
 		select {
 		case r := <-tw.reqs:
@@ -250,7 +250,7 @@ func (tw *txnWriter) commit(batch []*appendReq) {
 	live := batch[:0:0]
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			r.res <- appendRes{err: err} // the caller is gone: never sent
+			r.res <- appendRes{err: walimpls.MarkNotStored(err)} // the caller is gone: never sent
 			continue
 		}
 		live = append(live, r)
@@ -265,23 +265,43 @@ func (tw *txnWriter) commit(batch []*appendReq) {
 // transaction failed before the commit (see commitAttempt).
 const maxTxnRetries = 2
 
+// sendStage says how far a failed batch got, for how its appends are
+// answered.
+type sendStage int
+
+const (
+	// sentNothing: no record of the batch reached the broker, in this
+	// attempt or an earlier one. Its appends certainly stored nothing.
+	sentNothing sendStage = iota
+	// sentRecords: records may have reached the broker (in this attempt or
+	// an aborted earlier one), but no commit was sent.
+	sentRecords
+	// sentCommit: the commit was sent; the outcome is unknown.
+	sentCommit
+)
+
 // commitAttempt writes live as one transaction. Owned by run.
 func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
-	if e := tw.fenced.Load(); e != nil {
-		reply(live, *e)
+	unsent := sentNothing
+	if attempt > 0 {
+		unsent = sentRecords // an earlier attempt produced (and aborted)
+	}
+	if err := tw.w.fencedErr(); err != nil {
+		tw.dropClient() // a Truncate found the fence
+		tw.fail(live, err, unsent)
 		return
 	}
 	if tw.cl == nil {
 		cl, err := tw.acquire(tw.ctx, true)
 		if err != nil {
-			tw.fail(live, err, false)
+			tw.fail(live, err, unsent)
 			return
 		}
 		tw.cl = cl
 	}
 	if err := tw.cl.BeginTransaction(); err != nil {
 		tw.dropClient()
-		tw.fail(live, err, false)
+		tw.fail(live, err, unsent)
 		return
 	}
 	errs := make([]error, len(live))
@@ -301,8 +321,9 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 			break
 		}
 	}
-	committing := first == nil
-	if committing {
+	stage := sentRecords
+	if first == nil {
+		stage = sentCommit
 		if first = tw.commitOpenTxn(); first == nil {
 			for _, r := range live {
 				r.res <- appendRes{off: r.rec.Offset}
@@ -310,7 +331,7 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 			return
 		}
 	}
-	if !committing && attempt < maxTxnRetries && producerStateLost(first) && tw.abortForRetry() {
+	if stage == sentRecords && attempt < maxTxnRetries && producerStateLost(first) && tw.abortForRetry() {
 		// The transaction never committed and is aborted: read_committed
 		// readers never see its records, so writing the batch again on a
 		// fresh producer cannot duplicate anything.
@@ -318,7 +339,7 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 		tw.commitAttempt(live, attempt+1)
 		return
 	}
-	tw.fail(live, first, committing)
+	tw.fail(live, first, stage)
 }
 
 // commitOpenTxn commits the open transaction, whose records were all produced.
@@ -398,27 +419,34 @@ func (tw *txnWriter) abortForRetry() bool {
 // A fencing error for a writer whose claim still wins comes from a
 // concurrent open of a lower term that lost its claim check and gives up:
 // the batch fails with a retryable error and the writer goes on.
-func (tw *txnWriter) fail(batch []*appendReq, cause error, committing bool) {
+//
+// A batch of which nothing reached the broker (stage sentNothing) is
+// answered with errors marked walimpls.MarkNotStored; every other failure
+// leaves the outcome unknown.
+func (tw *txnWriter) fail(batch []*appendReq, cause error, stage sendStage) {
 	w := tw.w
+	answer := func(err error) error {
+		if stage == sentNothing {
+			return walimpls.MarkNotStored(err)
+		}
+		return err
+	}
 	if tw.ctx.Err() != nil {
 		tw.dropClient()
-		reply(batch, w.closedErr())
+		reply(batch, answer(w.closedErr()))
 		return
 	}
-	var fe *walimpls.FencedError
-	if errors.As(cause, &fe) {
-		tw.setFenced(cause)
-		reply(batch, cause)
+	if errors.Is(cause, walimpls.ErrFenced) {
+		reply(batch, answer(tw.setFenced(cause)))
 		return
 	}
 	if err := w.checkWinner(tw.ctx); err != nil {
 		tw.dropClient()
-		if errors.As(err, &fe) {
-			tw.setFenced(err)
-			reply(batch, err)
+		if errors.Is(err, walimpls.ErrFenced) {
+			reply(batch, answer(tw.setFenced(err)))
 			return
 		}
-		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q (claim check: %v)", w.ch.Name, err))
+		reply(batch, answer(errors.Wrapf(cause, "kafka: append to channel %q (claim check: %v)", w.ch.Name, err)))
 		return
 	}
 	if tw.cl != nil && !isFenced(cause) {
@@ -434,19 +462,20 @@ func (tw *txnWriter) fail(batch []*appendReq, cause error, committing bool) {
 		}
 	case isFenced(cause):
 		w.log.Warn("producer fenced by a concurrent open that lost the term claim; re-acquiring", "err", cause)
-		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q: producer fenced by a lower term, re-acquired", w.ch.Name))
-	case committing:
+		reply(batch, answer(errors.Wrapf(cause, "kafka: append to channel %q: producer fenced by a lower term, re-acquired", w.ch.Name)))
+	case stage == sentCommit:
 		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q: commit outcome unknown", w.ch.Name))
 	default:
-		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q", w.ch.Name))
+		reply(batch, answer(errors.Wrapf(cause, "kafka: append to channel %q", w.ch.Name)))
 	}
 }
 
-func (tw *txnWriter) setFenced(err error) {
-	if tw.fenced.CompareAndSwap(nil, &err) {
-		tw.w.log.Warn("fenced", "err", err)
-	}
+// setFenced records the WAL's fence and drops the client; it returns the
+// recorded fence. Owned by run.
+func (tw *txnWriter) setFenced(err error) error {
+	err = tw.w.setFenced(err)
 	tw.dropClient()
+	return err
 }
 
 // dropClient closes the client; the next batch acquires a new one. Owned
