@@ -400,6 +400,10 @@ type TopicStats struct {
 	Waiters   int                 // queued WaitForExclusive producers
 	Consumers int                 // connected consumers
 	Cursors   map[string]Position // durable subscriptions' mark-delete positions
+	// FencedProducers counts the PRODUCER requests refused with
+	// ProducerFenced: an exclusive producer coming back with a stale topic
+	// epoch, or an Exclusive one finding a producer in place.
+	FencedProducers int
 }
 
 // Stats returns a snapshot of a topic.
@@ -413,7 +417,7 @@ func (b *Broker) Stats(name string) (TopicStats, error) {
 		s = TopicStats{
 			Entries: len(t.entries), Last: t.last, Epoch: t.epoch,
 			Producers: len(t.producers), Waiters: len(t.waiters),
-			Cursors: map[string]Position{},
+			Cursors: map[string]Position{}, FencedProducers: t.fencedRefusals,
 		}
 		if len(t.entries) > 0 {
 			s.First = t.entries[0].pos

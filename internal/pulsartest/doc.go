@@ -18,8 +18,15 @@
 //	                 '---- checksum covers everything after itself ----'
 //
 // total then also counts the payload bytes. The broker verifies magic and
-// CRC32-C (Castagnoli) of every SEND; a mismatch is answered with SEND_ERROR
-// (ChecksumError) and nothing is stored. A frame above MaxMessageSize +
+// CRC32-C (Castagnoli) of every SEND. A checksum mismatch is answered, as
+// Pulsar's Producer.checkAndStartPublish does, with SEND_ERROR
+// (ChecksumError, the SEND's highest sequence id): that message is not
+// stored, the producer stays, and the SENDs after it are served, so a client
+// may resend it on the same connection (pulsar-client-go closes the
+// connection instead and resends after reconnecting). A payload without the
+// magic number or with metadata that does not fit is answered with
+// SEND_ERROR (UnknownError) and breaks the producer registration (below).
+// A frame above MaxMessageSize +
 // 10 KiB, a frame that does not parse, or any command before CONNECT closes
 // the connection.
 //
@@ -85,9 +92,9 @@
 // gone, in which case the stale registration is dropped.
 //
 // SENDs are answered in order on their connection. A SEND for a producer the
-// broker closed (unload), failed (SEND_ERROR) or has not granted is dropped
-// without answer: the client resends all pending messages after it
-// reconnects. With Config.Deduplication a resent message whose sequence id
+// broker closed (unload), failed (a SEND_ERROR other than ChecksumError) or
+// has not granted is dropped without answer: the client resends all pending
+// messages after it reconnects. With Config.Deduplication a resent message whose sequence id
 // was already persisted for that producer name is not stored again.
 //
 // # Retention and trimming

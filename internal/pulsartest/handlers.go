@@ -265,11 +265,13 @@ func (b *Broker) onProducer(c *conn, body msg) {
 		}
 	case accessExclusive, accessWaitForExclusive:
 		if hasEpoch && epoch < t.epoch {
+			t.fencedRefusals++
 			b.sendError(c, reqID, errProducerFenced, "producer topic epoch %d is below topic epoch %d of %s", epoch, t.epoch, t.name)
 			return
 		}
 		if len(t.producers) > 0 {
 			if p.mode == accessExclusive {
+				t.fencedRefusals++
 				b.sendError(c, reqID, errProducerFenced, "topic %s has an existing producer", t.name)
 				return
 			}
@@ -369,21 +371,24 @@ func (b *Broker) onSend(c *conn, body msg, payload []byte) {
 		return
 	}
 	t := p.t
+	highest := max(seq, body.u64("highest_sequence_id"))
 	info, err := parseEntry(payload, b.crc)
-	if err != nil {
-		code := errUnknown
-		if errors.Is(err, errChecksum) {
-			code = errChecksumCode
-		}
-		b.failSend(p, seq, code, err.Error())
+	switch {
+	case errors.Is(err, errChecksum):
+		// As Pulsar's Producer.checkAndStartPublish: the message is
+		// refused, the producer stays, and the SENDs after it are served,
+		// so a client may resend it on the same connection.
+		b.refuseSend(p, highest, errChecksumCode, "pulsartest: checksum failed on the broker: "+err.Error())
+		return
+	case err != nil:
+		b.failSend(p, highest, errUnknown, err.Error())
 		return
 	}
 	if t.sendErrors > 0 {
 		t.sendErrors--
-		b.failSend(p, seq, errPersistence, "pulsartest: injected send error")
+		b.failSend(p, highest, errPersistence, "pulsartest: injected send error")
 		return
 	}
-	highest := max(seq, body.u64("highest_sequence_id"))
 	if b.cfg.Deduplication {
 		if last, ok := t.dedup[p.name]; ok && highest <= last {
 			b.receipt(p, seq, highest, b.duplicatePosition(t, p.name, seq))
@@ -424,13 +429,19 @@ func (b *Broker) receipt(p *producer, seq, highest uint64, pos Position) {
 	})
 }
 
-// failSend answers SEND_ERROR and drops the registration's later SENDs.
-func (b *Broker) failSend(p *producer, seq uint64, code protoreflect.EnumNumber, text string) {
+// refuseSend answers one SEND with SEND_ERROR. seq is the SEND's highest
+// sequence id, as Pulsar reports it.
+func (b *Broker) refuseSend(p *producer, seq uint64, code protoreflect.EnumNumber, text string) {
 	b.log.Debug("send failed", "conn", p.c.id, "producer", p.name, "seq", seq, "msg", text)
-	p.broken = true
 	b.reply(p.c, cmdSendError, func(m msg) {
 		m.setU64("producer_id", p.id).setU64("sequence_id", seq).setEnum("error", code).setStr("message", text)
 	})
+}
+
+// failSend answers SEND_ERROR and drops the registration's later SENDs.
+func (b *Broker) failSend(p *producer, seq uint64, code protoreflect.EnumNumber, text string) {
+	p.broken = true
+	b.refuseSend(p, seq, code, text)
 }
 
 // --- consumers ---

@@ -135,6 +135,7 @@ func TestEpochFencing(t *testing.T) {
 	st, err := b.Stats(topic)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), st.Epoch)
+	require.Equal(t, 1, st.FencedProducers, "p1's reconnect was refused")
 
 	r, err := c1.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.EarliestMessageID()})
 	require.NoError(t, err)

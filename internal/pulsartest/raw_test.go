@@ -83,31 +83,84 @@ func entryBytes(payload string, numInBatch int) []byte {
 	return append(out, body...)
 }
 
+// TestRawChecksumMismatch: a SEND whose checksum does not match is refused
+// with SEND_ERROR ChecksumError and not stored, and the producer stays, as
+// in Pulsar (Producer.checkAndStartPublish): SENDs behind it on the same
+// connection are served, and the refused message resent on the same
+// connection is stored. The error carries the SEND's highest sequence id.
 func TestRawChecksumMismatch(t *testing.T) {
 	b := Start(t, Config{})
 	c := dialRaw(t, b)
 	c.connect()
+	topic := "persistent://public/default/raw"
 	c.send(cmdProducer, nil, func(m msg) {
-		m.setStr("topic", "persistent://public/default/raw").setU64("producer_id", 1).setU64("request_id", 1)
+		m.setStr("topic", topic).setU64("producer_id", 1).setU64("request_id", 1)
 	})
 	ok := c.expect(cmdProducerSuccess)
 	require.NotEmpty(t, ok.str("producer_name"))
+	send := func(seq, highest uint64, e []byte) {
+		c.send(cmdSend, e, func(m msg) {
+			m.setU64("producer_id", 1).setU64("sequence_id", seq)
+			if highest > 0 {
+				m.setU64("highest_sequence_id", highest)
+			}
+		})
+	}
+	corrupt := func(payload string) []byte {
+		e := entryBytes(payload, 0)
+		e[len(e)-1] ^= 0xff
+		return e
+	}
+	expectReceipt := func(seq uint64) {
+		t.Helper()
+		require.Equal(t, seq, c.expect(cmdSendReceipt).u64("sequence_id"))
+	}
+	expectChecksumError := func(seq uint64) {
+		t.Helper()
+		se := c.expect(cmdSendError)
+		require.Equal(t, errChecksumCode, se.enum("error"))
+		require.Equal(t, uint64(1), se.u64("producer_id"))
+		require.Equal(t, seq, se.u64("sequence_id"))
+	}
 
-	good := entryBytes("hello", 0)
-	c.send(cmdSend, good, func(m msg) { m.setU64("producer_id", 1).setU64("sequence_id", 0) })
-	rc := c.expect(cmdSendReceipt)
-	require.Equal(t, uint64(0), rc.u64("sequence_id"))
+	send(0, 0, entryBytes("m0", 0))
+	expectReceipt(0)
+	send(1, 0, corrupt("m1"))
+	expectChecksumError(1)
+	send(1, 0, entryBytes("m1", 0)) // resent on the same connection
+	expectReceipt(1)
 
-	bad := entryBytes("hello", 0)
-	bad[len(bad)-1] ^= 0xff
-	c.send(cmdSend, bad, func(m msg) { m.setU64("producer_id", 1).setU64("sequence_id", 1) })
-	se := c.expect(cmdSendError)
-	require.Equal(t, errChecksumCode, se.enum("error"))
-	require.Equal(t, uint64(1), se.u64("sequence_id"))
+	// Pipelined: the SEND behind a corrupt one is stored, answers stay in
+	// order.
+	send(2, 0, corrupt("m2"))
+	send(3, 0, entryBytes("m3", 0))
+	expectChecksumError(2)
+	expectReceipt(3)
 
-	st, err := b.Stats("raw")
+	// A batch SEND's error names its highest sequence id.
+	send(4, 6, corrupt("batch"))
+	expectChecksumError(6)
+	send(4, 6, entryBytes("batch", 3))
+	expectReceipt(4)
+
+	st, err := b.Stats(topic)
 	require.NoError(t, err)
-	require.Equal(t, 1, st.Entries)
+	require.Equal(t, 4, st.Entries)
+
+	// What is stored is exactly the good SENDs, in order.
+	c.send(cmdSubscribe, nil, func(m msg) {
+		m.setStr("topic", topic).setStr("subscription", "r").setEnum("subType", subExclusive).
+			setU64("consumer_id", 1).setU64("request_id", 2).setBool("durable", false)
+		setID(m.mutable("start_message_id"), Position{-1, -1})
+	})
+	c.expect(cmdSuccess)
+	c.send(cmdFlow, nil, func(m msg) { m.setU64("consumer_id", 1).setU32("messagePermits", 100) })
+	for _, want := range [][]byte{entryBytes("m0", 0), entryBytes("m1", 0), entryBytes("m3", 0), entryBytes("batch", 3)} {
+		cmd, payload, err := c.recv()
+		require.NoError(t, err)
+		require.Equal(t, cmdMessage, cmd.typ)
+		require.Equal(t, want, payload)
+	}
 }
 
 func TestRawUnsupportedCommand(t *testing.T) {
@@ -197,6 +250,31 @@ func TestRawGetLastMessageIDBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cmdMessage, cmd.typ)
 	require.Equal(t, entryBytes("batch", 3), payload)
+
+	// A message sent without batching: batch index -1.
+	c.send(cmdSend, entryBytes("single", 0), func(m msg) { m.setU64("producer_id", 1).setU64("sequence_id", 3) })
+	c.expect(cmdSendReceipt) // no MESSAGE: the batch used up the permits
+	c.send(cmdGetLastMessageID, nil, func(m msg) { m.setU64("consumer_id", 1).setU64("request_id", 5) })
+	last, _ = c.expect(cmdGetLastMessageIDResponse).sub("last_message_id")
+	require.Equal(t, uint64(1), last.u64("entryId"))
+	require.Equal(t, int32(-1), last.i32("batch_index"))
+	ledger := last.u64("ledgerId")
+
+	// An unload moves the topic to a new, empty ledger: the last message
+	// is still the one written before.
+	require.NoError(t, b.UnloadTopic(topic))
+	c.expect(cmdCloseProducer)
+	c.expect(cmdCloseConsumer)
+	c.send(cmdSubscribe, nil, func(m msg) {
+		m.setStr("topic", topic).setStr("subscription", "r").setEnum("subType", subExclusive).
+			setU64("consumer_id", 2).setU64("request_id", 6).setBool("durable", false)
+	})
+	c.expect(cmdSuccess)
+	c.send(cmdGetLastMessageID, nil, func(m msg) { m.setU64("consumer_id", 2).setU64("request_id", 7) })
+	last, _ = c.expect(cmdGetLastMessageIDResponse).sub("last_message_id")
+	require.Equal(t, ledger, last.u64("ledgerId"))
+	require.Equal(t, uint64(1), last.u64("entryId"))
+	require.Equal(t, int32(-1), last.i32("batch_index"))
 }
 
 func TestRawUnsubscribe(t *testing.T) {

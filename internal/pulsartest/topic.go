@@ -63,6 +63,8 @@ type topic struct {
 	subs      map[string]*subscription
 	// sendErrors is the number of upcoming SENDs to fail (InjectSendError).
 	sendErrors int
+	// fencedRefusals counts PRODUCER requests refused with ProducerFenced.
+	fencedRefusals int
 	// dedup maps a producer name to the highest sequence id persisted.
 	dedup map[string]uint64
 }
@@ -239,7 +241,8 @@ type producer struct {
 	// requestID of a WaitForExclusive PRODUCER still waiting.
 	requestID uint64
 	waiting   bool
-	// broken is set after a SEND_ERROR: later SENDs on this registration are
-	// dropped; the client reconnects and resends them.
+	// broken is set after a SEND_ERROR other than ChecksumError (an
+	// injected persistence error, a malformed payload): later SENDs on this
+	// registration are dropped; the client reconnects and resends them.
 	broken bool
 }

@@ -63,10 +63,14 @@
 // The broker announces its maximum message size in its CONNECTED answer.
 // The client does not expose it, so New asks once itself (one CONNECT over
 // the service URL, with the configured token and TLS), unless
-// Config.MaxMessageBytes is set. Capabilities.MaxMessageBytes is that size
-// minus 16 KiB for metadata, property framing and the batch envelope; a
-// larger Message.Size is a *walimpls.TooLargeError before anything is sent,
-// and the client's own ErrMessageTooLarge maps to the same error.
+// Config.MaxMessageBytes is set. Capabilities.MaxMessageBytes is half of
+// that size minus 16 KiB for metadata, property framing and the batch
+// envelope: the client copies the properties of a batch's first message
+// into the batch's metadata, so a message's properties travel twice, and
+// a message of the declared size must fit whether its bytes are payload or
+// properties (the adaptor splits larger messages). A larger Message.Size is
+// a *walimpls.TooLargeError before anything is sent, and the client's own
+// ErrMessageTooLarge maps to the same error.
 //
 // # Fencing
 //
@@ -81,7 +85,10 @@
 //  1. fold the meta topic; if a claim has a term above T, fail with a
 //     *walimpls.FencedError (nobody is disturbed);
 //  2. make sure the durable subscriptions exist; start the meta watcher
-//     (below); append a claim (T, a fresh nonce) to the meta topic;
+//     (below) right after the last record the fold of step 1 saw, so that
+//     no claim written since escapes both; unless the watcher has already
+//     seen a higher claim (then fail with a FencedError), append a claim
+//     (T, a fresh nonce) to the meta topic;
 //  3. create the WaitForExclusive producer on a dedicated client. While it
 //     waits, the current owner's meta watcher sees the higher claim, fences
 //     its own writer and closes its producer, and the broker grants the
@@ -93,24 +100,51 @@
 //     admin API's topic unload, which disconnects the owner's producer; when
 //     it reconnects it presents the old topic epoch and the broker refuses
 //     it with ProducerFenced. Without TakeOver the open waits for the owner
-//     to leave and fails with a retryable error after TakeOverTimeout;
+//     to leave and fails with a retryable error after TakeOverTimeout.
+//     An open that a claim beats never disturbs the topic: every TakeOver
+//     call is preceded by a fold of the meta topic that must show this
+//     open's claim winning, and as soon as the open's watcher (or that
+//     fold) sees a claim that beats it — a higher term, or a later claim of
+//     T — the open gives up at once with a FencedError and leaves the
+//     topic's holder alone. So when opens of T and T+1 race, the loser
+//     never unloads the winner, whose producer and readers stay
+//     undisturbed. Its waiting producer is withdrawn in the background by
+//     closing its client, once that is safe: pulsar-client-go v0.19.0
+//     cannot cancel a producer creation whose lookup runs after its client
+//     closed (the lookup opens a fresh connection and the creation waits
+//     on it for ever), so a creation younger than the client's own bounds
+//     for lookups and connecting is left to finish by itself; if the
+//     broker grants it the topic meanwhile, it is closed at once;
 //  4. fold the meta topic again: the winner is the highest term, the last
 //     claim among equal terms. If it is not this open's claim, close the
 //     producer and fail with a FencedError: a higher (or later same-term)
 //     open raced it and wins.
 //
+// A claim written between the fold before a TakeOver call and the call is
+// not seen by it; its open's producer then queues behind the one that
+// calls TakeOver (the broker grants waiting producers in order), so that
+// open cannot have returned yet, and the unload disconnects the previous
+// owner, not the winner.
+//
 // A writer is fenced for good, and every later Append and Truncate fails
 // with the same FencedError (errors.Is(err, walimpls.ErrFenced)), when its
 // meta watcher sees a claim of a higher term or a later claim of its own
-// term, or when the client fails its sends with ErrProducerFenced (the
-// broker refused its reconnect) or ErrProducerClosed (what the client
-// returns after it closed a fenced producer) and the meta topic shows
-// another winner. If its own claim still wins, the producer was taken by a
-// concurrent open of a lower term that then lost step 4: the writer drops
-// the producer, fails that group with a retryable error and acquires a new
-// producer (steps 3 and 4) on the next append. Once Open(T) has returned,
-// the topic's producer is T's: a lower-term writer's sends are either
-// refused by epoch or never reach the broker, so none is acknowledged.
+// term, when a fold of the meta topic (every Truncate makes one, below)
+// shows another winner, or when the client fails its sends with
+// ErrProducerFenced (the broker refused its reconnect) or ErrProducerClosed
+// (what the client returns after it closed a fenced producer) and the meta
+// topic shows another winner. If its own claim still wins, something that
+// is not a winning streamwal open took the producer (a foreign exclusive
+// producer, an unload by an operator): the writer drops the producer, fails
+// that group with a retryable error and acquires a new producer (steps 3
+// and 4) on the next append. Once Open(T) has returned, the topic's
+// producer is T's: a lower-term writer's sends are either refused by epoch
+// or never reach the broker, so none is acknowledged.
+//
+// An Append refused before its message was handed to the producer (the WAL
+// closed or already fenced, its context done, no producer to be had) is
+// marked walimpls.MarkNotStored; an Append that fails after that has an
+// unknown outcome.
 //
 // # Reads
 //
@@ -121,7 +155,12 @@
 // StartAfter(id) exclusive; DeliverLatest starts at the topic's end and
 // counts the last message stored when Read returns as delivered. A start
 // below the truncation point is ErrPositionGone from Read; so is a start
-// whose entries the broker deleted (the broker refuses the reader).
+// whose entries the broker deleted (the broker refuses the reader). A
+// running scanner whose next message lies below the truncation point known
+// to its WAL (a truncation overtook it) ends with ErrPositionGone, after
+// what it had already handed to its channel (at most its receiver queue
+// size in messages): the broker may keep such entries until retention
+// runs, but they are never delivered after the truncation is known.
 //
 // pulsar-client-go v0.19.0 loses messages when a reader reconnects with a
 // backlog (after an unload or a dropped connection): it resumes after the
@@ -139,16 +178,32 @@
 // successor (StartAfter, Latest) or an entry 0 (DeliverAll from the
 // earliest), and verifies anything else the same way.
 //
-// # Truncate
+// # Truncate and Last
 //
-// Truncate(id) checks id against the topic's last message id (beyond it is
-// ErrInvalidPosition), appends a truncation record to the meta topic (from
+// Truncate(id) first folds the meta topic: if another claim wins, the
+// writer is fenced and Truncate fails with its FencedError, removing
+// nothing, even when the writer's meta watcher has not seen that claim yet
+// (a Truncate that starts after the winner's Open returned always sees its
+// claim). It then checks id against the topic's last message id (beyond it
+// is ErrInvalidPosition), appends a truncation record to the meta topic (from
 // then on a read below id is ErrPositionGone on this WAL, on WALs whose meta
 // watcher sees the record, and on every WAL opened later), then acknowledges
 // cumulatively, on the durable subscription, every entry before the one
 // holding id, so that the broker's retention may delete them. The entry
 // holding id is kept whole; the first entry of a ledger leaves the earlier
 // ledgers to the next truncation.
+//
+// Last asks the broker for the log topic's last message id
+// (GET_LAST_MESSAGE_ID) through a short-lived reader of the opener's shared
+// client, on read-only and fenced WALs alike. The broker names the last
+// message of a batch entry by its batch index (number of messages - 1), so
+// Last is the ID its append returned; a topic without messages (entry -1)
+// or without existence gives the zero ID, and an unload, which moves the
+// topic to an empty ledger, or a truncation leave it unchanged. The
+// client's calls take no context: the request runs on a goroutine the
+// opener waits for on Close, and Last returns when its context ends. The
+// client reports batch index 0 for a message sent without batching; this
+// backend's producers always batch, so that is exact for what it writes.
 //
 // # pulsar-client-go v0.19.0 behaviours this package works around
 //
@@ -158,9 +213,16 @@
 //     when a reader reconnects while it is delivering. Scanners use
 //     Reader.Next anyway (it is the only way to read with a start message
 //     id); the fencing design keeps readers from reconnecting in the normal
-//     take-over (the owner releases the topic itself, no unload), and the
-//     tests only unload or drop connections while readers are idle.
+//     take-over (the owner releases the topic itself, no unload, and an
+//     open that lost never unloads the winner), and the tests only unload
+//     or drop connections while readers are idle.
 //   - DisableBatching producers race on reconnect (above): batching stays on.
+//   - A client closed while one of its producer creations is still looking
+//     the topic up serves that lookup on a fresh connection, which nothing
+//     closes: the creation can no longer be cancelled, and a
+//     WaitForExclusive producer then waits for the topic for ever. Waiting
+//     producers are withdrawn only once their creation is past that stage
+//     (see Fencing, step 3).
 //   - Closing a producer closes its channels under a concurrent SendAsync or
 //     Flush (a send on a closed channel panics), and a message still in the
 //     batch when the producer closes never gets its callback. Only the
@@ -180,7 +242,8 @@
 // # Known limits
 //
 //   - The meta topic grows by one small record per ReadWrite open and per
-//     Truncate that advances the point, and every open reads it whole.
+//     Truncate that advances the point, and every open and every Truncate
+//     reads it whole.
 //   - A read-only WAL learns truncations made elsewhere from its meta
 //     watcher; a record its watcher has not received yet is not enforced.
 //   - A Java broker moves a reader whose start was deleted by retention to

@@ -9,13 +9,21 @@ import (
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// frameOverhead is what Capabilities.MaxMessageBytes leaves below the
-// broker's maximum message size: the message metadata (producer name,
+// frameOverhead is what a message's frame needs besides its payload and
+// the bytes of its properties: the message metadata (producer name,
 // sequence id, publish time, the protobuf framing of every property), the
 // batch envelope and the single-message metadata of a batched message. A
 // message of the declared size with properties of ordinary length fits;
 // the client's own check (ErrMessageTooLarge) backs this estimate up.
 const frameOverhead = 16 << 10
+
+// declaredMax is Capabilities.MaxMessageBytes for a broker whose maximum
+// message size is brokerMax. A message's properties travel twice in its
+// frame: pulsar-client-go v0.19.0 copies the properties of a batch's first
+// message into the batch's metadata, besides the message's own metadata
+// inside the batch. A message of the declared size fits whether its bytes
+// are payload or properties.
+func declaredMax(brokerMax int) int { return (brokerMax - frameOverhead) / 2 }
 
 // defaultBrokerMaxMessage is Pulsar's default maxMessageSize, used when a
 // broker announces none.

@@ -3,6 +3,7 @@ package pulsar
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,9 +213,14 @@ func TestTakeOverStaleProducer(t *testing.T) {
 
 	w := open(t, newOpener(t, cfg), "stale", 2, walimpls.ReadWrite)
 	id := appendOK(t, w, msg(t, "owner", nil))
-	_, err = stale.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("stale-3")})
-	require.Error(t, err)
-	require.True(t, errors.Is(err, pulsar.ErrProducerFenced) || errors.Is(err, pulsar.ErrProducerClosed), "%v", err)
+	// The stale producer comes back with the old topic epoch and is
+	// refused. (Its sends are not tried here: pulsar-client-go v0.19.0
+	// closes a fenced producer's channels from its reconnect goroutine, and
+	// a Send racing that close panics.)
+	require.Eventually(t, func() bool {
+		st, err := b.Stats(topic)
+		return err == nil && st.FencedProducers >= 1 && st.Producers == 1
+	}, 10*time.Second, time.Millisecond, "the stale producer's comeback is refused")
 	got := readN(t, w, walimpls.DeliverAll(), 3)
 	require.Equal(t, []string{"stale-1", "stale-2", "owner"}, payloads(got))
 	require.True(t, id.EQ(got[2].ID()))
@@ -289,10 +295,15 @@ func TestTooLarge(t *testing.T) {
 	_, cfg := startBroker(t, pulsartest.Config{MaxMessageSize: brokerLimit})
 	o := newOpener(t, cfg)
 	declared := o.Capabilities().MaxMessageBytes
-	require.Equal(t, brokerLimit-frameOverhead, declared, "the limit is learned from the broker")
+	require.Equal(t, (brokerLimit-frameOverhead)/2, declared, "the limit is learned from the broker")
 	w := open(t, o, "large", 1, walimpls.ReadWrite)
 	fits := message.Restore(make([]byte, declared-20), map[string]string{"_k": "3", "a": "0123456789"})
 	appendOK(t, w, fits)
+	// Properties travel twice in a batch's first message: a message of
+	// the declared size made of properties fits as well.
+	props := message.Restore([]byte("pp"), map[string]string{"a": strings.Repeat("a", declared/2-2), "b": strings.Repeat("b", declared-declared/2-2)})
+	require.Equal(t, declared, props.Size())
+	appendOK(t, w, props)
 	_, err := w.Append(context.Background(), message.Restore(make([]byte, declared+1), nil))
 	var tl *walimpls.TooLargeError
 	require.True(t, errors.As(err, &tl), "%v", err)
@@ -390,8 +401,13 @@ func TestReacquireAfterStolenTopic(t *testing.T) {
 	require.NotErrorIs(t, err, walimpls.ErrFenced)
 	require.True(t, walimpls.IsRetryable(err), "%v", err)
 	after := appendOK(t, w, msg(t, "after", nil)) // takes the topic back
-	_, err = thief.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("thief")})
-	require.Error(t, err, "the thief lost the topic")
+	// The thief lost the topic: its comeback (after the owner's TakeOver)
+	// is refused like the owner's was. (It sends nothing here: a Send
+	// racing the client's close of a fenced producer panics, see above.)
+	require.Eventually(t, func() bool {
+		st, err := b.Stats(topic)
+		return err == nil && st.FencedProducers >= 2 && st.Producers == 1
+	}, 10*time.Second, time.Millisecond, "the thief's comeback is refused")
 	got := readN(t, w, walimpls.DeliverAll(), 2)
 	require.Equal(t, []string{"before", "after"}, payloads(got))
 	require.True(t, after.EQ(got[1].ID()))

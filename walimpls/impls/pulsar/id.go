@@ -148,6 +148,16 @@ func fromPulsar(p pulsar.MessageID) msgID {
 	return msgID{ledger: p.LedgerID(), entry: p.EntryID(), batch: p.BatchIdx(), partition: max(p.PartitionIdx(), 0), batchSize: p.BatchSize()}
 }
 
+// lastOf converts a GET_LAST_MESSAGE_ID answer: ok is false when the
+// topic holds no message (entry -1).
+func lastOf(p pulsar.MessageID) (msgID, bool) {
+	id := fromPulsar(p)
+	if id.entry < 0 {
+		return msgID{}, false
+	}
+	return id, true
+}
+
 // toPulsar converts to the client's message id.
 func (a msgID) toPulsar() pulsar.MessageID {
 	return pulsar.NewMessageID(a.ledger, a.entry, a.batch, a.partition)

@@ -38,6 +38,14 @@ type metaState struct {
 	winnerNonce string
 	trunc       msgID
 	hasTrunc    bool
+	// last is the last record folded, valid if hasLast: a watcher started
+	// right after it misses nothing the fold did not see.
+	last    msgID
+	hasLast bool
+	// mine is the nonce of the claim the fold looks for; mineSeen is set
+	// when it went by.
+	mine     string
+	mineSeen bool
 }
 
 func (st *metaState) apply(props map[string]string) {
@@ -49,6 +57,9 @@ func (st *metaState) apply(props map[string]string) {
 		}
 		if term >= st.maxTerm {
 			st.maxTerm, st.winnerNonce = term, props[metaNonce]
+		}
+		if st.mine != "" && props[metaNonce] == st.mine {
+			st.mineSeen = true
 		}
 	case metaTrunc:
 		id, err := parseID(props[metaTruncID])
@@ -72,10 +83,10 @@ func newNonce() string {
 var errMetaGap = errors.New("pulsar: meta topic read skipped a record")
 
 // readMeta folds the whole meta topic, up to its last record at the time of
-// the call.
-func (o *Opener) readMeta(ctx context.Context, topic string) (metaState, error) {
+// the call, looking for the claim with nonce mine ("" for none).
+func (o *Opener) readMeta(ctx context.Context, topic, mine string) (metaState, error) {
 	for try := 1; ; try++ {
-		st, err := o.readMetaOnce(ctx, topic)
+		st, err := o.readMetaOnce(ctx, topic, mine)
 		if err == nil || !errors.Is(err, errMetaGap) || try == metaReadTries {
 			if err != nil {
 				if ctx.Err() != nil {
@@ -89,8 +100,8 @@ func (o *Opener) readMeta(ctx context.Context, topic string) (metaState, error) 
 	}
 }
 
-func (o *Opener) readMetaOnce(ctx context.Context, topic string) (metaState, error) {
-	st := metaState{maxTerm: -1}
+func (o *Opener) readMetaOnce(ctx context.Context, topic, mine string) (metaState, error) {
+	st := metaState{maxTerm: -1, mine: mine}
 	r, err := o.client.CreateReader(pulsar.ReaderOptions{
 		Topic:                   topic,
 		StartMessageID:          pulsar.EarliestMessageID(),
@@ -125,6 +136,7 @@ func (o *Opener) readMetaOnce(ctx context.Context, topic string) (metaState, err
 		}
 		prev = &id
 		st.apply(m.Properties())
+		st.last, st.hasLast = id, true
 		if id.compare(msgID{ledger: last.ledger, entry: last.entry, batch: last.batch, partition: id.partition}) >= 0 {
 			return st, nil
 		}

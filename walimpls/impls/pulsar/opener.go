@@ -3,6 +3,7 @@ package pulsar
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -52,9 +53,25 @@ type Opener struct {
 	// brokerMax is the broker's maximum message size.
 	brokerMax int
 
-	mu     sync.Mutex
-	closed bool
-	wals   map[*wal]struct{}
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{} // closed by Close
+	wals    map[*wal]struct{}
+	// bg counts the goroutines that run a client call for a caller that
+	// may stop waiting (Last) or withdraw a producer creation (withdraw);
+	// Close closes the client and closing, which ends them, and waits.
+	// Added to under mu while not closed.
+	bg sync.WaitGroup
+
+	hooks testHooks
+}
+
+// testHooks let this package's tests step in between the stages of an
+// open. Every field is nil outside tests; set them before the first Open.
+type testHooks struct {
+	// beforeClaim runs in a ReadWrite open after the opening fold found
+	// no higher term, before the open subscribes, watches and claims.
+	beforeClaim func(ctx context.Context, w *wal)
 }
 
 var _ walimpls.Opener = (*Opener)(nil)
@@ -71,7 +88,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	o := &Opener{cfg: cfg, log: logger.With("wal", Name), reg: reg, wals: map[*wal]struct{}{}}
+	o := &Opener{cfg: cfg, log: logger.With("wal", Name), reg: reg, wals: map[*wal]struct{}{}, closing: make(chan struct{})}
 	o.brokerMax = cfg.MaxMessageBytes
 	if o.brokerMax == 0 {
 		n, err := probeMaxMessageSize(ctx, &o.cfg)
@@ -144,7 +161,7 @@ func (o *Opener) Capabilities() walimpls.Capabilities {
 	return walimpls.Capabilities{
 		Fencing:         true,
 		Durable:         true,
-		MaxMessageBytes: o.brokerMax - frameOverhead,
+		MaxMessageBytes: declaredMax(o.brokerMax),
 	}
 }
 
@@ -160,6 +177,7 @@ func (o *Opener) Close() error {
 		return nil
 	}
 	o.closed = true
+	close(o.closing)
 	wals := make([]*wal, 0, len(o.wals))
 	for w := range o.wals {
 		wals = append(wals, w)
@@ -169,7 +187,48 @@ func (o *Opener) Close() error {
 		_ = w.Close()
 	}
 	o.client.Close()
+	o.bg.Wait()
 	return nil
+}
+
+// goBackground runs fn on a goroutine that Close waits for; false (fn not
+// run) once the opener is closed.
+func (o *Opener) goBackground(fn func()) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		fn()
+	}()
+	return true
+}
+
+// lastMessage asks the broker for the last message id of topic through a
+// reader of the shared client; ok is false when the topic holds no message
+// or does not exist.
+func (o *Opener) lastMessage(topic string) (id msgID, ok bool, err error) {
+	r, err := o.client.CreateReader(pulsar.ReaderOptions{
+		Topic:             topic,
+		StartMessageID:    pulsar.LatestMessageID(),
+		ReceiverQueueSize: 1,
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "TopicNotFound") {
+			return msgID{}, false, nil
+		}
+		return msgID{}, false, err
+	}
+	defer r.Close()
+	last, err := r.GetLastMessageID()
+	if err != nil {
+		return msgID{}, false, err
+	}
+	id, ok = lastOf(last)
+	return id, ok, nil
 }
 
 func (o *Opener) isClosed() bool {
@@ -197,7 +256,7 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 		return nil, err
 	}
 	w := newWAL(o, ch)
-	st, err := o.readMeta(ctx, w.metaTopic)
+	st, err := o.readMeta(ctx, w.metaTopic, "")
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +264,7 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 	if ch.Mode == walimpls.ReadWrite {
 		err = w.startWriter(ctx, st)
 	} else {
-		err = w.startWatcher()
+		err = w.startWatcher(st)
 	}
 	if err != nil {
 		w.shutdown()

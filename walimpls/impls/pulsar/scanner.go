@@ -219,6 +219,13 @@ func (s *scanner) consume() error {
 		if s.hasLast && id.compare(s.last) <= 0 {
 			continue // delivered already (a reconnected inclusive reader)
 		}
+		// A truncation overtook the scanner: what it handed over already
+		// (its read-ahead) stays delivered, nothing below the truncation
+		// point follows. The broker may keep such entries until retention
+		// runs; the recorded point decides.
+		if trunc, ok := s.w.truncPoint(); ok && id.compare(trunc) < 0 {
+			return errors.Wrapf(walimpls.ErrPositionGone, "pulsar: scanner %q of channel %q: %s is truncated (the channel starts at %s)", s.name, s.w.ch.Name, id, trunc)
+		}
 		if !s.expected(id) {
 			if s.verifies++; s.verifies > maxVerifications {
 				return errors.Newf("pulsar: scanner %q of channel %q: cannot read past %s without a gap", s.name, s.w.ch.Name, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 
@@ -23,12 +24,13 @@ type wal struct {
 	nonce     string // identifies this WAL's term claim
 
 	truncMu sync.Mutex // serializes Truncate
+	// trunc is the highest truncation point known, nil if none. Every
+	// scanner checks it before each delivery, hence no lock.
+	trunc atomic.Pointer[msgID]
 
 	mu       sync.Mutex
 	closed   bool
 	scanners lifecycle.Group[*scanner]
-	trunc    msgID // highest truncation point known; valid if hasTrunc
-	hasTrunc bool
 	wr       *writer  // nil for ReadOnly; set before the watcher starts
 	watch    *watcher // set by Open before the WAL is shared
 }
@@ -52,6 +54,9 @@ func (w *wal) startWriter(ctx context.Context, st metaState) error {
 	if st.maxTerm > w.ch.Term {
 		return fencedError(w.ch.Name, w.ch.Term, st.maxTerm)
 	}
+	if h := w.o.hooks.beforeClaim; h != nil {
+		h(ctx, w)
+	}
 	// The durable subscriptions keep the log and the meta records from
 	// retention until Truncate acknowledges them.
 	for _, t := range []string{w.topic, w.metaTopic} {
@@ -60,7 +65,12 @@ func (w *wal) startWriter(ctx context.Context, st metaState) error {
 		}
 	}
 	w.wr = newWriter(w)
-	if err := w.startWatcher(); err != nil {
+	if err := w.startWatcher(st); err != nil {
+		return err
+	}
+	// A higher claim written since the fold, seen by the watcher already:
+	// give up before claiming.
+	if err := w.wr.fencedErr(); err != nil {
 		return err
 	}
 	if err := w.o.writeMeta(ctx, w.metaTopic, map[string]string{
@@ -71,13 +81,16 @@ func (w *wal) startWriter(ctx context.Context, st metaState) error {
 	return w.wr.start(ctx)
 }
 
-// checkWinner reads the meta topic and returns a FencedError unless this
-// WAL's claim wins.
+// checkWinner folds the meta topic and returns a FencedError unless this
+// WAL's claim wins: it is the claim of the highest term, and the last one
+// of that term. Called once the claim is written, so that the fold holds
+// it. The fold's truncation point is taken over as well.
 func (w *wal) checkWinner(ctx context.Context) error {
-	st, err := w.o.readMeta(ctx, w.metaTopic)
+	st, err := w.o.readMeta(ctx, w.metaTopic, w.nonce)
 	if err != nil {
 		return err
 	}
+	w.setTrunc(st.trunc, st.hasTrunc)
 	if st.winnerNonce == w.nonce {
 		return nil
 	}
@@ -97,25 +110,36 @@ func (w *wal) isClosed() bool {
 	return w.closed
 }
 
+// setTrunc raises the truncation point to id (if ok); it never lowers it.
 func (w *wal) setTrunc(id msgID, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ok && (!w.hasTrunc || w.trunc.compare(id) < 0) {
-		w.trunc, w.hasTrunc = id, true
+	if !ok {
+		return
+	}
+	for {
+		cur := w.trunc.Load()
+		if cur != nil && cur.compare(id) >= 0 {
+			return
+		}
+		if w.trunc.CompareAndSwap(cur, &id) {
+			return
+		}
 	}
 }
 
 func (w *wal) truncPoint() (msgID, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.trunc, w.hasTrunc
+	if p := w.trunc.Load(); p != nil {
+		return *p, true
+	}
+	return msgID{}, false
 }
 
 // Append implements walimpls.WALImpl: the payload becomes the message
-// payload and every property a message property.
+// payload and every property a message property. Refusals decided before
+// the message was handed to the producer (a closed or fenced WAL, a done
+// context) are marked walimpls.MarkNotStored.
 func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
 	if w.isClosed() {
-		return message.ID{}, w.closedErr()
+		return message.ID{}, walimpls.MarkNotStored(w.closedErr())
 	}
 	if w.wr == nil {
 		return message.ID{}, errors.Wrapf(walimpls.ErrReadOnly, "pulsar: append to channel %q", w.ch.Name)
@@ -124,7 +148,7 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 		return message.ID{}, &walimpls.TooLargeError{Size: size, Limit: w.declared}
 	}
 	if err := ctx.Err(); err != nil {
-		return message.ID{}, err
+		return message.ID{}, walimpls.MarkNotStored(err)
 	}
 	id, err := w.wr.append(ctx, m)
 	if err != nil {
@@ -133,11 +157,13 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 	return message.NewID(id), nil
 }
 
-// Truncate implements walimpls.WALImpl. It records the truncation point in
-// the meta topic (reads below it fail with ErrPositionGone from then on,
-// on every node that opens the channel later), then acknowledges the
-// entries before upTo's entry cumulatively on the durable subscription, so
-// that the broker's retention may delete them.
+// Truncate implements walimpls.WALImpl. It folds the term claims (a
+// writer that another claim beats is fenced and removes nothing, even
+// before its meta watcher has seen that claim), records the truncation
+// point in the meta topic (reads below it fail with ErrPositionGone from
+// then on, on every node that opens the channel later), then acknowledges
+// the entries before upTo's entry cumulatively on the durable subscription,
+// so that the broker's retention may delete them.
 func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if w.isClosed() {
 		return w.closedErr()
@@ -157,6 +183,14 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	}
 	w.truncMu.Lock()
 	defer w.truncMu.Unlock()
+	// An open that returned before this fold began wrote its claim before
+	// it: a Truncate that starts after a winner's Open returned is refused.
+	if err := w.wr.checkClaim(ctx); err != nil {
+		if errors.Is(err, walimpls.ErrFenced) {
+			return err
+		}
+		return errors.Wrapf(err, "pulsar: truncate channel %q: term claims", w.ch.Name)
+	}
 	if cur, ok := w.truncPoint(); ok && id.compare(cur) <= 0 {
 		return nil
 	}
@@ -169,7 +203,10 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if err != nil || len(lasts) != 1 {
 		return errors.Wrapf(errors.Join(err, errors.New("no last message id")), "pulsar: truncate channel %q", w.ch.Name)
 	}
-	if last := fromPulsar(lasts[0]); last.entry < 0 || id.compare(last) > 0 {
+	switch last, ok := lastOf(lasts[0]); {
+	case !ok:
+		return errors.Wrapf(walimpls.ErrInvalidPosition, "pulsar: truncate channel %q at %s: the log is empty", w.ch.Name, id)
+	case id.compare(last) > 0:
 		return errors.Wrapf(walimpls.ErrInvalidPosition, "pulsar: truncate channel %q at %s: the log ends at %s", w.ch.Name, id, last)
 	}
 	if err := w.o.writeMeta(ctx, w.metaTopic, map[string]string{metaKind: metaTrunc, metaTruncID: id.Marshal()}); err != nil {
@@ -186,6 +223,49 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 		}
 	}
 	return nil
+}
+
+// Last implements walimpls.WALImpl: the topic's last message id, asked
+// with GET_LAST_MESSAGE_ID through a short-lived reader of the shared
+// client (on read-only and fenced WALs alike). The broker names the last
+// message of a batch entry by its batch index, so Last equals the ID the
+// append of that message returned; a topic that never held a message (or
+// does not exist) gives the zero ID. The client's calls take no context:
+// the request runs on a goroutine of the opener, and Last returns when ctx
+// ends.
+func (w *wal) Last(ctx context.Context) (message.ID, error) {
+	if w.isClosed() {
+		return message.ID{}, w.closedErr()
+	}
+	if err := ctx.Err(); err != nil {
+		return message.ID{}, err
+	}
+	type result struct {
+		id  msgID
+		ok  bool
+		err error
+	}
+	res := make(chan result, 1)
+	if !w.o.goBackground(func() {
+		id, ok, err := w.o.lastMessage(w.topic)
+		res <- result{id, ok, err}
+	}) {
+		return message.ID{}, w.closedErr()
+	}
+	select {
+	case r := <-res:
+		switch {
+		case w.isClosed():
+			return message.ID{}, w.closedErr()
+		case r.err != nil:
+			return message.ID{}, errors.Wrapf(r.err, "pulsar: last message of channel %q", w.ch.Name)
+		case !r.ok:
+			return message.ID{}, nil
+		}
+		return message.NewID(r.id), nil
+	case <-ctx.Done():
+		return message.ID{}, ctx.Err()
+	}
 }
 
 // Close implements walimpls.WALImpl: it stops the writer and every scanner.

@@ -8,29 +8,36 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
-// watcher tails a WAL's meta topic from the moment the WAL opens: a claim
-// of a higher term (or a later claim of the same term) fences the WAL's
-// writer at once, which closes its producer and so hands the topic to the
-// claimant's waiting producer; a truncation record moves the WAL's
-// truncation point. Its goroutine (run) owns the reader.
+// watcher tails a WAL's meta topic from the last record the WAL's opening
+// fold saw: a claim of a higher term (or a later claim of the same term)
+// fences the WAL's writer at once, which closes its producer (or gives up
+// waiting for one) and so hands the topic to the claimant; a truncation
+// record moves the WAL's truncation point. Its goroutine (run) owns the
+// reader.
 type watcher struct {
 	w      *wal
 	r      pulsar.Reader
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	// owned by run; set by startWatcher before run starts
+	last    msgID // last record handled; valid if hasLast
+	hasLast bool
 }
 
-// startWatcher subscribes at the meta topic's end and starts the watcher.
-func (w *wal) startWatcher() error {
-	r, err := w.o.client.CreateReader(pulsar.ReaderOptions{
-		Topic:          w.metaTopic,
-		StartMessageID: pulsar.LatestMessageID(),
-	})
+// startWatcher starts the watcher right after the last record st folded,
+// or at the topic's start when st folded none: a record written after the
+// fold cannot escape both.
+func (w *wal) startWatcher(st metaState) error {
+	opts := pulsar.ReaderOptions{Topic: w.metaTopic, StartMessageID: pulsar.EarliestMessageID(), StartMessageIDInclusive: true}
+	if st.hasLast {
+		opts.StartMessageID, opts.StartMessageIDInclusive = st.last.toPulsar(), false
+	}
+	r, err := w.o.client.CreateReader(opts)
 	if err != nil {
 		return errors.Wrapf(err, "pulsar: watch %s", w.metaTopic)
 	}
-	wa := &watcher{w: w, r: r, done: make(chan struct{})}
+	wa := &watcher{w: w, r: r, done: make(chan struct{}), last: st.last, hasLast: st.hasLast}
 	wa.ctx, wa.cancel = context.WithCancel(context.Background())
 	w.watch = wa
 	go wa.run()
@@ -46,11 +53,7 @@ func (wa *watcher) run() {
 	defer close(wa.done)
 	defer wa.r.Close()
 	w := wa.w
-	var (
-		last    msgID
-		hasLast bool
-		seenOwn bool // this WAL's own claim went by
-	)
+	seenOwn := false // this WAL's own claim went by
 	for {
 		m, err := wa.r.Next(wa.ctx)
 		if wa.ctx.Err() != nil {
@@ -68,22 +71,24 @@ func (wa *watcher) run() {
 			continue
 		}
 		id := fromPulsar(m.ID())
-		if hasLast && id.compare(last) <= 0 {
+		if wa.hasLast && id.compare(wa.last) <= 0 {
 			continue
 		}
-		if hasLast && !follows(last, id) {
+		// The meta topic is never trimmed: its first record is entry 0 of
+		// a ledger, and every later one follows the one before.
+		if gap := wa.hasLast && !follows(wa.last, id) || !wa.hasLast && (id.entry != 0 || id.batch > 0); gap {
 			// The reader skipped a record (see the package
 			// documentation): fold the whole topic instead.
-			if st, err := w.o.readMeta(wa.ctx, w.metaTopic); err == nil {
+			if st, err := w.o.readMeta(wa.ctx, w.metaTopic, w.nonce); err == nil {
 				w.setTrunc(st.trunc, st.hasTrunc)
+				seenOwn = seenOwn || st.mineSeen
 				if w.wr != nil && st.maxTerm >= 0 && st.winnerNonce != w.nonce && (seenOwn || st.maxTerm > w.ch.Term) {
 					w.wr.fence(fencedError(w.ch.Name, w.ch.Term, st.maxTerm))
 				}
 			}
 		}
-		last, hasLast = id, true
-		var st metaState
-		st.maxTerm = -1
+		wa.last, wa.hasLast = id, true
+		st := metaState{maxTerm: -1}
 		st.apply(m.Properties())
 		w.setTrunc(st.trunc, st.hasTrunc)
 		if st.maxTerm < 0 || w.wr == nil {

@@ -61,10 +61,15 @@ type writer struct {
 	flushed chan struct{}   // closed when flusher has returned
 	ctx     context.Context // cancelled by close: aborts what run waits for
 	cancel  context.CancelFunc
-	// fenced is set once, to the error every later append returns.
+	// fenced is set once, to the error every later append returns;
+	// fencedCh is closed when it is set.
 	fenced   atomic.Pointer[error]
+	fencedCh chan struct{}
 	stopOnce sync.Once
 	started  atomic.Bool // run was started
+	// acquired counts the producers acquired: 1 after Open, one more per
+	// re-acquisition (see decideFenced). Read by tests.
+	acquired atomic.Int64
 
 	// mu guards the producer and its client. run replaces and closes them
 	// under the write lock; the flusher flushes under the read lock, so a
@@ -101,6 +106,7 @@ func newWriter(w *wal) *writer {
 		results:     make(chan sendResult, 3*n),
 		flushCh:     make(chan pulsar.Producer, 1),
 		kick:        make(chan struct{}, 1),
+		fencedCh:    make(chan struct{}),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		flushed:     make(chan struct{}),
@@ -170,6 +176,7 @@ func (wr *writer) dropProducer() {
 func (wr *writer) fence(err error) {
 	if wr.fenced.CompareAndSwap(nil, &err) {
 		wr.w.log.Warn("fenced", "err", err)
+		close(wr.fencedCh)
 	}
 	select {
 	case wr.kick <- struct{}{}:
@@ -182,10 +189,21 @@ func (wr *writer) fence(err error) {
 // then checks that this WAL's claim still wins. With precheck it first
 // makes sure the claim wins, so that a stale writer never takes the topic
 // from the owner.
+//
+// An open that a claim beats never disturbs the topic: while the producer
+// waits, the meta watcher fencing the writer (it saw a higher claim, or a
+// later one of the same term) makes acquire give up at once, and every
+// TakeOver call is preceded by a fold of the meta topic that must show this
+// claim winning. Giving up returns at once; the opener withdraws the
+// waiting producer (see Opener.withdraw), which leaves the producer that
+// holds the topic alone.
 func (wr *writer) acquire(ctx context.Context, precheck bool) (pulsar.Client, pulsar.Producer, error) {
 	w, cfg := wr.w, &wr.w.o.cfg
+	if err := wr.fencedErr(); err != nil {
+		return nil, nil, err
+	}
 	if precheck {
-		if err := w.checkWinner(ctx); err != nil {
+		if err := wr.checkClaim(ctx); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -204,20 +222,16 @@ func (wr *writer) acquire(ctx context.Context, precheck bool) (pulsar.Client, pu
 		BatchingMaxMessages: uint(cfg.MaxBatchMessages),
 		MaxPendingMessages:  cfg.MaxBatchMessages,
 	}
-	type created struct {
-		p   pulsar.Producer
-		err error
-	}
-	res := make(chan created, 1)
+	res := make(chan creation, 1)
+	started := time.Now()
 	go func() {
 		p, err := cl.CreateProducer(opts)
-		res <- created{p, err}
+		res <- creation{p, err}
 	}()
+	// abandon returns at once; the opener withdraws the waiting producer
+	// (see withdraw).
 	abandon := func(cause error) (pulsar.Client, pulsar.Producer, error) {
-		cl.Close() // fails the pending PRODUCER request
-		if r := <-res; r.err == nil {
-			r.p.Close() // created as the client closed
-		}
+		w.o.withdraw(w.topic, cl, res, started)
 		return nil, nil, cause
 	}
 	deadline := time.NewTimer(cfg.TakeOverTimeout)
@@ -234,14 +248,19 @@ func (wr *writer) acquire(ctx context.Context, precheck bool) (pulsar.Client, pu
 				if ctx.Err() != nil {
 					return nil, nil, ctx.Err()
 				}
+				if err := wr.fencedErr(); err != nil {
+					return nil, nil, err
+				}
 				return nil, nil, errors.Wrapf(r.err, "pulsar: exclusive producer for channel %q", w.ch.Name)
 			}
 			p = r.p
+		case <-wr.fencedCh:
+			w.log.Info("a higher claim won while waiting for the topic; giving up", "topic", w.topic)
+			return abandon(wr.fencedErr())
 		case <-tick.C:
 			if cfg.TakeOver != nil {
-				w.log.Info("taking the topic over", "topic", w.topic)
-				if err := cfg.TakeOver(ctx, w.topic); err != nil {
-					w.log.Warn("take-over hook failed", "topic", w.topic, "err", err)
+				if err := wr.takeOver(ctx); err != nil {
+					return abandon(err)
 				}
 			}
 			backoff = min(max(2*backoff, 2*time.Millisecond), takeOverMaxBackoff)
@@ -252,12 +271,50 @@ func (wr *writer) acquire(ctx context.Context, precheck bool) (pulsar.Client, pu
 			return abandon(errors.Newf("pulsar: channel %q: no exclusive access to %s within %s", w.ch.Name, w.topic, cfg.TakeOverTimeout))
 		}
 	}
-	if err := w.checkWinner(ctx); err != nil {
+	if err := wr.checkClaim(ctx); err != nil {
 		p.Close()
 		cl.Close()
 		return nil, nil, err
 	}
+	wr.acquired.Add(1)
 	return cl, p, nil
+}
+
+// takeOver calls Config.TakeOver if a fold of the meta topic shows this
+// WAL's claim winning. It returns an error only to give up the
+// acquisition: the FencedError of a claim that beats this one (the writer
+// is then fenced), or the end of ctx. When the claims cannot be read, it
+// skips this call rather than risk disturbing a winner.
+func (wr *writer) takeOver(ctx context.Context) error {
+	w := wr.w
+	if err := wr.checkClaim(ctx); err != nil {
+		var fe *walimpls.FencedError
+		switch {
+		case errors.As(err, &fe):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		w.log.Warn("cannot read the term claims; not taking the topic over this time", "topic", w.topic, "err", err)
+		return nil
+	}
+	w.log.Info("taking the topic over", "topic", w.topic)
+	if err := w.o.cfg.TakeOver(ctx, w.topic); err != nil {
+		w.log.Warn("take-over hook failed", "topic", w.topic, "err", err)
+	}
+	return nil
+}
+
+// checkClaim folds the meta topic and fences the writer if another claim
+// wins (see wal.checkWinner).
+func (wr *writer) checkClaim(ctx context.Context) error {
+	err := wr.w.checkWinner(ctx)
+	var fe *walimpls.FencedError
+	if errors.As(err, &fe) {
+		wr.fence(err)
+		return wr.fencedErr()
+	}
+	return err
 }
 
 func (wr *writer) fencedErr() error {
@@ -269,7 +326,7 @@ func (wr *writer) fencedErr() error {
 
 func (wr *writer) append(ctx context.Context, m message.Message) (msgID, error) {
 	if err := wr.fencedErr(); err != nil {
-		return msgID{}, err
+		return msgID{}, walimpls.MarkNotStored(err)
 	}
 	req := &appendReq{
 		ctx:  ctx,
@@ -280,9 +337,9 @@ func (wr *writer) append(ctx context.Context, m message.Message) (msgID, error) 
 	select {
 	case wr.reqs <- req:
 	case <-ctx.Done():
-		return msgID{}, ctx.Err()
+		return msgID{}, walimpls.MarkNotStored(ctx.Err()) // never queued
 	case <-wr.done:
-		return msgID{}, wr.w.closedErr()
+		return msgID{}, walimpls.MarkNotStored(wr.w.closedErr())
 	}
 	select {
 	case res := <-req.res:
@@ -381,7 +438,7 @@ func (wr *writer) run() {
 }
 
 func (wr *writer) failPending() {
-	err := wr.w.closedErr()
+	err := walimpls.MarkNotStored(wr.w.closedErr())
 	for {
 		select {
 		case r := <-wr.reqs:
@@ -398,7 +455,7 @@ func (wr *writer) send(batch []*appendReq) {
 	live := batch[:0:0]
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			r.res <- appendRes{err: err} // the caller is gone: never sent
+			r.res <- appendRes{err: walimpls.MarkNotStored(err)} // the caller is gone: never sent
 			continue
 		}
 		live = append(live, r)
@@ -406,9 +463,10 @@ func (wr *writer) send(batch []*appendReq) {
 	if len(live) == 0 {
 		return
 	}
+	// Until SendAsync, nothing of live reached the broker.
 	if err := wr.fencedErr(); err != nil {
 		wr.retire(err)
-		reply(live, err)
+		reply(live, walimpls.MarkNotStored(err))
 		return
 	}
 	p := wr.producer()
@@ -420,11 +478,11 @@ func (wr *writer) send(batch []*appendReq) {
 			} else if errors.Is(err, walimpls.ErrFenced) {
 				wr.fence(err)
 			}
-			reply(live, err)
+			reply(live, walimpls.MarkNotStored(err))
 			return
 		}
 		if !wr.install(cl, np) {
-			reply(live, wr.fencedErr())
+			reply(live, walimpls.MarkNotStored(wr.fencedErr()))
 			return
 		}
 		p = np
@@ -491,11 +549,10 @@ func (wr *writer) decideFenced(cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(wr.ctx, fenceCheckTimeout)
 	defer cancel()
-	err := w.checkWinner(ctx)
+	err := wr.checkClaim(ctx)
 	var fe *walimpls.FencedError
 	switch {
 	case errors.As(err, &fe):
-		wr.fence(err)
 		return err
 	case err != nil:
 		return errors.Wrapf(cause, "pulsar: append to channel %q: producer closed by the broker (term check: %v)", w.ch.Name, err)
