@@ -87,6 +87,9 @@ func TestSplitLargeMessages(t *testing.T) {
 
 	// Inject what retries and dead writers leave: a duplicate of a part of
 	// the big message, and the first part of a message whose writer died.
+	// The raw writer shares the WAL's term; with the backend's fencing off
+	// its open does not take the channel over (the same-term rule).
+	c.SetFencing(false)
 	raw, err := o.Open(ctx, walimpls.Channel{Name: "split", Term: 1})
 	require.NoError(t, err)
 	defer func() { _ = raw.Close() }()
@@ -283,12 +286,29 @@ type fixedAllocator uint64
 
 func (f fixedAllocator) Allocate(context.Context) (uint64, error) { return uint64(f), nil }
 
+// A scanner that stalls while the write-ahead buffer moves on falls back to
+// reading the backend, and still delivers everything in order. Whether it
+// stalls before the buffer moves on depends on scheduling, so the scenario
+// runs again (on a fresh channel, every round fully checked) until the
+// scanner has fallen back.
 func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
 	c := memory.NewCluster()
 	reg := prometheus.NewRegistry()
 	metrics, err := NewMetrics(reg)
 	require.NoError(t, err)
-	w := openWAL(t, memOpener(t, c, memory.Config{}), "evict", 1, Options{
+	const rounds = 20
+	for round := 0; round < rounds; round++ {
+		name := fmt.Sprintf("evict-%d", round)
+		stalledScannerRound(t, c, metrics, name)
+		if testutil.ToFloat64(metrics.fallbacks.WithLabelValues(name)) > 0 {
+			return
+		}
+	}
+	require.FailNowf(t, "the stalled scanner never fell back", "in %d rounds", rounds)
+}
+
+func stalledScannerRound(t *testing.T, c *memory.Cluster, metrics *Metrics, name string) {
+	w := openWAL(t, memOpener(t, c, memory.Config{}), name, 1, Options{
 		TimeTickInterval: time.Hour, WriteAheadBufferBytes: 16 << 10, Metrics: metrics})
 	ctx := context.Background()
 	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
@@ -301,7 +321,7 @@ func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
 	// Whether the scanner caught up with the buffer yet depends on
 	// scheduling; the test is about what happens once it has.
 	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(metrics.scanners.WithLabelValues("evict", modeTailing)) == 1
+		return testutil.ToFloat64(metrics.scanners.WithLabelValues(name, modeTailing)) == 1
 	}, 10*time.Second, time.Millisecond, "the scanner switches to tailing the buffer")
 	// Then it stalls while 150 KiB pass.
 	const n = 300
@@ -314,7 +334,6 @@ func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
 			// which blocks handing them over: it reads no further while
 			// the rest goes through the buffer.
 			require.NoError(t, w.Sync(ctx))
-			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	require.NoError(t, w.Sync(ctx))
@@ -322,10 +341,14 @@ func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
 	for i, m := range got {
 		require.Equal(t, fmt.Sprintf("%04d", i), string(m.Payload()[:4]))
 	}
-	require.Greater(t, testutil.ToFloat64(metrics.fallbacks.WithLabelValues("evict")), 0.0, "the stalled scanner fell back")
+	fellBack := testutil.ToFloat64(metrics.fallbacks.WithLabelValues(name))
 	require.NoError(t, s.Close())
 	require.NoError(t, w.Close())
 	require.Zero(t, testutil.CollectAndCount(metrics.appends), "a closed channel's series are deleted")
+	if fellBack > 0 {
+		// Keep the figure for the caller: the series went with the close.
+		metrics.fallbacks.WithLabelValues(name).Add(fellBack)
+	}
 }
 
 func TestOptionsValidate(t *testing.T) {

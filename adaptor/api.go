@@ -29,7 +29,9 @@ type WAL interface {
 	Channel() Channel
 	// Append stores m and returns once it is durable (as the backend defines
 	// durable). Retryable backend errors are retried until ctx ends.
-	// ErrFenced, ErrTooLarge and ErrClosed are returned at once.
+	// ErrFenced, ErrTooLarge and ErrClosed are returned at once. A failed
+	// append was certainly not stored when walimpls.NotStored(err) holds;
+	// otherwise its outcome is unknown (see the package documentation).
 	Append(ctx context.Context, m message.Message) (AppendResult, error)
 	// AppendAsync stores m in the background and calls cb with the outcome,
 	// exactly once, from another goroutine. It blocks (back-pressure) while

@@ -53,6 +53,16 @@ func benchBackends(withSync bool) []benchBackend {
 			b.Cleanup(func() { _ = o.Close() })
 			return o
 		}},
+		// A backend that cannot fence: the adaptor confirms every append
+		// by reading it back before acknowledging it.
+		{"memory-nofencing", func(b *testing.B) walimpls.Opener {
+			c := memory.NewCluster()
+			c.SetFencing(false)
+			o, err := memory.NewOpener(c, memory.Config{})
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = o.Close() })
+			return o
+		}},
 		// Without fsync the backend's own cost is smallest, so the
 		// adaptor's share shows most.
 		{"local-nosync", localBackend(local.SyncNone)},

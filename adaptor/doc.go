@@ -35,16 +35,66 @@
 //
 // # Terms in the log
 //
+// A read-write Open reads the log up to its last message (walimpls
+// WALImpl.Last) before it writes anything: when a higher term already began
+// there, the open fails with walimpls.ErrFenced and leaves nothing in the
+// log, so that term-begins in the log only go forward, also on a backend
+// that cannot fence. It then appends its term-begin and reads on to it, to
+// recover the highest timetick.
+//
 // A term-begin carries no timetick: it is a position. Scanners learn the
 // highest term that began before their start position from what the WAL has
 // read (the log up to its own term-begin when it opened read-write, and
 // everything its tail reader reads since) and from what they read
 // themselves; a data message, part or watermark of a lower term that comes
-// after a higher term-begin is dropped and counted. When asked to deliver
+// after a higher term-begin is dropped and counted, and so is a term-begin
+// below one already seen (an open that lost a race on a backend that cannot
+// fence): readers never see terms go backwards. When asked to deliver
 // term-begins (Filter.Kinds), a scanner delivers one right before the first
 // released message of its term, so that nothing of a lower term follows it.
 // A read-only WAL reads no history when it opens: its scanners learn terms
 // only from what they and its tail reader read.
+//
+// One term has one writer. A later read-write open of the same term takes
+// the channel over (the backend contract's same-term rule), and the earlier
+// WAL becomes unavailable as soon as the backend refuses it or its tail
+// reader reads the later term-begin. On a backend that cannot fence, the
+// log cannot tell two writers of one term apart: there, whoever assigns
+// terms must never hand one term to two live writers.
+//
+// # Outcomes of a failed append
+//
+// An Append that returns nil is stored, and every scanner delivers it. An
+// Append that fails either certainly will never be delivered —
+// walimpls.NotStored(err) is true: it was refused before it reached the
+// backend (a WAL already fenced or closed, a context already done, a message
+// too large), or what reached the backend can never be read back whole (a
+// split message whose last part was never sent, an append stored after the
+// term-begin that fenced it) — or its outcome is unknown: it may be stored
+// and delivered later (a context cancelled or a WAL closed while the backend
+// was writing it, a fence that raced it, a retry after an attempt of unknown
+// outcome). Re-sending an append of unknown outcome on the new owner can
+// store it twice.
+//
+// The log resolves it: every append of term T that readers deliver lies
+// before the first term-begin of a higher term. To learn which of its
+// ambiguous appends a fenced owner stored, read the channel from a position
+// before them (a checkpoint) with Filter.Kinds holding KindData and
+// KindTermBegin: the messages of term T delivered before the term-begin of
+// the new term (walimpls.FencedError.CurrentTerm, or any higher one) are
+// exactly the ones stored; nothing of term T is delivered after it. Give
+// each message an identity of your own (a property) to match them.
+//
+// # Backends that cannot fence
+//
+// When the backend declares Capabilities.Fencing false (memory with fencing
+// off, Kafka without transactions), a stale owner's appends still reach the
+// log, and readers drop those after the new term-begin. So that Append
+// never acknowledges such a message, the adaptor confirms every append on
+// such a backend: it returns once the WAL's tail reader has read past the
+// message, and fails it with ErrFenced (NotStored) if a term-begin that
+// fences the WAL came before it. This costs each append the tail reader's
+// latency; backends that fence skip it.
 //
 // # Resuming
 //
@@ -73,5 +123,5 @@
 // # Costs
 //
 // Opening read-write reads the channel's kept log once, to recover the
-// highest timetick: truncate what consumers no longer need.
+// highest timetick and term: truncate what consumers no longer need.
 package adaptor

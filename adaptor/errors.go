@@ -1,6 +1,10 @@
 package adaptor
 
-import "github.com/cockroachdb/errors"
+import (
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
 
 var (
 	// ErrInvalidOptions is returned by Open for options that do not validate.
@@ -11,3 +15,12 @@ var (
 	// scanner ends, and may be restarted from its last delivered position.
 	ErrScannerBufferFull = errors.New("scanner reorder buffer full")
 )
+
+// closedError is an append that the WAL's Close ended: it matches
+// walimpls.ErrClosed, and unwraps to its cause, whose outcome mark (see
+// walimpls.NotStored) it keeps.
+type closedError struct{ cause error }
+
+func (e *closedError) Error() string        { return "wal closed: " + e.cause.Error() }
+func (e *closedError) Unwrap() error        { return e.cause }
+func (e *closedError) Is(target error) bool { return target == walimpls.ErrClosed }

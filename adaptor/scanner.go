@@ -225,6 +225,13 @@ func (s *scanner) handle(e *logEntry) error {
 	}
 	switch e.kind {
 	case message.KindTermBegin:
+		if term < s.maxTerm {
+			// A term-begin below one already seen: an open that lost to a
+			// higher term on a backend that cannot fence. Terms never go
+			// backwards for readers.
+			s.w.m.dropped(dropStaleTerm).Inc()
+			return nil
+		}
 		if term > s.maxTerm {
 			s.maxTerm = term
 			if n := s.join.dropUpTo(0, term); n > 0 {

@@ -39,8 +39,21 @@ type wal struct {
 	unavailable sync.Once
 	reason      error // why available closed; written once, before the close
 
-	termsMu    sync.Mutex
-	termBegins []termBegin // term-begins seen in the log, in log order
+	beginID message.ID // this WAL's own term-begin; zero when read-only
+	// confirm is set on a backend that cannot fence: an append is
+	// acknowledged only once the tail reader has read past it, and only if
+	// no term-begin that fences this WAL comes before it in the log (readers
+	// would drop it).
+	confirm bool
+
+	// learnedMu guards what reading the log taught the WAL (recovery, then
+	// the tail reader).
+	learnedMu  sync.Mutex
+	termBegins []termBegin   // term-begins seen in the log, in log order
+	tailPos    message.ID    // the last message the tail reader handled
+	fencedAt   message.ID    // the term-begin that fenced this WAL, if one did
+	tailEnded  bool          // the tail reader stopped for good
+	tailMoved  chan struct{} // closed and replaced when the tail fields change
 
 	watermarkMu sync.Mutex // watermarks are written one at a time, in order
 	dirty       atomic.Bool
@@ -91,6 +104,8 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		scanners:  map[*scanner]struct{}{},
 		available: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
+		confirm:   !caps.Fencing && !opts.ReadOnly,
+		tailMoved: make(chan struct{}),
 
 		watermarked: make(chan struct{}),
 	}
@@ -126,26 +141,60 @@ func (w *wal) start(ctx context.Context) error {
 		w.startTail(s)
 		return nil
 	}
+	// Read the log before writing anything: an open below a term already
+	// in the log must leave no term-begin behind it (on a backend that
+	// cannot fence, only this read refuses it). One scanner reads the log
+	// up to its last message, then on past what this open appends, up to
+	// its own term-begin.
+	last, err := w.impl.Last(ctx)
+	if err != nil {
+		return errors.Wrap(err, "find the end of the log")
+	}
+	rec, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverAll(),
+		ReadAheadBytes: w.opts.ScannerBufferBytes / 4})
+	if err != nil {
+		return errors.Wrap(err, "recover the log")
+	}
+	defer func() { _ = rec.Close() }()
+	var r recovered
+	if !last.IsZero() {
+		if err := w.recover(ctx, rec, &r, func(id message.ID) (bool, error) {
+			c, err := id.Compare(last)
+			return c >= 0, err
+		}, true); err != nil {
+			return errors.Wrap(err, "recover the log")
+		}
+	}
+	if r.maxTerm > w.ch.Term {
+		w.fence(walimpls.MarkNotStored(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: r.maxTerm}))
+		return w.reason
+	}
 	begin := message.Message{}.WithKind(message.KindTermBegin).WithTerm(w.ch.Term)
 	beginID, err := w.appendRetry(ctx, begin)
 	if err != nil {
 		return errors.Wrap(err, "append term-begin")
 	}
-	maxTT, maxTerm, err := w.recoverTail(ctx, beginID)
-	if err != nil {
-		return errors.Wrap(err, "recover last timetick")
+	w.beginID = beginID
+	// What others appended between the end found above and this
+	// term-begin: on a backend that fences, a higher term cannot have begun
+	// there; on one that cannot, this open lost a race and is fenced.
+	if err := w.recover(ctx, rec, &r, func(id message.ID) (bool, error) {
+		c, err := id.Compare(beginID)
+		return c >= 0, err
+	}, false); err != nil {
+		return errors.Wrap(err, "recover the log")
 	}
-	if maxTerm > w.ch.Term {
-		w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: maxTerm})
+	if r.maxTerm > w.ch.Term {
+		w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: r.maxTerm})
 		return w.reason
 	}
 	alloc := w.opts.Allocator
 	if alloc == nil {
 		clock := hlc.New(nil)
-		clock.Observe(maxTT)
+		clock.Observe(r.maxTT)
 		alloc = clock
 	}
-	w.ticks = newTimeticks(alloc, maxTT)
+	w.ticks = newTimeticks(alloc, r.maxTT)
 	s, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartFrom(beginID)})
 	if err != nil {
 		return errors.Wrap(err, "start tail reader")
@@ -162,35 +211,43 @@ func (w *wal) start(ctx context.Context) error {
 	return nil
 }
 
-// recoverTail reads the log up to the term-begin at upTo and returns the
-// highest timetick and term-begin term before it.
-func (w *wal) recoverTail(ctx context.Context, upTo message.ID) (maxTT uint64, maxTerm int64, err error) {
-	s, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverAll(),
-		ReadAheadBytes: w.opts.ScannerBufferBytes / 4})
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() { _ = s.Close() }()
+// recovered is what an open learns from the log before its term-begin.
+type recovered struct {
+	maxTT   uint64
+	maxTerm int64
+}
+
+// recover reads s until done says a message ID is the end, noting the
+// highest timetick and term-begin term on the way. The end message itself
+// is taken into account when inclusive.
+func (w *wal) recover(ctx context.Context, s walimpls.Scanner, r *recovered, done func(message.ID) (bool, error), inclusive bool) error {
 	for {
 		select {
 		case m, ok := <-s.Chan():
 			if !ok {
-				return 0, 0, errors.Wrap(errors.WithSecondaryError(errors.New("log ended before the term-begin"), s.Error()), "recovery")
+				return errors.WithSecondaryError(errors.New("log ended before its end was read"), s.Error())
 			}
-			if c, err := m.ID().Compare(upTo); err != nil || c >= 0 {
-				return maxTT, maxTerm, err
+			end, err := done(m.ID())
+			if err != nil {
+				return err
+			}
+			if end && !inclusive {
+				return nil
 			}
 			if tt, ok := m.TimeTick(); ok {
-				maxTT = max(maxTT, tt)
+				r.maxTT = max(r.maxTT, tt)
 			}
 			if m.Kind() == message.KindTermBegin {
 				if t, ok := m.Term(); ok {
-					maxTerm = max(maxTerm, t)
+					r.maxTerm = max(r.maxTerm, t)
 					w.noteTermBegin(m.ID(), t)
 				}
 			}
+			if end {
+				return nil
+			}
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
@@ -215,6 +272,7 @@ const tailBatch = 64
 func (w *wal) tail(s walimpls.Scanner) {
 	defer w.wg.Done()
 	defer w.wab.close()
+	defer w.tailMoves(func() { w.tailEnded = true })
 	var last message.ID
 	batch := make([]message.Immutable, 0, tailBatch)
 	for attempt := 0; ; {
@@ -288,11 +346,62 @@ func (w *wal) tailed(batch []message.Immutable) {
 		}
 		t, _ := m.Term()
 		w.noteTermBegin(m.ID(), t)
-		if t > w.ch.Term && !w.opts.ReadOnly {
+		if w.opts.ReadOnly {
+			continue
+		}
+		// A higher term began, or a later open of this one (the same-term
+		// rule: the later claim wins). A backend that fences has stopped
+		// this writer already; on one that cannot, this is where it stops.
+		if t > w.ch.Term || t == w.ch.Term && w.beginID.LT(m.ID()) {
+			w.tailMoves(func() {
+				if w.fencedAt.IsZero() {
+					w.fencedAt = m.ID()
+				}
+			})
 			w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: t})
 		}
 	}
 	w.m.wabBytes.Set(float64(w.wab.push(batch...)))
+	if w.confirm {
+		w.tailMoves(func() { w.tailPos = batch[len(batch)-1].ID() })
+	}
+}
+
+// tailMoves applies a change to the tail reader's progress and wakes the
+// appends waiting for it (confirmAck).
+func (w *wal) tailMoves(change func()) {
+	w.learnedMu.Lock()
+	defer w.learnedMu.Unlock()
+	change()
+	close(w.tailMoved)
+	w.tailMoved = make(chan struct{})
+}
+
+// confirmAck waits until the tail reader has read past id, an append's last
+// record, and fails the append if a term-begin that fences this WAL came
+// before it: on a backend that cannot fence, a stale writer's appends are
+// stored, but no reader delivers them, so they must not be acknowledged.
+func (w *wal) confirmAck(ctx context.Context, id message.ID) error {
+	for {
+		w.learnedMu.Lock()
+		pos, at, ended, moved := w.tailPos, w.fencedAt, w.tailEnded, w.tailMoved
+		w.learnedMu.Unlock()
+		switch {
+		case !at.IsZero() && at.LT(id):
+			// Stored after the term-begin of the new owner: every reader
+			// drops it.
+			return walimpls.MarkNotStored(errors.Wrapf(w.reason, "adaptor: append to %s: stored at %s after the fencing term-begin at %s", w.ch.Name, id, at))
+		case !pos.IsZero() && id.LTE(pos):
+			return nil
+		case ended:
+			return walimpls.MarkOutcomeUnknown(errors.Wrapf(walimpls.ErrClosed, "adaptor: append to %s: stored at %s, the tail reader ended before confirming it", w.ch.Name, id))
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return walimpls.MarkOutcomeUnknown(errors.Wrapf(ctx.Err(), "adaptor: append to %s: stored at %s, not yet confirmed", w.ch.Name, id))
+		}
+	}
 }
 
 // termBegin is where a term began in the log.
@@ -304,8 +413,8 @@ type termBegin struct {
 // noteTermBegin records a term-begin read from the log (recovery and the tail
 // reader see each in log order; a repeat is ignored).
 func (w *wal) noteTermBegin(id message.ID, term int64) {
-	w.termsMu.Lock()
-	defer w.termsMu.Unlock()
+	w.learnedMu.Lock()
+	defer w.learnedMu.Unlock()
 	if n := len(w.termBegins); n > 0 && !w.termBegins[n-1].id.LT(id) {
 		return
 	}
@@ -316,8 +425,8 @@ func (w *wal) noteTermBegin(id message.ID, term int64) {
 // far as this WAL has read it: a scanner starting at id fences lower terms
 // from its first message on.
 func (w *wal) termBefore(id message.ID) int64 {
-	w.termsMu.Lock()
-	defer w.termsMu.Unlock()
+	w.learnedMu.Lock()
+	defer w.learnedMu.Unlock()
 	var t int64
 	for _, tb := range w.termBegins {
 		if !tb.id.LT(id) {
@@ -385,21 +494,22 @@ func (w *wal) fence(cause error) {
 	})
 }
 
-// acquire takes an in-flight slot, waiting while all are taken.
+// acquire takes an in-flight slot, waiting while all are taken. Its
+// refusals store nothing.
 func (w *wal) acquire(ctx context.Context) error {
 	if w.opts.ReadOnly {
 		return errors.Wrapf(walimpls.ErrReadOnly, "adaptor: append to %s", w.ch.Name)
 	}
 	if err := w.usable(); err != nil {
-		return err
+		return walimpls.MarkNotStored(err)
 	}
 	select {
 	case w.inflight <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return errors.Wrapf(ctx.Err(), "adaptor: append to %s: waiting for an in-flight slot", w.ch.Name)
+		return walimpls.MarkNotStored(errors.Wrapf(ctx.Err(), "adaptor: append to %s: waiting for an in-flight slot", w.ch.Name))
 	case <-w.available:
-		return w.reason
+		return walimpls.MarkNotStored(w.reason)
 	}
 }
 
@@ -426,7 +536,7 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 	w.mu.Lock()
 	if err == nil && w.closed {
 		w.releaseSlot()
-		err = errors.Wrapf(walimpls.ErrClosed, "adaptor: append to %s", w.ch.Name)
+		err = walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "adaptor: append to %s", w.ch.Name))
 	}
 	if err != nil {
 		w.mu.Unlock()
@@ -444,7 +554,9 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		stop()
 		cancel()
 		if err != nil && ctx.Err() == nil && w.ctx.Err() != nil {
-			err = errors.Wrapf(walimpls.ErrClosed, "adaptor: append to %s: %v", w.ch.Name, err)
+			// Ended by the WAL's Close: ErrClosed, keeping the cause and
+			// its outcome mark.
+			err = &closedError{cause: err}
 		}
 		w.releaseSlot()
 		w.m.observe(start, size, err)
@@ -481,16 +593,16 @@ func (w *wal) appendOne(ctx context.Context, m message.Message, size int) (Appen
 			"adaptor: append to %s", w.ch.Name)
 	}
 	if err := w.waitForWatermark(ctx); err != nil {
-		return AppendResult{}, err
+		return AppendResult{}, walimpls.MarkNotStored(err)
 	}
 	tt, err := w.ticks.begin(ctx)
 	if err != nil {
-		return AppendResult{}, err
+		return AppendResult{}, walimpls.MarkNotStored(err)
 	}
 	defer w.ticks.end(tt)
 	msg := m.Stamp(message.KindData, w.ch.Term, tt)
 	msgSize := msg.Size()
-	var id message.ID
+	var id, lastID message.ID
 	if w.partBytes > 0 && msgSize > w.partBytes {
 		parts, err := splitMessage(msg, w.partBytes)
 		if err != nil {
@@ -499,14 +611,28 @@ func (w *wal) appendOne(ctx context.Context, m message.Message, size int) (Appen
 		for i, p := range parts {
 			pid, err := w.appendRetry(ctx, p)
 			if err != nil {
-				return AppendResult{}, errors.Wrapf(err, "adaptor: append part %d of %d", i, len(parts))
+				err = errors.Wrapf(err, "adaptor: append part %d of %d", i, len(parts))
+				if i < len(parts)-1 {
+					// The last part was never sent: no reader joins and
+					// delivers the message, whatever was stored of it.
+					err = walimpls.MarkNotStored(err)
+				}
+				return AppendResult{}, err
 			}
 			if i == 0 {
 				id = pid
 			}
+			lastID = pid
 		}
 	} else if id, err = w.appendRetry(ctx, msg); err != nil {
 		return AppendResult{}, err
+	} else {
+		lastID = id
+	}
+	if w.confirm {
+		if err := w.confirmAck(ctx, lastID); err != nil {
+			return AppendResult{}, err
+		}
 	}
 	w.noteWritten(msgSize)
 	return AppendResult{ID: id, TimeTick: tt}, nil
@@ -514,22 +640,33 @@ func (w *wal) appendOne(ctx context.Context, m message.Message, size int) (Appen
 
 // appendRetry appends to the backend, retrying retryable errors with capped
 // exponential backoff until ctx ends or the WAL closes. ErrFenced makes the
-// WAL unavailable.
+// WAL unavailable. Its error is NotStored only when no attempt may have
+// stored m.
 func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, error) {
+	unknown := false // an attempt failed with an unknown outcome
+	outcome := func(err error) error {
+		if unknown {
+			return walimpls.MarkOutcomeUnknown(err)
+		}
+		return walimpls.MarkNotStored(err)
+	}
 	for attempt := 0; ; attempt++ {
 		if err := w.usable(); err != nil {
-			return message.ID{}, err
+			return message.ID{}, outcome(err)
 		}
 		id, err := w.impl.Append(ctx, m)
 		if err == nil {
 			return id, nil
 		}
+		if !walimpls.NotStored(err) {
+			unknown = true
+		}
 		if errors.Is(err, walimpls.ErrFenced) {
 			w.fence(err)
-			return message.ID{}, errors.Wrapf(err, "adaptor: append to %s", w.ch.Name)
+			return message.ID{}, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
 		}
 		if !walimpls.IsRetryable(err) {
-			return message.ID{}, errors.Wrapf(err, "adaptor: append to %s", w.ch.Name)
+			return message.ID{}, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
 		}
 		w.m.retries.Inc()
 		wctx, cancel := context.WithCancel(ctx)
@@ -541,7 +678,8 @@ func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, e
 			if ctx.Err() == nil {
 				werr = walimpls.ErrClosed
 			}
-			return message.ID{}, errors.Wrapf(werr, "adaptor: append to %s after %d attempts (last: %v)", w.ch.Name, attempt+1, err)
+			return message.ID{}, outcome(errors.Wrapf(errors.WithSecondaryError(werr, err),
+				"adaptor: append to %s after %d attempts", w.ch.Name, attempt+1))
 		}
 	}
 }

@@ -29,7 +29,12 @@ func Run(t *testing.T, f walimplstest.Factory) {
 	t.Run("OrderingAcrossTerms", func(t *testing.T) { testOrdering(t, f(t)) })
 	t.Run("Resume", func(t *testing.T) { testResume(t, f(t)) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, f(t)) })
+	t.Run("SameTermTwoNodes", func(t *testing.T) { testSameTermTwoNodes(t, f(t)) })
+	t.Run("TermBeginsNeverGoBackwards", func(t *testing.T) { testTermBeginsNeverGoBackwards(t, f(t)) })
+	t.Run("AmbiguousOutcome", func(t *testing.T) { testAmbiguousOutcome(t, f(t)) })
 }
+
+var discard = slog.New(slog.DiscardHandler)
 
 const waitTimeout = 60 * time.Second
 
@@ -44,7 +49,7 @@ func open(t *testing.T, o walimpls.Opener, name string, term int64, opts adaptor
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+		opts.Logger = discard
 	}
 	w, err := adaptor.Open(ctx, o, adaptor.Channel{Name: name, Term: term}, opts)
 	require.NoError(t, err)
