@@ -45,6 +45,9 @@ type WAL interface {
 	// Sync appends a watermark now: once it returns, every message appended
 	// before the call is released to scanners.
 	Sync(ctx context.Context) error
+	// ParseCheckpoint decodes Checkpoint.Marshal's string with this WAL's
+	// backend; a string that does not decode is ErrCorruptCheckpoint.
+	ParseCheckpoint(s string) (Checkpoint, error)
 	// Truncate removes every message before upTo (an ID a scanner delivered
 	// or an append returned); upTo itself is kept. Reads from before it then
 	// fail with walimpls.ErrPositionGone.
@@ -87,6 +90,7 @@ type DeliverPolicy struct {
 	backend  walimpls.DeliverPolicy
 	fromTT   uint64
 	byTTOnly bool
+	afterTT  uint64 // DeliverAfter: only timeticks above it
 }
 
 // DeliverAll starts at the first message still kept.

@@ -406,7 +406,7 @@ func (s *scanner) passesTimeTick(tt uint64) bool {
 	if f.TimeTickAtLeast > 0 && tt < f.TimeTickAtLeast {
 		return false
 	}
-	if p := s.opt.DeliverPolicy; p.byTTOnly && tt < p.fromTT {
+	if p := s.opt.DeliverPolicy; p.byTTOnly && tt < p.fromTT || p.afterTT > 0 && tt <= p.afterTT {
 		return false
 	}
 	return true

@@ -17,6 +17,7 @@ import (
 
 type wal struct {
 	impl      walimpls.WALImpl
+	parseID   func(string) (message.ID, error) // the backend's ID decoder
 	ch        Channel
 	opts      Options
 	log       *slog.Logger
@@ -92,6 +93,7 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 	wctx, cancel := context.WithCancel(context.Background())
 	w := &wal{
 		impl:      impl,
+		parseID:   opener.UnmarshalID,
 		ch:        ch,
 		opts:      opts,
 		log:       opts.Logger.With("channel", ch.Name, "term", ch.Term),
@@ -436,6 +438,9 @@ func (w *wal) termBefore(id message.ID) int64 {
 	}
 	return t
 }
+
+// ParseCheckpoint implements WAL.
+func (w *wal) ParseCheckpoint(s string) (Checkpoint, error) { return parseCheckpoint(s, w.parseID) }
 
 // Err implements WAL.
 func (w *wal) Err() error { return w.usable() }

@@ -412,6 +412,66 @@ func (_c *MockWAL_Err_Call) RunAndReturn(run func() error) *MockWAL_Err_Call {
 	return _c
 }
 
+// ParseCheckpoint provides a mock function for the type MockWAL
+func (_mock *MockWAL) ParseCheckpoint(s string) (adaptor.Checkpoint, error) {
+	ret := _mock.Called(s)
+
+	if len(ret) == 0 {
+		panic("no return value specified for ParseCheckpoint")
+	}
+
+	var r0 adaptor.Checkpoint
+	var r1 error
+	if returnFunc, ok := ret.Get(0).(func(string) (adaptor.Checkpoint, error)); ok {
+		return returnFunc(s)
+	}
+	if returnFunc, ok := ret.Get(0).(func(string) adaptor.Checkpoint); ok {
+		r0 = returnFunc(s)
+	} else {
+		r0 = ret.Get(0).(adaptor.Checkpoint)
+	}
+	if returnFunc, ok := ret.Get(1).(func(string) error); ok {
+		r1 = returnFunc(s)
+	} else {
+		r1 = ret.Error(1)
+	}
+	return r0, r1
+}
+
+// MockWAL_ParseCheckpoint_Call is a *mock.Call that shadows Run/Return methods with type explicit version for method 'ParseCheckpoint'
+type MockWAL_ParseCheckpoint_Call struct {
+	*mock.Call
+}
+
+// ParseCheckpoint is a helper method to define mock.On call
+//   - s string
+func (_e *MockWAL_Expecter) ParseCheckpoint(s any) *MockWAL_ParseCheckpoint_Call {
+	return &MockWAL_ParseCheckpoint_Call{Call: _e.mock.On("ParseCheckpoint", s)}
+}
+
+func (_c *MockWAL_ParseCheckpoint_Call) Run(run func(s string)) *MockWAL_ParseCheckpoint_Call {
+	_c.Call.Run(func(args mock.Arguments) {
+		var arg0 string
+		if args[0] != nil {
+			arg0 = args[0].(string)
+		}
+		run(
+			arg0,
+		)
+	})
+	return _c
+}
+
+func (_c *MockWAL_ParseCheckpoint_Call) Return(checkpoint adaptor.Checkpoint, err error) *MockWAL_ParseCheckpoint_Call {
+	_c.Call.Return(checkpoint, err)
+	return _c
+}
+
+func (_c *MockWAL_ParseCheckpoint_Call) RunAndReturn(run func(s string) (adaptor.Checkpoint, error)) *MockWAL_ParseCheckpoint_Call {
+	_c.Call.Return(run)
+	return _c
+}
+
 // Read provides a mock function for the type MockWAL
 func (_mock *MockWAL) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error) {
 	ret := _mock.Called(ctx, opt)
