@@ -359,3 +359,53 @@ func TestOptionsValidate(t *testing.T) {
 	_, err = Open(context.Background(), memOpener(t, memory.NewCluster(), memory.Config{}), Channel{Name: "bad name"}, Options{})
 	require.ErrorIs(t, err, walimpls.ErrInvalidChannel)
 }
+
+// The write-ahead buffer still holds messages a truncation removed: a new
+// scanner from before the truncation point is ErrPositionGone (the backend
+// decides), and a tailing scanner that the truncation overtakes ends with
+// it instead of handing out removed messages.
+func TestTruncateBypassesTheWriteAheadBuffer(t *testing.T) {
+	c := memory.NewCluster()
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "trunc-wab", 1, Options{TimeTickInterval: time.Hour})
+	ctx := context.Background()
+	lagging, err := w.Read(ctx, ReadOption{Name: "lagging"})
+	require.NoError(t, err)
+	var ids []message.ID
+	for i := range 20 {
+		m, _ := message.New(fmt.Appendf(nil, "m%02d", i), nil)
+		res, err := w.Append(ctx, m)
+		require.NoError(t, err)
+		ids = append(ids, res.ID)
+		require.NoError(t, w.Sync(ctx)) // a watermark each: every message released on its own
+	}
+	got := recvN(t, lagging, 1)
+	require.Equal(t, "m00", string(got[0].Payload()))
+	require.NoError(t, w.Truncate(ctx, ids[15]))
+
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(ids[3])})
+	if err == nil {
+		select {
+		case m, ok := <-s.Chan():
+			require.Falsef(t, ok, "a read from a truncated position delivered %q", m.Payload())
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "watchdog")
+		}
+		require.ErrorIs(t, s.Error(), walimpls.ErrPositionGone)
+	} else {
+		require.ErrorIs(t, err, walimpls.ErrPositionGone)
+	}
+	from, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(ids[15])})
+	require.NoError(t, err)
+	require.Equal(t, "m15", string(recvN(t, from, 1)[0].Payload()))
+	require.NoError(t, from.Close())
+
+	// The lagging scanner delivers at most what it had read ahead, in
+	// order, then ends with ErrPositionGone; it never jumps to m15.
+	next := 1
+	for m := range lagging.Chan() {
+		require.Equal(t, fmt.Sprintf("m%02d", next), string(m.Payload()), "an overtaken scanner skipped")
+		next++
+	}
+	require.Less(t, next, 15, "the overtaken scanner handed out removed messages")
+	require.ErrorIs(t, lagging.Error(), walimpls.ErrPositionGone)
+}

@@ -120,6 +120,16 @@
 // not yet taken counts against the same budget, and a tailing scanner reads
 // no further until it was taken.
 //
+// # Truncation
+//
+// Truncate removes the log before a position on the backend. The WAL's
+// write-ahead buffer may still hold removed messages: a scanner of this WAL
+// that starts before the truncation point reads the backend, which answers
+// ErrPositionGone, and a tailing scanner that the truncation overtakes ends
+// with ErrPositionGone rather than hand out a removed message (it may still
+// deliver what its reorder buffer already held). A read-only WAL on another
+// node learns of the truncation only through the backend.
+//
 // # Costs
 //
 // Opening read-write reads the channel's kept log once, to recover the

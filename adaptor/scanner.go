@@ -90,7 +90,10 @@ func newScanner(ctx context.Context, w *wal, opt ReadOption) (*scanner, error) {
 		s.kind = s.kind.with(k)
 	}
 	p := opt.DeliverPolicy.backend
-	if id, inclusive, ok := p.StartID(); ok {
+	// A start before a truncation this WAL applied goes to the backend,
+	// which knows the exact truncation point: the write-ahead buffer still
+	// holds the removed messages.
+	if id, inclusive, ok := p.StartID(); ok && !w.truncatedBelow(id) {
 		if i, found := w.wab.find(id); found {
 			s.cursor = i
 			if !inclusive {

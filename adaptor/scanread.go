@@ -57,6 +57,12 @@ func (s *scanner) next() (message.Immutable, error) {
 		}
 		if s.pendAt < len(s.pending) {
 			m := s.pending[s.pendAt]
+			if s.w.truncatedBelow(m.ID()) {
+				// Overtaken by a truncation: the buffer still holds what the
+				// log no longer does. Never deliver past it, never skip it.
+				return message.Immutable{}, errors.Wrapf(walimpls.ErrPositionGone,
+					"adaptor: scanner %q at %s, before the truncation point", s.opt.Name, m.ID())
+			}
 			s.pending[s.pendAt] = message.Immutable{}
 			s.pendAt++
 			s.resume = walimpls.DeliverStartAfter(m.ID())

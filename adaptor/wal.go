@@ -41,6 +41,9 @@ type wal struct {
 	reason      error // why available closed; written once, before the close
 
 	beginID message.ID // this WAL's own term-begin; zero when read-only
+	// truncated is the highest point this WAL truncated its log to, nil if
+	// none: the write-ahead buffer serves no message before it.
+	truncated atomic.Pointer[message.ID]
 	// confirm is set on a backend that cannot fence: an append is
 	// acknowledged only once the tail reader has read past it, and only if
 	// no term-begin that fences this WAL comes before it in the log (readers
@@ -460,7 +463,30 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if err != nil {
 		return errors.Wrapf(err, "adaptor: truncate %s to %s", w.ch.Name, upTo)
 	}
+	w.noteTruncated(upTo)
 	return nil
+}
+
+// noteTruncated records a truncation point this WAL applied: the
+// write-ahead buffer still holds messages before it, which no scanner may
+// be handed from now on (see truncatedBelow).
+func (w *wal) noteTruncated(upTo message.ID) {
+	for {
+		cur := w.truncated.Load()
+		if cur != nil && !cur.LT(upTo) {
+			return
+		}
+		if w.truncated.CompareAndSwap(cur, &upTo) {
+			return
+		}
+	}
+}
+
+// truncatedBelow reports whether id lies before a truncation this WAL
+// applied.
+func (w *wal) truncatedBelow(id message.ID) bool {
+	t := w.truncated.Load()
+	return t != nil && id.LT(*t)
 }
 
 func (w *wal) Channel() Channel               { return w.ch }
