@@ -40,6 +40,15 @@ type Opener interface {
 	Close() error
 }
 
+// Creator is implemented by an Opener whose backend keeps each channel in a
+// resource that must exist before the channel is used (a Kafka topic).
+// Create makes it exist: it creates what is missing and succeeds when it
+// exists already, so several processes may create one channel at once.
+// A channel pool creates its channels ahead of use through it.
+type Creator interface {
+	Create(ctx context.Context, name string) error
+}
+
 // WALImpl is one channel's log on a backend. It is safe for concurrent use.
 type WALImpl interface {
 	// WALName names the backend ("memory", "local", ...).

@@ -226,6 +226,25 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 	return w, nil
 }
 
+var _ walimpls.Creator = (*Opener)(nil)
+
+// Create implements walimpls.Creator: it creates the channel's topic with
+// the configured partitions, replication factor and topic configs when it
+// is missing (an existing topic is success, so several processes may
+// create one channel at once), and waits until its partitions have leaders.
+func (o *Opener) Create(ctx context.Context, name string) error {
+	if err := walimpls.ValidateChannelName(name); err != nil {
+		return err
+	}
+	if o.isClosed() {
+		return errors.Wrap(walimpls.ErrClosed, "kafka: opener closed")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return o.ensureTopic(ctx, o.cfg.topicName(name))
+}
+
 func (o *Opener) isClosed() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -231,6 +231,32 @@ func (o *Opener) lastMessage(topic string) (id msgID, ok bool, err error) {
 	return id, ok, nil
 }
 
+var _ walimpls.Creator = (*Opener)(nil)
+
+// Create implements walimpls.Creator: it attaches the durable subscription
+// (Config.Subscription) to the channel's log and meta topics, which makes
+// a broker that creates topics on use create them, and keeps their
+// messages from retention from the first one on. Existing topics and
+// subscriptions are left as they are. With topic auto-creation off, create
+// the topics with the admin API first.
+func (o *Opener) Create(ctx context.Context, name string) error {
+	if err := walimpls.ValidateChannelName(name); err != nil {
+		return err
+	}
+	if o.isClosed() {
+		return errors.Wrap(walimpls.ErrClosed, "pulsar: opener closed")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, t := range []string{o.cfg.topicName(name), o.cfg.metaTopicName(name)} {
+		if err := o.ensureSubscription(ctx, t); err != nil {
+			return errors.Wrapf(err, "pulsar: create channel %q", name)
+		}
+	}
+	return nil
+}
+
 func (o *Opener) isClosed() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
