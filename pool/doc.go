@@ -1,0 +1,64 @@
+// Package pool keeps a persisted pool of physical channels (pchannels) and
+// allocates virtual channels (vchannels) to them, so that many logical
+// streams share a bounded number of backend channels, and a restart maps
+// every vchannel to the same pchannel.
+//
+// A Pool lives in a meta.Store (bbolt embedded, or etcd for several
+// processes). Everything it decides is persisted before it is used; its
+// memory is a cache of the store, refreshed when another process wrote.
+//
+// # What it promises
+//
+//   - The pool's pchannels exist on the backend before they are handed
+//     out: Open creates what is missing (through walimpls.Creator when the
+//     backend's opener implements it) and only then records it, so a
+//     restart creates nothing twice and a crash in between is repaired by
+//     the next Open. Two processes opening one pool at once end with one
+//     pool: compare-and-set on the store decides.
+//   - Growing Config.Size adds pchannels without moving any vchannel;
+//     shrinking is refused (ErrShrink). A stored pool whose prefix or
+//     backend differs from the configuration is refused (ErrConfigMismatch).
+//   - Allocate is idempotent and atomic: a vchannel keeps its pchannel until
+//     it is released, whoever asks; a batch is allocated whole or not at
+//     all (at most MaxBatch vchannels); two allocators, in one process or
+//     several, never give one vchannel two pchannels, also when the store's
+//     answer to a commit is lost (every commit is conditional on the
+//     allocation head the allocator read).
+//   - Checkpoints are per vchannel, fenced by term: a save with a lower term
+//     than the stored one is refused (ErrStaleTerm), and within one term a
+//     checkpoint never moves back. PruneTarget of a pchannel is the earliest
+//     checkpoint of its vchannels, refused (ErrCheckpointUnknown) while any
+//     of them has none; a released vchannel holds nothing back.
+//
+// # Store layout
+//
+// Every key lives under "pool/<name>/"; values are JSON objects with a
+// version field "v" (1), so that a later version can read them and an
+// unknown version is a clear error (meta.ErrCorrupt), never a guess.
+//
+//	pool/<name>/config                {"v":1,"backend":..,"prefix":..,"size":N,"strategy":..}
+//	pool/<name>/pchannel/<pchannel>   {"v":1,"index":i}         created on the backend
+//	pool/<name>/alloc/head            {"v":1,"next":S,"rr":R}   the allocation head
+//	pool/<name>/alloc/log/<S as %020d> {"v":1,"alloc":[[vchannel,pchannel],..],"release":[vchannel,..]}
+//	pool/<name>/checkpoint/<vchannel> {"v":1,"alloc":S,"term":T,"tt":TT,"cp":"<adaptor checkpoint>"}
+//
+// A checkpoint names the record S that allocated its vchannel: one left
+// over from an earlier allocation of the same name (released since) is
+// ignored.
+//
+// The allocation table is a log of records, one per Allocate or Release
+// batch. A batch commits its record at sequence S and the head (next S+1,
+// the round-robin cursor R) in one store transaction conditional on the
+// head's revision, which covers every record before it: a batch is atomic
+// whatever its size (the record is one value, so it does not meet etcd's
+// limit on operations per transaction), and two allocators cannot both
+// commit on the same head. The table is the log replayed in order; the pool
+// replays it when it opens and again when the head moved under it.
+//
+// # WAL options
+//
+// Each allocation yields an encoded, versioned string a node decodes to
+// open the vchannel (DecodeWALOptions):
+//
+//	{"v":1,"backend":"kafka","pool":"default","pchannel":"wal-3","vchannel":"orders"}
+package pool

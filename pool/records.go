@@ -1,0 +1,91 @@
+package pool
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/meta"
+)
+
+// formatVersion is the version of every value the pool writes.
+const formatVersion = 1
+
+// keys builds the store keys of one pool.
+type keys struct{ root string }
+
+func newKeys(name string) keys { return keys{root: "pool/" + name + "/"} }
+
+func (k keys) config() string                    { return k.root + "config" }
+func (k keys) pchannels() string                 { return k.root + "pchannel/" }
+func (k keys) pchannel(name string) string       { return k.root + "pchannel/" + name }
+func (k keys) head() string                      { return k.root + "alloc/head" }
+func (k keys) logPrefix() string                 { return k.root + "alloc/log/" }
+func (k keys) logRecord(seq uint64) string       { return fmt.Sprintf("%s%020d", k.logPrefix(), seq) }
+func (k keys) checkpoints() string               { return k.root + "checkpoint/" }
+func (k keys) checkpoint(vchannel string) string { return k.root + "checkpoint/" + vchannel }
+
+type configValue struct {
+	V        int      `json:"v"`
+	Backend  string   `json:"backend"`
+	Prefix   string   `json:"prefix"`
+	Size     int      `json:"size"`
+	Strategy Strategy `json:"strategy"`
+}
+
+type pchannelValue struct {
+	V     int `json:"v"`
+	Index int `json:"index"`
+}
+
+type headValue struct {
+	V    int    `json:"v"`
+	Next uint64 `json:"next"` // the sequence of the next record
+	RR   uint64 `json:"rr"`   // the round-robin cursor
+}
+
+type recordValue struct {
+	V       int         `json:"v"`
+	Alloc   [][2]string `json:"alloc,omitempty"`   // vchannel, pchannel
+	Release []string    `json:"release,omitempty"` // vchannels
+}
+
+type checkpointValue struct {
+	V     int    `json:"v"`
+	Alloc uint64 `json:"alloc"` // the record that allocated the vchannel
+	Term  int64  `json:"term"`
+	TT    uint64 `json:"tt"`
+	CP    string `json:"cp"`
+}
+
+// encode marshals a value of the pool; its types always marshal.
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("pool: encode %T: %v", v, err)) // impossible: plain structs
+	}
+	return b
+}
+
+// decode unmarshals the value of key into v, whose version field must be
+// formatVersion; anything else is meta.ErrCorrupt naming the key.
+func decode(key string, data []byte, v any, version func() int) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return errors.Wrapf(meta.ErrCorrupt, "pool: %s: %v", key, err)
+	}
+	if got := version(); got != formatVersion {
+		return errors.Wrapf(meta.ErrCorrupt, "pool: %s: format version %d (this streamwal reads %d)", key, got, formatVersion)
+	}
+	return nil
+}
+
+// firstSorted returns the first n of names in order, for error messages.
+func firstSorted(names []string, n int) []string {
+	slices.Sort(names)
+	if len(names) > n {
+		return append(names[:n:n], "...")
+	}
+	return names
+}
