@@ -12,9 +12,15 @@
 //	kafka:
 //	  seedBrokers: [127.0.0.1:9092]
 //
+//	meta:                 # where the control data lives (see MetaConfig)
+//	  store: bolt
+//	pool:                 # the channel pool (see PoolConfig)
+//	  size: 16
+//
 // Sections of backends that are not chosen are ignored; an unknown backend
 // name is an error listing the registered ones; an unknown key in the chosen
-// section is an error, not a silent default.
+// section, or in the meta and pool sections, is an error, not a silent
+// default.
 package selector
 
 import (

@@ -1,0 +1,158 @@
+package selector
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/meta"
+	"github.com/streamwal/streamwal/meta/boltstore"
+	"github.com/streamwal/streamwal/meta/etcdstore"
+	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/impls/local"
+)
+
+// Meta stores.
+const (
+	MetaBolt = "bolt"
+	MetaEtcd = "etcd"
+)
+
+// MetaConfig is the "meta" section: where the control data (the channel
+// pool, allocations, checkpoints) lives.
+//
+//	meta:
+//	  store: bolt                  # bolt (default, embedded) | etcd
+//	  path: ./streamwal-data/meta.db   # bolt; default: meta.db in the local backend's dir
+//	  endpoints: [http://127.0.0.1:2379]   # etcd
+//	  prefix: /streamwal/          # etcd: namespace of every key
+//	  dialTimeout: 5s              # etcd
+//	  username: ""                 # etcd
+//	  password: ""                 # etcd
+type MetaConfig struct {
+	Store       string        `yaml:"store"`
+	Path        string        `yaml:"path"`
+	Endpoints   []string      `yaml:"endpoints"`
+	Prefix      string        `yaml:"prefix"`
+	DialTimeout time.Duration `yaml:"dialTimeout"`
+	Username    string        `yaml:"username"`
+	Password    string        `yaml:"password"`
+}
+
+// Meta decodes the "meta" section, strictly, with its defaults.
+func (c Config) Meta() (MetaConfig, error) {
+	var mc MetaConfig
+	if err := c.decoder("meta", nil)(&mc); err != nil {
+		return MetaConfig{}, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: meta: %v", err)
+	}
+	if mc.Store == "" {
+		mc.Store = MetaBolt
+	}
+	switch mc.Store {
+	case MetaBolt:
+		if mc.Path == "" {
+			dir := DefaultLocalDir
+			var lc local.Config
+			if err := c.decoder(local.Name, nil)(&lc); err == nil && lc.Dir != "" {
+				dir = lc.Dir
+			}
+			mc.Path = filepath.Join(dir, "meta.db")
+		}
+	case MetaEtcd:
+		if len(mc.Endpoints) == 0 {
+			return MetaConfig{}, errors.Wrap(walimpls.ErrInvalidConfig, "selector: meta: store etcd needs endpoints")
+		}
+	default:
+		return MetaConfig{}, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: meta: store %q (%s or %s)", mc.Store, MetaBolt, MetaEtcd)
+	}
+	return mc, nil
+}
+
+// OpenMeta opens the metadata store the "meta" section describes. The
+// returned store owns what it opened (for etcd, its client): Close
+// releases it.
+func OpenMeta(ctx context.Context, c Config) (meta.Store, error) {
+	mc, err := c.Meta()
+	if err != nil {
+		return nil, err
+	}
+	if mc.Store == MetaBolt {
+		s, err := boltstore.Open(mc.Path, boltstore.Options{})
+		if err != nil {
+			return nil, errors.Wrapf(err, "selector: meta: open %s", mc.Path)
+		}
+		return s, nil
+	}
+	cli, err := etcdstore.Dial(ctx, etcdstore.Config{Endpoints: mc.Endpoints, DialTimeout: mc.DialTimeout, Username: mc.Username, Password: mc.Password})
+	if err != nil {
+		return nil, errors.Wrap(err, "selector: meta: dial etcd")
+	}
+	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: mc.Prefix})
+	if err != nil {
+		_ = cli.Close()
+		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: meta: %v", err)
+	}
+	return &ownedEtcd{Store: s, close: cli.Close}, nil
+}
+
+// ownedEtcd is an etcd store that closes the client it dialed.
+type ownedEtcd struct {
+	meta.Store
+	close func() error
+}
+
+func (s *ownedEtcd) Close() error {
+	err := s.Store.Close()
+	if cerr := s.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// PoolConfig decodes the "pool" section, strictly; ok is false when the
+// configuration has none.
+//
+//	pool:
+//	  name: default                 # the pool's name in the store
+//	  size: 16                      # pchannels; may grow, never shrink
+//	  prefix: streamwal-pchannel-   # pchannel names: prefix + index
+//	  strategy: round-robin         # round-robin | least-loaded
+func (c Config) PoolConfig() (cfg pool.Config, ok bool, err error) {
+	if _, ok = c.sections["pool"]; !ok {
+		return pool.Config{}, false, nil
+	}
+	if err := c.decoder("pool", nil)(&cfg); err != nil {
+		return pool.Config{}, true, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: pool: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return pool.Config{}, true, &invalidConfigError{cause: errors.Wrap(err, "selector")}
+	}
+	return cfg, true, nil
+}
+
+// invalidConfigError is a configuration error of another package (the
+// pool's): it matches walimpls.ErrInvalidConfig, like every configuration
+// error of the selector, and unwraps to the cause.
+type invalidConfigError struct{ cause error }
+
+func (e *invalidConfigError) Error() string        { return e.cause.Error() }
+func (e *invalidConfigError) Unwrap() error        { return e.cause }
+func (e *invalidConfigError) Is(target error) bool { return target == walimpls.ErrInvalidConfig }
+
+// OpenPool opens the pool the "pool" section describes (the defaults of
+// pool.Config when there is none) in store, on the chosen backend, whose
+// opener creates missing pchannels when it can.
+func OpenPool(ctx context.Context, c Config, store meta.Store, opener walimpls.Opener, opts pool.Options) (*pool.Pool, error) {
+	cfg, _, err := c.PoolConfig()
+	if err != nil {
+		return nil, err
+	}
+	p, err := pool.Open(ctx, store, pool.Backend{Name: c.Chosen(), Opener: opener}, cfg, opts)
+	if err != nil {
+		return nil, errors.Wrap(err, "selector")
+	}
+	return p, nil
+}

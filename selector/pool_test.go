@@ -1,0 +1,103 @@
+package selector_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/internal/etcdtest"
+	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+func TestMetaAndPoolSections(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := selector.Parse([]byte(fmt.Sprintf(`
+backend: memory
+local:
+  dir: %s
+pool:
+  size: 4
+  prefix: wal-
+  strategy: least-loaded
+`, dir)))
+	require.NoError(t, err)
+	mc, err := cfg.Meta()
+	require.NoError(t, err)
+	require.Equal(t, selector.MetaBolt, mc.Store)
+	require.Equal(t, filepath.Join(dir, "meta.db"), mc.Path, "bolt lives beside the local backend's data")
+	pc, ok, err := cfg.PoolConfig()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, pool.Config{Size: 4, Prefix: "wal-", Strategy: pool.LeastLoaded}, pc)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := selector.OpenMeta(ctx, cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, store.Close()) }()
+	o, err := selector.Build(ctx, cfg, selector.Deps{})
+	require.NoError(t, err)
+	defer func() { _ = o.Close() }()
+	p, err := selector.OpenPool(ctx, cfg, store, o, pool.Options{})
+	require.NoError(t, err)
+	defer func() { _ = p.Close() }()
+	require.Equal(t, []string{"wal-0", "wal-1", "wal-2", "wal-3"}, p.PChannels())
+	as, err := p.Allocate(ctx, "orders")
+	require.NoError(t, err)
+	wo, err := pool.DecodeWALOptions(as[0].Options)
+	require.NoError(t, err)
+	require.Equal(t, "memory", wo.Backend)
+
+	// No pool section: the pool's defaults.
+	plain, err := selector.Parse([]byte("backend: memory\n"))
+	require.NoError(t, err)
+	_, ok, err = plain.PoolConfig()
+	require.NoError(t, err)
+	require.False(t, ok)
+}
+
+func TestMetaAndPoolSectionErrors(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"meta:\n  store: zookeeper\n", `store "zookeeper"`},
+		{"meta:\n  store: etcd\n", "needs endpoints"},
+		{"meta:\n  stor: bolt\n", "stor"},
+		{"pool:\n  size: 0\n  sise: 3\n", "sise"},
+		{"pool:\n  size: -2\n", "size -2"},
+		{"pool:\n  strategy: random\n", `strategy "random"`},
+		{"pool:\n  prefix: 'a b'\n", "prefix"},
+	} {
+		cfg, err := selector.Parse([]byte(c.yaml))
+		require.NoError(t, err)
+		_, merr := cfg.Meta()
+		_, _, perr := cfg.PoolConfig()
+		err = merr
+		if strings.HasPrefix(c.yaml, "pool") {
+			err = perr
+		}
+		require.ErrorIsf(t, err, walimpls.ErrInvalidConfig, "%q", c.yaml)
+		require.Containsf(t, err.Error(), c.want, "%q", c.yaml)
+	}
+}
+
+func TestOpenMetaEtcd(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cfg, err := selector.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  prefix: /sel/\n", srv.Endpoints()[0])))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := selector.OpenMeta(ctx, cfg)
+	require.NoError(t, err)
+	_, err = s.Put(ctx, "k", []byte("v"), 0)
+	require.NoError(t, err)
+	kv, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, "v", string(kv.Value))
+	require.NoError(t, s.Close(), "closes the client it dialed too")
+}
