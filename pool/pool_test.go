@@ -298,8 +298,8 @@ func TestBackendRefusesCreation(t *testing.T) {
 type flakyStore struct {
 	meta.Store
 	mu       sync.Mutex
-	loseNext int  // commits to apply and report failed
-	failNext int  // commits to refuse without applying
+	loseNext int // commits to apply and report failed
+	failNext int // commits to refuse without applying
 }
 
 func (s *flakyStore) Commit(ctx context.Context, txn meta.Txn) (int64, error) {
