@@ -44,6 +44,13 @@ func (s *scanner) next() (message.Immutable, error) {
 				return message.Immutable{}, err
 			}
 			if !ok {
+				// Error is valid once Done is closed, which may come a
+				// little after Chan closed.
+				select {
+				case <-s.backend.Done():
+				case <-s.halt:
+					return message.Immutable{}, s.haltErr()
+				}
 				if err := s.backend.Error(); err != nil {
 					return message.Immutable{}, err
 				}
@@ -81,6 +88,11 @@ func (s *scanner) next() (message.Immutable, error) {
 			bs, err := s.w.impl.Read(s.w.ctx, walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: s.resume,
 				ReadAheadBytes: s.w.opts.ScannerBufferBytes / 4})
 			if err != nil {
+				if s.w.ctx.Err() != nil {
+					// The buffer closed because the WAL is closing: say so,
+					// not "context canceled".
+					return message.Immutable{}, errors.Wrapf(walimpls.ErrClosed, "adaptor: scanner %q: wal closed", s.opt.Name)
+				}
 				return message.Immutable{}, err
 			}
 			s.backend = bs

@@ -230,6 +230,7 @@ func (w *wal) recover(ctx context.Context, s walimpls.Scanner, r *recovered, don
 		select {
 		case m, ok := <-s.Chan():
 			if !ok {
+				<-s.Done() // Error is valid once Done is closed
 				return errors.WithSecondaryError(errors.New("log ended before its end was read"), s.Error())
 			}
 			end, err := done(m.ID())
@@ -315,6 +316,10 @@ func (w *wal) tail(s walimpls.Scanner) {
 			w.tailed(batch)
 			clear(batch) // the buffer holds them now; do not pin them here
 			continue
+		}
+		select { // Error is valid once Done is closed
+		case <-s.Done():
+		case <-w.ctx.Done():
 		}
 		err := s.Error()
 		_ = s.Close()
