@@ -92,15 +92,8 @@ func cmp(key string, expect int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(key), "=", expect)
 }
 
-// revOf is the revision a keys-only Range of one key found (0: absent).
-func revOf(r *clientv3.OpResponse) int64 {
-	if g := r.Get(); g != nil && len(g.Kvs) > 0 {
-		return g.Kvs[0].ModRevision
-	}
-	return meta.Absent
-}
-
-// txnRevOf is revOf for the responses of a failed Txn.
+// txnRevOf is the revision the keys-only Range i of a failed Txn found
+// (meta.Absent: the key does not exist).
 func txnRevOf(resp *clientv3.TxnResponse, i int) int64 {
 	if i >= len(resp.Responses) {
 		return meta.Absent
