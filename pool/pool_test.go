@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
@@ -14,9 +15,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/meta/boltstore"
+	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/pool"
 )
 
@@ -413,4 +416,34 @@ func TestRestartFromDisk(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, term)
 	require.Equal(t, cp.Marshal(), text)
+}
+
+// A closed store, and an etcd that went away, are clear errors and change
+// nothing.
+func TestStoreClosedOrUnreachable(t *testing.T) {
+	ctx := testCtx(t)
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "meta.db"), boltstore.Options{})
+	require.NoError(t, err)
+	p := openPool(t, s, pool.Backend{Name: "memory"}, pool.Config{Size: 2}, pool.Options{})
+	require.NoError(t, s.Close())
+	_, err = p.Allocate(ctx, "a")
+	require.ErrorIs(t, err, meta.ErrClosed)
+	_, err = pool.Open(ctx, s, pool.Backend{Name: "memory"}, pool.Config{Size: 2}, pool.Options{})
+	require.ErrorIs(t, err, meta.ErrClosed)
+
+	own := etcdtest.Start(t)
+	cli := etcdtest.Client(t, own.Endpoints())
+	es, err := etcdstore.New(cli, etcdstore.Options{Prefix: etcdtest.Prefix(t), RequestTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = es.Close() })
+	pe := openPool(t, es, pool.Backend{Name: "memory"}, pool.Config{Size: 2}, pool.Options{})
+	_, err = pe.Allocate(ctx, "before")
+	require.NoError(t, err)
+	own.Close()
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err = pe.Allocate(short, "after")
+	require.ErrorIs(t, err, meta.ErrUnavailable)
+	_, err = pe.Lookup(short, "after")
+	require.ErrorIs(t, err, meta.ErrUnavailable, "nothing allocated, and still unreachable")
 }
