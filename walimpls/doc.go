@@ -19,6 +19,11 @@
 //     property, reserved ones included) by every reader started before or after
 //     it, until it is truncated.
 //   - Scanners deliver messages in ID order, without gaps.
+//   - AppendBatch stores a batch in slice order; a backend that declares
+//     Capabilities.AtomicBatch stores it whole or not at all (memory: one
+//     lock; local: one journal group that recovery keeps or drops whole;
+//     Kafka with transactions: one transaction). A batch with a message
+//     above the size limit stores nothing.
 //   - Last returns the ID of the last message stored: every append
 //     acknowledged before the call has an ID at or below it. It is the zero ID
 //     only for a channel that never held a message (Truncate always keeps the

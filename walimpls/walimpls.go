@@ -21,6 +21,9 @@ type Capabilities struct {
 	// MaxMessageBytes is the largest Message.Size (payload and properties)
 	// the backend accepts; 0 means no limit below what memory allows.
 	MaxMessageBytes int
+	// AtomicBatch is true when AppendBatch stores a batch whole or not at
+	// all, whatever its size, also across a crash of the writer.
+	AtomicBatch bool
 }
 
 // Opener opens WALs of one backend. It is safe for concurrent use.
@@ -59,6 +62,16 @@ type WALImpl interface {
 	// A fenced WAL fails with ErrFenced and stores nothing; see the package
 	// documentation for which errors leave the outcome unknown.
 	Append(ctx context.Context, m message.Message) (message.ID, error)
+	// AppendBatch stores msgs in slice order (their IDs increase in slice
+	// order) and returns their IDs once the backend acknowledged all of
+	// them. Every message is checked first: one above MaxMessageBytes fails
+	// the whole batch with ErrTooLarge and nothing is stored. On a backend
+	// that declares Capabilities.AtomicBatch the batch is stored whole or
+	// not at all, also across a crash; on another, a failure may leave a
+	// prefix of it stored: the IDs returned with the error are those of a
+	// prefix known to be stored, and the rest has the outcome the error says
+	// (NotStored or unknown). An empty batch stores nothing.
+	AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error)
 	// Read starts a scanner. The scanner outlives ctx.
 	Read(ctx context.Context, opt ReadOption) (Scanner, error)
 	// Truncate removes every message before upTo; upTo itself is kept. upTo

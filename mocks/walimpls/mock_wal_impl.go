@@ -114,6 +114,74 @@ func (_c *MockWALImpl_Append_Call) RunAndReturn(run func(ctx context.Context, m 
 	return _c
 }
 
+// AppendBatch provides a mock function for the type MockWALImpl
+func (_mock *MockWALImpl) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
+	ret := _mock.Called(ctx, msgs)
+
+	if len(ret) == 0 {
+		panic("no return value specified for AppendBatch")
+	}
+
+	var r0 []message.ID
+	var r1 error
+	if returnFunc, ok := ret.Get(0).(func(context.Context, []message.Message) ([]message.ID, error)); ok {
+		return returnFunc(ctx, msgs)
+	}
+	if returnFunc, ok := ret.Get(0).(func(context.Context, []message.Message) []message.ID); ok {
+		r0 = returnFunc(ctx, msgs)
+	} else {
+		if ret.Get(0) != nil {
+			r0 = ret.Get(0).([]message.ID)
+		}
+	}
+	if returnFunc, ok := ret.Get(1).(func(context.Context, []message.Message) error); ok {
+		r1 = returnFunc(ctx, msgs)
+	} else {
+		r1 = ret.Error(1)
+	}
+	return r0, r1
+}
+
+// MockWALImpl_AppendBatch_Call is a *mock.Call that shadows Run/Return methods with type explicit version for method 'AppendBatch'
+type MockWALImpl_AppendBatch_Call struct {
+	*mock.Call
+}
+
+// AppendBatch is a helper method to define mock.On call
+//   - ctx context.Context
+//   - msgs []message.Message
+func (_e *MockWALImpl_Expecter) AppendBatch(ctx any, msgs any) *MockWALImpl_AppendBatch_Call {
+	return &MockWALImpl_AppendBatch_Call{Call: _e.mock.On("AppendBatch", ctx, msgs)}
+}
+
+func (_c *MockWALImpl_AppendBatch_Call) Run(run func(ctx context.Context, msgs []message.Message)) *MockWALImpl_AppendBatch_Call {
+	_c.Call.Run(func(args mock.Arguments) {
+		var arg0 context.Context
+		if args[0] != nil {
+			arg0 = args[0].(context.Context)
+		}
+		var arg1 []message.Message
+		if args[1] != nil {
+			arg1 = args[1].([]message.Message)
+		}
+		run(
+			arg0,
+			arg1,
+		)
+	})
+	return _c
+}
+
+func (_c *MockWALImpl_AppendBatch_Call) Return(iDs []message.ID, err error) *MockWALImpl_AppendBatch_Call {
+	_c.Call.Return(iDs, err)
+	return _c
+}
+
+func (_c *MockWALImpl_AppendBatch_Call) RunAndReturn(run func(ctx context.Context, msgs []message.Message) ([]message.ID, error)) *MockWALImpl_AppendBatch_Call {
+	_c.Call.Return(run)
+	return _c
+}
+
 // Channel provides a mock function for the type MockWALImpl
 func (_mock *MockWALImpl) Channel() walimpls.Channel {
 	ret := _mock.Called()

@@ -1,6 +1,7 @@
 package walimplstest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -140,11 +141,15 @@ func (e *env) checkTakeover(termA, termB int64) {
 			require.GreaterOrEqualf(t, fe.CurrentTerm, termB, "FencedError.CurrentTerm of the fenced node A: %v", err)
 		}
 	}
+	_, err := within(e, "AppendBatch", func(ctx context.Context) ([]message.ID, error) {
+		return wa.AppendBatch(ctx, simpleMessages(t, "late-batch", 2))
+	})
+	require.ErrorIs(t, err, walimpls.ErrFenced, "a batch of the fenced node A")
 	mu.Lock()
 	lastA := ackedA[len(ackedA)-1]
 	mu.Unlock()
 	require.ErrorIs(t, e.truncate(wa, lastA), walimpls.ErrFenced, "truncate by the fenced node A")
-	_, err := e.last(wa)
+	_, err = e.last(wa)
 	require.NoError(t, err, "Last of a fenced WAL")
 	if termA < termB {
 		_, err := e.tryOpen(nodeA, name, termA, walimpls.ReadWrite)

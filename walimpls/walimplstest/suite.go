@@ -57,6 +57,7 @@ var parts = []struct {
 	{"ChannelNames", testChannelNames},
 	{"SizeLimit", testSizeLimit},
 	{"ConcurrentAppendRead", testConcurrentAppendRead},
+	{"AppendBatch", testAppendBatch},
 	{"IDOrder", testIDOrder},
 	{"CanonicalIDs", testCanonicalIDs},
 	{"Last", testLast},

@@ -40,6 +40,8 @@ var breakages = []struct {
 	{"drop-every-10th", []string{"ConcurrentAppendRead", "DeliverPolicies"}},
 	{"reverse-ids", []string{"ConcurrentAppendRead", "IDOrder"}},
 	{"lose-properties", []string{"ConcurrentAppendRead"}},
+	{"batch-reversed", []string{"AppendBatch"}},
+	{"batch-stores-prefix", []string{"AppendBatch"}},
 	{"lenient-ids", []string{"CanonicalIDs"}},
 	{"last-off-by-one", []string{"Last"}},
 	{"skip-truncated", []string{"Truncate"}},
@@ -253,6 +255,35 @@ func (w *brokenWAL) Append(ctx context.Context, m message.Message) (message.ID, 
 		id = message.NewID(reversed{id.Value()})
 	}
 	return id, err
+}
+
+func (w *brokenWAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
+	switch w.broken {
+	case "batch-reversed":
+		// Stores the batch back to front, and answers in slice order.
+		rev := make([]message.Message, len(msgs))
+		for i, m := range msgs {
+			rev[len(msgs)-1-i] = m
+		}
+		ids, err := w.WALImpl.AppendBatch(ctx, rev)
+		for i, j := 0, len(ids)-1; i < j; i, j = i+1, j-1 {
+			ids[i], ids[j] = ids[j], ids[i]
+		}
+		return ids, err
+	case "batch-stores-prefix":
+		// Checks sizes one by one while storing: what comes before a
+		// message too large is stored anyway.
+		var ids []message.ID
+		for _, m := range msgs {
+			id, err := w.Append(ctx, m)
+			if err != nil {
+				return ids, err
+			}
+			ids = append(ids, id)
+		}
+		return ids, nil
+	}
+	return w.WALImpl.AppendBatch(ctx, msgs)
 }
 
 func (w *brokenWAL) Truncate(ctx context.Context, upTo message.ID) error {

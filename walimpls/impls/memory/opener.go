@@ -56,6 +56,7 @@ func (o *Opener) Capabilities() walimpls.Capabilities {
 		Fencing:         o.cluster.FencingEnabled(),
 		Durable:         false,
 		MaxMessageBytes: o.cfg.MaxMessageBytes,
+		AtomicBatch:     true,
 	}
 }
 

@@ -61,11 +61,28 @@ func (w *wal) fencedLocked() error {
 }
 
 func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	if err := w.checkWrite(ctx, "append"); err != nil {
+	ids, err := w.AppendBatch(ctx, []message.Message{m})
+	if err != nil {
 		return message.ID{}, err
 	}
-	if limit := w.opener.cfg.MaxMessageBytes; limit > 0 && m.Size() > limit {
-		return message.ID{}, errors.Wrapf(&walimpls.TooLargeError{Size: m.Size(), Limit: limit}, "memory: append to %s", w.ch)
+	return ids[0], nil
+}
+
+// AppendBatch implements walimpls.WALImpl: the batch is stored under one
+// lock, whole or not at all, in slice order.
+func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
+	if err := w.checkWrite(ctx, "append"); err != nil {
+		return nil, err
+	}
+	if limit := w.opener.cfg.MaxMessageBytes; limit > 0 {
+		for i, m := range msgs {
+			if m.Size() > limit {
+				return nil, errors.Wrapf(&walimpls.TooLargeError{Size: m.Size(), Limit: limit}, "memory: append to %s: message %d of %d", w.ch, i, len(msgs))
+			}
+		}
+	}
+	if len(msgs) == 0 {
+		return nil, nil
 	}
 	latency, fail := w.opener.cluster.appendFaults()
 	if latency > 0 {
@@ -74,31 +91,36 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return message.ID{}, walimpls.MarkNotStored(errors.Wrapf(ctx.Err(), "memory: append to %s", w.ch))
+			return nil, walimpls.MarkNotStored(errors.Wrapf(ctx.Err(), "memory: append to %s", w.ch))
 		case <-w.closing:
 			t.Stop()
-			return message.ID{}, walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch))
+			return nil, walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch))
 		}
 	}
 	if fail {
-		return message.ID{}, walimpls.MarkNotStored(errors.Wrapf(ErrInjected, "memory: append to %s", w.ch))
+		return nil, walimpls.MarkNotStored(errors.Wrapf(ErrInjected, "memory: append to %s", w.ch))
 	}
-	// Own the bytes: the caller may reuse its buffer once we return.
-	stored := message.Restore(append([]byte(nil), m.Payload()...), m.Properties().All())
-
+	// Own the bytes: the caller may reuse its buffers once we return.
+	stored := make([]message.Message, len(msgs))
+	for i, m := range msgs {
+		stored[i] = message.Restore(append([]byte(nil), m.Payload()...), m.Properties().All())
+	}
 	l := w.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := w.fencedLocked(); err != nil {
-		return message.ID{}, err
+		return nil, err
 	}
 	if w.closed.Load() {
-		return message.ID{}, walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch))
+		return nil, walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch))
 	}
-	seq := l.next()
-	l.entries = append(l.entries, stored)
+	ids := make([]message.ID, len(stored))
+	for i := range stored {
+		ids[i] = message.NewSeqID(Name, l.next()+int64(i))
+	}
+	l.entries = append(l.entries, stored...)
 	l.broadcast()
-	return message.NewSeqID(Name, seq), nil
+	return ids, nil
 }
 
 func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
