@@ -59,7 +59,9 @@ type Config struct {
 	Dir string `yaml:"dir" json:"dir"`
 	// SegmentBytes is the size of each segment file (default 64 MiB,
 	// 64 KiB to 1 GiB). It must hold at least two messages of
-	// MaxMessageBytes plus 8 KiB. It may change between opens of a root:
+	// MaxMessageBytes plus 8 KiB. It also bounds a batch (AppendBatch): a
+	// batch is stored in one segment, and one whose frames do not fit in an
+	// empty segment is ErrTooLarge. It may change between opens of a root:
 	// every segment records the size it was started with, the segments
 	// already written keep theirs (the one being written is filled up to
 	// its own size), the next ones take the new size, and Open logs both
@@ -75,7 +77,8 @@ type Config struct {
 	// its ReadOption does not say (default 1 MiB).
 	ReadAheadBytes int `yaml:"readAheadBytes" json:"readAheadBytes"`
 	// MaxBatchBytes bounds the bytes one flush round writes (default 4 MiB);
-	// a single larger record is written alone. Submitters wait while the
+	// a single larger record, or a larger batch of AppendBatch, is written
+	// alone. Submitters wait while the
 	// pending batch is full, so it also bounds how far SyncNone appends run
 	// ahead of the writes.
 	MaxBatchBytes int `yaml:"maxBatchBytes" json:"maxBatchBytes"`

@@ -48,8 +48,22 @@ func crashMessage(seed uint64) message.Message {
 	return m
 }
 
+// crashBatch makes a batch of n messages tagged for checkBatches, with
+// random seeds.
+func crashBatch(r *rand.Rand, tag string, n int) ([]message.Message, []uint64) {
+	msgs, seeds := make([]message.Message, n), make([]uint64, n)
+	for i := range msgs {
+		seeds[i] = r.Uint64()
+		msgs[i], _ = message.New(crashPayload(seeds[i]), map[string]string{
+			"seed": strconv.FormatUint(seeds[i], 10), "batch": tag, "i": strconv.Itoa(i), "n": strconv.Itoa(n),
+		})
+	}
+	return msgs, seeds
+}
+
 // crashChild is the process the crash test kills: it appends with four
-// goroutines until it dies, printing each acknowledged ID after the
+// goroutines until it dies, half of the time single messages, half of the
+// time batches of 2 to 6, printing each acknowledged ID after the
 // acknowledgement.
 func crashChild(dir string) int {
 	term, _ := strconv.ParseInt(os.Getenv(crashTermEnv), 10, 64)
@@ -71,16 +85,31 @@ func crashChild(dir string) int {
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(g)))
-			for {
-				seed := r.Uint64()
-				id, err := w.Append(context.Background(), crashMessage(seed))
+			for k := 0; ; k++ {
+				var (
+					ids   []message.ID
+					seeds []uint64
+					err   error
+				)
+				if r.IntN(2) == 0 {
+					seeds = []uint64{r.Uint64()}
+					var id message.ID
+					id, err = w.Append(context.Background(), crashMessage(seeds[0]))
+					ids = []message.ID{id}
+				} else {
+					var msgs []message.Message
+					msgs, seeds = crashBatch(r, fmt.Sprintf("%d-%d-%d", term, g, k), 2+r.IntN(5))
+					ids, err = w.AppendBatch(context.Background(), msgs)
+				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "append:", err)
 					os.Exit(1)
 				}
 				mu.Lock()
-				// One write per line: atomic on a pipe.
-				_, _ = os.Stdout.WriteString("ack " + id.Marshal() + " " + strconv.FormatUint(seed, 10) + "\n")
+				for i, id := range ids {
+					// One write per line: atomic on a pipe.
+					_, _ = os.Stdout.WriteString("ack " + id.Marshal() + " " + strconv.FormatUint(seeds[i], 10) + "\n")
+				}
 				mu.Unlock()
 			}
 		}()
@@ -89,6 +118,10 @@ func crashChild(dir string) int {
 	return 0
 }
 
+// TestCrashRecovery SIGKILLs a child process that appends single messages
+// and batches, twenty times: every acknowledged message is read back
+// intact, every batch (acknowledged or not) is whole, and appends go on
+// above every earlier ID.
 func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test re-executes the test binary")
@@ -97,7 +130,7 @@ func TestCrashRecovery(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	const rounds = 20
 	var lastID message.ID
-	totalAcked, totalDropped := 0, int64(0)
+	totalAcked, totalDropped, batches := 0, int64(0), 0
 	for round := 1; round <= rounds; round++ {
 		acked := crashRound(t, dir, int64(round), round == 1, time.Duration(5+rng.IntN(75))*time.Millisecond)
 		totalAcked += len(acked)
@@ -116,6 +149,8 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		lastID = id
 		got := readUntil(t, w, id)
+		// Every batch is whole, acknowledged or not.
+		batches += len(checkBatches(t, got, fmt.Sprintf("round %d", round)))
 		seen := map[string]bool{}
 		for i, m := range got {
 			if i > 0 {
@@ -135,7 +170,7 @@ func TestCrashRecovery(t *testing.T) {
 		require.NoError(t, w.Truncate(context.Background(), id))
 		require.NoError(t, s.Close())
 	}
-	t.Logf("%d rounds, %d acknowledged appends checked, %d torn bytes dropped", rounds, totalAcked, totalDropped)
+	t.Logf("%d rounds, %d acknowledged appends checked, %d batches read back whole, %d torn bytes dropped", rounds, totalAcked, batches, totalDropped)
 }
 
 // crashRound runs one child, kills it after d and returns the IDs it

@@ -34,10 +34,10 @@
 // write torn anywhere in the frame fails the check. All integers are
 // little-endian.
 //
-//	 0       4       8              16      20      24      28  29      32
-//	+-------+-------+---------------+-------+-------+-------+---+-------+
-//	| crc   | len   | seq           | seg   | synced| chan  |typ| zero  |
-//	+-------+-------+---------------+-------+-------+-------+---+-------+
+//	 0       4       8              16      20      24      28  29  30  32
+//	+-------+-------+---------------+-------+-------+-------+---+---+---+
+//	| crc   | len   | seq           | seg   | synced| chan  |typ|flg|0 0|
+//	+-------+-------+---------------+-------+-------+-------+---+---+---+
 //	| body: len bytes                                  | pad to 8 (zero) |
 //	+--------------------------------------------------+-----------------+
 //
@@ -52,6 +52,9 @@
 //	        fdatasynced when the frame was written (see Recovery)
 //	chan    channel id (0 for frames that belong to no channel)
 //	typ     1 segment start, 2 message, 3 term, 4 truncate, 5 seal
+//	flg     flags: 1 "more": the next frame belongs to the same batch
+//	        (message frames only; see Batches); 0 on every other frame
+//	0 0     zero
 //
 // Bodies:
 //
@@ -90,28 +93,51 @@
 // recycled file, whose older frames follow it, and a frame left past the end
 // by a torn write can never be mistaken for the continuation of the log.
 //
+// # Batches
+//
+// A batch (AppendBatch; an Append is a batch of one) is a run of message
+// frames of one channel with consecutive sequence numbers, contiguous in
+// one segment: every frame but the last has flag 1 ("more"), the last has
+// 0. Frames written before the flag existed have 0: each is a batch of one,
+// so logs of the previous format open unchanged. (The previous format's
+// readers take a frame with a flag for a damaged one: a root written with
+// batches must not be opened by a version older than the flag.)
+//
+// A batch never straddles segments: the submitter frames all of it at once,
+// under the journal's mutex, and when it does not fit in the rest of the
+// segment it starts the next segment first. A batch that does not fit even
+// in an empty segment (SegmentBytes less the start frame and the room kept
+// for the seal) is refused with ErrTooLarge naming that room, and nothing is
+// framed. So a batch is one piece of one flush round: one write, covered
+// whole by that round's fdatasync, acknowledged once for all its messages.
+//
+// Recovery keeps a batch whole or drops it whole (see Recovery): the log
+// ends after the last frame without the flag, never inside a batch.
+//
 // # Writing
 //
-// Deciding is apart from doing. A submitter (Append, Truncate, a
-// ReadWrite Open) decides its record itself, under the journal's mutex: it
-// checks fencing (its writer's claim, see Fencing and terms), takes the
-// next sequence number, decides where the record goes (starting the next
-// segment when it does not fit) and frames it into the pending batch. One
-// flusher goroutine owns the segment files: each round it takes the whole
-// pending batch (at most Config.MaxBatchBytes: a submitter waits for room
-// beyond that, unless its record is alone), installs the segments the batch
-// starts, issues one write per segment and - depending on the sync policy - one fdatasync,
-// then publishes the records to the channels' indexes and acknowledges the
-// waiters. A reader sees a record only once it is published: written, and
-// with SyncAlways synced. With SyncAlways a waiter is acknowledged after
-// the fdatasync that covers its record; with SyncInterval after the write;
-// with SyncNone an append is acknowledged as soon as it is framed, without
-// waiting for the flusher (its write overlaps the appends that follow), so
-// it may be acknowledged before it is published (Truncate, Last and a
-// Latest read account for that). Term and truncate frames are always synced before
-// they take effect, whatever the policy, and a segment is always synced
-// before the journal moves on to the next one, so only the last segment
-// can ever hold unsynced bytes.
+// Deciding is apart from doing. A submitter (Append or AppendBatch,
+// Truncate, a ReadWrite Open) decides its records itself, under the
+// journal's mutex: it checks fencing once (its writer's claim, see Fencing
+// and terms), takes the next sequence numbers, decides where the records go
+// (starting the next segment when they do not fit) and frames them into the
+// pending round (all the messages of a batch together, see Batches). One
+// flusher goroutine owns the segment files: each round it takes everything
+// pending (at most Config.MaxBatchBytes: a submitter waits for room beyond
+// that, unless its records are alone), installs the segments the round
+// starts, issues one write per segment and - depending on the sync policy -
+// one fdatasync, then publishes the records to the channels' indexes and
+// acknowledges the waiters. A reader sees a record only once it is
+// published: written, and with SyncAlways synced. With SyncAlways a waiter
+// is acknowledged after the fdatasync that covers its records (a batch's
+// waiter after the one that covers the whole batch); with SyncInterval
+// after the write; with SyncNone an append is acknowledged as soon as it
+// is framed, without waiting for the flusher (its write overlaps the
+// appends that follow), so it may be acknowledged before it is published
+// (Truncate, Last and a Latest read account for that). Term and truncate
+// frames are always synced before they take effect, whatever the policy,
+// and a segment is always synced before the journal moves on to the next
+// one, so only the last segment can ever hold unsynced bytes.
 //
 // A failed write or sync is sticky: the flusher fails that round's waiters
 // and every later append of the store with the same error, and never reports
@@ -179,6 +205,15 @@
 //     are logged and counted (Store.Recovery and the
 //     streamwal_local_recovery_dropped_bytes_total metric). Appends continue
 //     at X.
+//   - When the last valid frame before X has flag "more", the last segment
+//     ends inside a batch: its write was torn, so it was never acknowledged
+//     (the journal writes a batch at once and syncs it whole). The cut goes
+//     back to the batch's first frame B instead of X, after the same check
+//     from B (a frame past B claiming B synced is corruption), and none of
+//     the batch's frames is replayed: the log keeps the batch whole or
+//     drops it whole, whatever the policy. A batch that ends X in a segment
+//     but the last, and a flagged frame followed by anything but the next
+//     message of its batch (same channel, next seq), are corruption.
 //   - A last segment N whose start frame is missing or invalid is a crash
 //     during a segment switch, not corruption. If segment N-1 ends with a
 //     valid seal naming N (the crash came between steps 3 and 4), recovery

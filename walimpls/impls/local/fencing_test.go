@@ -160,7 +160,8 @@ func TestFencingIsDecidedAtFraming(t *testing.T) {
 	before := s.j.framedLastSeq(w1.ch)
 
 	for _, r := range []request{
-		{kind: reqAppend, ch: w1.ch, term: 1, gen: w1.gen, body: encodeMessage(msg(t, "stale"))},
+		{kind: reqAppend, ch: w1.ch, term: 1, gen: w1.gen, bodies: [][]byte{encodeMessage(msg(t, "stale"))}},
+		{kind: reqAppend, ch: w1.ch, term: 1, gen: w1.gen, bodies: [][]byte{encodeMessage(msg(t, "stale-1")), encodeMessage(msg(t, "stale-2"))}},
 		{kind: reqTruncate, ch: w1.ch, term: 1, gen: w1.gen, keep: 2, lastRemoved: 1},
 	} {
 		_, err := s.j.submit(ctx, r)

@@ -28,6 +28,14 @@ const (
 	typeSeal         frameType = 5
 )
 
+// Frame flags, header byte 29.
+const (
+	// flagMore marks a message frame that the next frame of its batch
+	// follows: a batch is a run of message frames of one channel, every
+	// one of them but the last with flagMore (doc.go, Batches).
+	flagMore uint8 = 1
+)
+
 // sealSize is the size of a seal frame; sealReserve is the room the framer
 // keeps at the end of every segment for the seal and the end marker after
 // it.
@@ -46,6 +54,7 @@ type frameHeader struct {
 	synced uint32
 	chanID uint32
 	typ    frameType
+	flags  uint8
 }
 
 // frameSize is the bytes a frame with a body of n bytes takes, padding
@@ -64,7 +73,7 @@ func appendFrame(buf []byte, h frameHeader, body []byte) []byte {
 	binary.LittleEndian.PutUint32(f[16:], h.seg)
 	binary.LittleEndian.PutUint32(f[20:], h.synced)
 	binary.LittleEndian.PutUint32(f[24:], h.chanID)
-	f[28], f[29], f[30], f[31] = byte(h.typ), 0, 0, 0
+	f[28], f[29], f[30], f[31] = byte(h.typ), h.flags, 0, 0
 	copy(f[headerSize:], body)
 	clear(f[headerSize+len(body):])
 	binary.LittleEndian.PutUint32(f[0:], crc32.Checksum(f[4:headerSize+len(body)], castagnoli))
@@ -81,7 +90,8 @@ const (
 	frameZero
 	// frameShort: the header or body runs past the end of the bytes given.
 	frameShort
-	// frameBad: bad CRC, unknown type or non-zero reserved bytes.
+	// frameBad: bad CRC, unknown type, unknown flags or non-zero reserved
+	// bytes.
 	frameBad
 	// frameStale: a valid frame written to another segment.
 	frameStale
@@ -123,8 +133,9 @@ func decodeFrame(b []byte, seg uint32) (frameHeader, []byte, int, frameStatus) {
 		synced: binary.LittleEndian.Uint32(b[20:]),
 		chanID: binary.LittleEndian.Uint32(b[24:]),
 		typ:    frameType(b[28]),
+		flags:  b[29],
 	}
-	if h.typ < typeSegmentStart || h.typ > typeSeal || b[29]|b[30]|b[31] != 0 {
+	if !validTypeAndFlags(b[28], b[29]) || b[30]|b[31] != 0 {
 		return frameHeader{}, nil, 0, frameBad
 	}
 	if uint64(h.length) > uint64(len(b)-headerSize) {
@@ -139,6 +150,15 @@ func decodeFrame(b []byte, seg uint32) (frameHeader, []byte, int, frameStatus) {
 	}
 	size := min(frameSize(int(h.length)), len(b))
 	return h, b[headerSize:end], size, frameOK
+}
+
+// validTypeAndFlags reports whether typ is a frame type and flags are flags
+// that type may carry (only message frames belong to batches).
+func validTypeAndFlags(typ, flags byte) bool {
+	if typ < byte(typeSegmentStart) || typ > byte(typeSeal) {
+		return false
+	}
+	return flags == 0 || flags == flagMore && typ == byte(typeMessage)
 }
 
 func allZero(b []byte) bool {

@@ -25,8 +25,10 @@ type request struct {
 	term int64 // the writer's term; for reqTerm the term to store
 	// gen is the writer's claim on the channel (reqAppend, reqTruncate):
 	// the record is refused unless it is still the channel's latest.
-	gen  uint64
-	body []byte // reqAppend: the encoded message
+	gen uint64
+	// bodies (reqAppend) are the encoded messages of one batch, in order:
+	// they are framed together, contiguous, and acknowledged together.
+	bodies [][]byte
 	// reqTruncate: the first seq to keep and the last one removed.
 	keep, lastRemoved uint64
 }
@@ -43,13 +45,15 @@ type waiter struct {
 type rec struct {
 	kind  reqKind
 	ch    *channel
-	entry entry  // reqAppend: where the message is
+	entry entry  // reqAppend: where the message is (one rec per message)
 	term  int64  // reqTerm: the term stored
 	gen   uint64 // reqTerm: the claim taken
 	// reqTruncate: the truncation point stored.
 	keep, lastRemoved uint64
-	wrote             bool    // a term or truncate frame was written
-	w                 *waiter // nil when nobody waits (SyncNone appends)
+	wrote             bool // a term or truncate frame was written
+	// w is nil when nobody waits (SyncNone appends); a batch's waiter is
+	// on its last message's rec only.
+	w *waiter
 }
 
 // piece is a run of framed bytes of one segment, contiguous from off.
@@ -207,13 +211,20 @@ func newJournal(s *Store, rs recovered) *journal {
 // a failed or closing journal and a context that ends before the record is
 // framed are returned at once, marked walimpls.MarkNotStored: nothing was
 // framed. A request abandoned by its context after it was framed is still
-// carried out, and its error is not marked.
+// carried out, and its error is not marked. A reqAppend's seq is the first
+// of its batch; the batch's other messages have the seqs that follow.
 func (j *journal) submit(ctx context.Context, r request) (uint64, error) {
 	var w *waiter
 	if r.kind != reqAppend || j.s.cfg.Sync != SyncNone {
 		w = &waiter{done: make(chan struct{})}
 	}
-	size := frameSize(len(r.body))
+	size := frameSize(0)
+	if r.kind == reqAppend {
+		size = 0
+		for _, body := range r.bodies {
+			size += frameSize(len(body))
+		}
+	}
 	j.mu.Lock()
 	if err := j.admit(ctx, size); err != nil {
 		j.mu.Unlock()
@@ -244,9 +255,9 @@ func (j *journal) submit(ctx context.Context, r request) (uint64, error) {
 
 // admit checks that the journal takes records, and waits until the pending
 // batch has room for size more bytes: a round writes at most MaxBatchBytes
-// (a larger record alone), and a submitter that does not wait for its
-// round cannot run ahead of the disk by more than that. Called with mu
-// held, which it releases while it waits.
+// (a larger record, or batch of messages, alone), and a submitter that does
+// not wait for its round cannot run ahead of the disk by more than that.
+// Called with mu held, which it releases while it waits.
 func (j *journal) admit(ctx context.Context, size int) error {
 	for {
 		if j.err != nil {
@@ -385,15 +396,7 @@ func (j *journal) frame(r request, w *waiter) (uint64, error) {
 	b := j.pend
 	switch r.kind {
 	case reqAppend:
-		e := j.put(typeMessage, ch.w.id, r.body)
-		if e.size == 0 {
-			// Only a message whose encoding (many tiny properties) is far
-			// above its Size gets here.
-			return 0, &walimpls.TooLargeError{Size: len(r.body), Limit: j.s.cfg.MaxMessageBytes}
-		}
-		ch.w.lastSeq = e.seq
-		b.recs = append(b.recs, rec{kind: reqAppend, ch: ch, entry: e, w: w})
-		return e.seq, nil
+		return j.frameBatch(ch, r.bodies, w)
 	case reqTerm:
 		// The claim: every earlier writer's next record is refused.
 		ch.w.gen++
@@ -433,33 +436,82 @@ func (j *journal) frame(r request, w *waiter) (uint64, error) {
 	return 0, nil
 }
 
+// frameBatch frames the messages of one batch, in order and contiguous in
+// one segment: every frame but the last carries flagMore, so that recovery
+// keeps the batch whole or drops it whole (doc.go, Batches). A batch that
+// does not fit in the rest of this segment starts the next one; a batch
+// that fits in no segment is refused, with nothing framed. The waiter goes
+// with the last message: the round acknowledges the batch once. It returns
+// the first message's seq. Called with mu held, after the fencing check.
+func (j *journal) frameBatch(ch *channel, bodies [][]byte, w *waiter) (uint64, error) {
+	if len(bodies) == 0 {
+		return 0, errors.AssertionFailedf("local: an empty batch reached the journal")
+	}
+	size := int64(0)
+	for _, body := range bodies {
+		size += int64(frameSize(len(body)))
+	}
+	if room, ok := j.fit(size); !ok {
+		// One message always fits (Config.Validate), unless its encoding
+		// (many tiny properties) is far above its Size.
+		return 0, errors.Wrapf(&walimpls.TooLargeError{Size: int(size), Limit: int(room)},
+			"a batch of %d messages does not fit in one segment (segmentBytes %d, less its start frame and seal)",
+			len(bodies), j.s.cfg.SegmentBytes)
+	}
+	first := j.nextSeq
+	b := j.pend
+	for i, body := range bodies {
+		r := rec{kind: reqAppend, ch: ch}
+		flags := flagMore
+		if i == len(bodies)-1 {
+			flags, r.w = 0, w
+		}
+		r.entry = j.putFrame(typeMessage, ch.w.id, body, flags)
+		b.recs = append(b.recs, r)
+	}
+	ch.w.lastSeq = j.nextSeq - 1
+	return first, nil
+}
+
 // putMeta frames a term or truncate record. Such a record not fitting in an
 // empty segment (a start frame listing a vast number of channels) fails the
 // journal: the channels' journal view already moved ahead of the log.
 // Called with mu held.
 func (j *journal) putMeta(typ frameType, chanID uint32, body []byte) error {
-	if e := j.put(typ, chanID, body); e.size == 0 {
+	if _, ok := j.fit(int64(frameSize(len(body)))); !ok {
 		return j.failLocked(errors.Newf("local: a %d-byte record does not fit in a %d-byte segment after its start frame", len(body), j.s.cfg.SegmentBytes))
 	}
+	j.putFrame(typ, chanID, body, 0)
 	return nil
 }
 
-// put frames one record into the pending batch, starting the next segment
-// when it does not fit in this one: every segment keeps sealReserve bytes
-// for the seal frame that will end it and its end marker. A zero entry size
-// means the record does not fit even in an empty segment. Called with mu
-// held.
-func (j *journal) put(typ frameType, chanID uint32, body []byte) entry {
-	size := int64(frameSize(len(body)))
-	if j.fseg == 0 || j.foff+size+sealReserve > j.flimit {
-		if j.fseg != 0 && j.fresh {
-			return entry{}
-		}
-		j.startSegment()
-		if j.foff+size+sealReserve > j.flimit {
-			return entry{}
-		}
+// fit makes room for size bytes of frames in the segment being framed,
+// starting the next segment when they do not fit in this one: every
+// segment keeps sealReserve bytes for the seal frame that will end it and
+// its end marker. When they would not fit even in an empty segment it
+// frames nothing and returns false, with the room such a segment has for
+// frames. Called with mu held.
+func (j *journal) fit(size int64) (room int64, ok bool) {
+	if j.fseg != 0 && j.foff+size+sealReserve <= j.flimit {
+		return 0, true
 	}
+	if j.fseg != 0 && j.fresh {
+		// Nothing but its start frame: the next segment has no more room.
+		return j.flimit - j.foff - sealReserve, false
+	}
+	st, stSize := j.nextStart()
+	room = j.s.cfg.SegmentBytes - int64(stSize) - sealReserve
+	if size > room {
+		return room, false
+	}
+	j.startSegment(st, stSize)
+	return 0, true
+}
+
+// putFrame frames one record into the pending batch, in the segment being
+// framed, which fit made room in. Called with mu held.
+func (j *journal) putFrame(typ frameType, chanID uint32, body []byte, flags uint8) entry {
+	size := int64(frameSize(len(body)))
 	b := j.pend
 	var p *piece
 	if n := len(b.pieces); n > 0 && b.pieces[n-1].seg == j.fseg {
@@ -476,6 +528,7 @@ func (j *journal) put(typ frameType, chanID uint32, body []byte) entry {
 		synced: uint32(j.fsynced),
 		chanID: chanID,
 		typ:    typ,
+		flags:  flags,
 	}, body)
 	j.foff += size
 	j.fresh = false
@@ -483,17 +536,13 @@ func (j *journal) put(typ frameType, chanID uint32, body []byte) entry {
 	return entry{seq: seq, seg: j.fseg, off: uint32(off), size: uint32(size)}
 }
 
-// startSegment frames the start of the next segment: the seal that ends the
-// current one (in the room put kept for it), and a piece at the new
-// segment's offset 0 with room for its start frame, a snapshot of every
-// defined channel taken now. The flusher installs the file, writes the
-// seal and encodes the start frame. Called with mu held.
-func (j *journal) startSegment() {
+// nextStart returns the start frame the next segment would get now (a
+// snapshot of every defined channel) and its size with padding. The
+// recycled flag is one varint byte either way, so the frame's size is known
+// before the flusher learns which file it gets. Called with mu held.
+func (j *journal) nextStart() (*segmentStart, int) {
 	prevEnd := int64(0)
-	var seal *sealPlan
 	if j.fseg != 0 {
-		seal = &sealPlan{seg: j.fseg, off: j.foff, seq: j.nextSeq}
-		j.nextSeq++
 		prevEnd = j.foff + sealSize
 	}
 	snaps := make([]chanSnapshot, len(j.defined))
@@ -504,9 +553,20 @@ func (j *journal) startSegment() {
 		}
 	}
 	st := &segmentStart{prevEnd: uint64(prevEnd), segmentBytes: j.s.cfg.SegmentBytes, nextChanID: j.nextChan, chans: snaps}
-	// The recycled flag is one varint byte either way, so the frame's size
-	// is known before the flusher learns which file it gets.
-	size := frameSize(len(encodeSegmentStart(*st)))
+	return st, frameSize(len(encodeSegmentStart(*st)))
+}
+
+// startSegment frames the start of the next segment: the seal that ends the
+// current one (in the room fit kept for it), and a piece at the new
+// segment's offset 0 with room for st, the start frame nextStart just
+// returned, of size bytes. The flusher installs the file, writes the seal
+// and encodes the start frame. Called with mu held.
+func (j *journal) startSegment(st *segmentStart, size int) {
+	var seal *sealPlan
+	if j.fseg != 0 {
+		seal = &sealPlan{seg: j.fseg, off: j.foff, seq: j.nextSeq}
+		j.nextSeq++
+	}
 	j.fseg++
 	p := j.pend.newPiece(j.fseg, 0)
 	p.start, p.startSeq, p.startLen, p.seal = st, j.nextSeq, size, seal

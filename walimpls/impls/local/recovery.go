@@ -22,6 +22,21 @@ type segScan struct {
 	// sealNext is the segment the seal frame that ends the frames names, 0
 	// when they end without one.
 	sealNext uint64
+	// batchAt is the offset of the first frame of a batch that the frames
+	// end inside of (its last frame carries flagMore), -1 when they end
+	// after a whole batch; batchFrames counts its frames. Such frames are
+	// not replayed: recovery keeps a batch whole or drops it whole.
+	batchAt     int
+	batchFrames int
+}
+
+// end is where the log of the segment ends: before a batch cut short, or
+// where its frames end.
+func (sc *segScan) end() int {
+	if sc.batchAt >= 0 {
+		return sc.batchAt
+	}
+	return sc.off
 }
 
 // atMarker reports whether the frames end where the journal left its end
@@ -166,7 +181,7 @@ func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) 
 	if n, err := f.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && int64(n) == size) {
 		return nil, errors.Wrapf(err, "local: read segment %d", num)
 	}
-	sc := &segScan{seg: &segment{num: num, f: f, chans: map[*channel]uint64{}}, buf: b}
+	sc := &segScan{seg: &segment{num: num, f: f, chans: map[*channel]uint64{}}, buf: b, batchAt: -1}
 
 	// The start frame: without it the segment is a torn switch (last)
 	// or corruption (any other).
@@ -200,6 +215,14 @@ func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) 
 	r.lastSeq = h.seq
 	r.report.Records++
 	off := sz
+	// The frames of a batch are replayed once its last frame is read.
+	type batchFrame struct {
+		h         frameHeader
+		body      []byte
+		off, size int
+	}
+	var batch []batchFrame
+	seen := r.lastSeq
 	for {
 		h, body, sz, st = decodeFrame(b[off:], uint32(num))
 		if st != frameOK {
@@ -208,8 +231,30 @@ func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) 
 		if sc.sealNext != 0 {
 			return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: a frame after the seal", num, off)
 		}
-		if h.seq <= r.lastSeq {
-			return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: seq %d after %d", num, off, h.seq, r.lastSeq)
+		if h.seq <= seen {
+			return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: seq %d after %d", num, off, h.seq, seen)
+		}
+		seen = h.seq
+		if len(batch) > 0 && (h.typ != typeMessage || h.chanID != batch[0].h.chanID || h.seq != batch[len(batch)-1].h.seq+1) {
+			// A batch is framed at once, in one piece of one segment.
+			return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: a frame of type %d, channel %d, seq %d inside a batch of channel %d",
+				num, off, h.typ, h.chanID, h.seq, batch[0].h.chanID)
+		}
+		if h.flags&flagMore != 0 || len(batch) > 0 {
+			batch = append(batch, batchFrame{h: h, body: body, off: off, size: sz})
+			off += sz
+			if h.flags&flagMore != 0 {
+				continue
+			}
+			for _, f := range batch {
+				if err := s.apply(sc.seg, r.byID, r.rs, f.h, f.body, uint32(f.off), uint32(f.size)); err != nil {
+					return nil, errors.Wrapf(err, "local: segment %d offset %d", num, f.off)
+				}
+			}
+			r.lastSeq = h.seq
+			r.report.Records += len(batch)
+			batch = batch[:0]
+			continue
 		}
 		if h.typ == typeSeal {
 			next, err := decodeSeal(body)
@@ -225,6 +270,9 @@ func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) 
 		off += sz
 	}
 	sc.off, sc.st = off, st
+	if len(batch) > 0 {
+		sc.batchAt, sc.batchFrames = batch[0].off, len(batch)
+	}
 	return sc, nil
 }
 
@@ -232,6 +280,11 @@ func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) 
 // start frame of the segment after it, and lists it.
 func (r *replayer) endMiddle(prev, next *segScan) error {
 	num := prev.seg.num
+	if prev.batchAt >= 0 {
+		// Batches never straddle segments, and the journal synced this
+		// segment whole before moving on.
+		return errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: a batch cut short by %s in the middle of the log", num, prev.batchAt, prev.st)
+	}
 	if next.start.prevEnd != uint64(prev.off) {
 		return errors.Wrapf(ErrCorrupt, "local: segment %d ends at %d, but segment %d says it ended at %d", num, prev.off, next.seg.num, next.start.prevEnd)
 	}
@@ -255,7 +308,7 @@ func (r *replayer) endLast(sc *segScan) error {
 		return errors.Wrapf(ErrCorrupt, "local: segment %d ends with a seal naming segment %d, but %s is missing: the newest segment file was deleted",
 			num, sc.sealNext, s.path(segmentName(sc.sealNext)))
 	}
-	clean := sc.atMarker()
+	clean := sc.atMarker() && sc.batchAt < 0
 	if clean {
 		valid, _, _ := scanPast(sc.buf, sc.off, uint32(num))
 		// In a zero-filled file everything past the marker is zero; in
@@ -264,7 +317,7 @@ func (r *replayer) endLast(sc *segScan) error {
 		clean = valid == 0 && (sc.start.recycled || allZero(sc.buf[sc.off:]))
 	}
 	if !clean {
-		if err := s.cutTail(sc.seg, sc.buf, sc.off, sc.st, sc.start.recycled, &r.report, false); err != nil {
+		if err := s.cutTail(sc.seg, sc.buf, sc.end(), sc.off, sc.st, sc.start.recycled, &r.report, false); err != nil {
 			return err
 		}
 	}
@@ -274,7 +327,7 @@ func (r *replayer) endLast(sc *segScan) error {
 	if err := sc.seg.f.Sync(); err != nil {
 		return errors.Wrapf(err, "local: sync segment %d", num)
 	}
-	r.activate(sc.seg, int64(sc.off), sc.limit(s.cfg), sc.start.segmentBytes)
+	r.activate(sc.seg, int64(sc.end()), sc.limit(s.cfg), sc.start.segmentBytes)
 	return nil
 }
 
@@ -296,7 +349,7 @@ func (r *replayer) tornSwitch(prev, cur *segScan) error {
 	s := r.s
 	// The file may be recycled: only frames of this segment count.
 	if prev == nil || prev.sealNext != cur.seg.num {
-		if err := s.cutTail(cur.seg, cur.buf, 0, cur.startSt, true, &r.report, true); err != nil {
+		if err := s.cutTail(cur.seg, cur.buf, 0, 0, cur.startSt, true, &r.report, true); err != nil {
 			return err
 		}
 		s.log.Info("recovery removed a segment whose switch did not complete", "segment", cur.seg.num)
@@ -310,7 +363,7 @@ func (r *replayer) tornSwitch(prev, cur *segScan) error {
 	// Nothing may follow the seal but its end marker: cut whatever a torn
 	// write left after it, so that prev ends like any middle segment.
 	if !prev.atMarker() {
-		if err := s.cutTail(prev.seg, prev.buf, prev.off, prev.st, prev.start.recycled, &r.report, false); err != nil {
+		if err := s.cutTail(prev.seg, prev.buf, prev.off, prev.off, prev.st, prev.start.recycled, &r.report, false); err != nil {
 			return err
 		}
 	}
@@ -322,7 +375,7 @@ func (r *replayer) tornSwitch(prev, cur *segScan) error {
 	// left after the new start frame to be taken for the continuation of
 	// the log after a later crash. The file may be recycled.
 	num := cur.seg.num
-	if err := s.cutTail(cur.seg, cur.buf, 0, cur.startSt, true, &r.report, false); err != nil {
+	if err := s.cutTail(cur.seg, cur.buf, 0, 0, cur.startSt, true, &r.report, false); err != nil {
 		return err
 	}
 	snaps := make([]chanSnapshot, len(r.rs.defined))
@@ -429,15 +482,22 @@ func (s *Store) apply(seg *segment, byID map[uint32]*channel, rs *recovered, h f
 	return nil
 }
 
-// cutTail cuts the last segment at off after checking that the damage
-// there is a torn write and not corruption of synced bytes: no valid frame
-// of this segment further on may claim that off had been synced. whole
-// removes the segment file (its start frame is what was torn). In a
-// recycled file the older segment's frames are not counted as dropped.
-func (s *Store) cutTail(seg *segment, buf []byte, off int, st frameStatus, recycled bool, report *RecoveryReport, whole bool) error {
-	valid, synced, firstStale := scanPast(buf, off, uint32(seg.num))
+// cutTail cuts the last segment at cut after checking that the damage is
+// a torn write and not corruption of synced bytes: no valid frame of this
+// segment further on may claim that cut had been synced. off is where the
+// segment's frames end and st what is there; cut is off, or the start of
+// the batch the frames end inside of (never acknowledged: the journal
+// writes a batch at once and syncs it whole). whole removes the segment
+// file (its start frame is what was torn). In a recycled file the older
+// segment's frames are not counted as dropped.
+func (s *Store) cutTail(seg *segment, buf []byte, cut, off int, st frameStatus, recycled bool, report *RecoveryReport, whole bool) error {
+	reason := st.String()
+	if cut < off {
+		reason = "batch cut short by " + reason
+	}
+	valid, synced, firstStale := scanPast(buf, cut, uint32(seg.num))
 	if synced {
-		return errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: %s before frames written after it was synced", seg.num, off, st)
+		return errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: %s before frames written after it was synced", seg.num, cut, reason)
 	}
 	limit := len(buf)
 	switch {
@@ -447,13 +507,18 @@ func (s *Store) cutTail(seg *segment, buf []byte, off int, st frameStatus, recyc
 		limit = firstStale
 	}
 	end := limit
-	for end > off && buf[end-1] == 0 {
+	for end > cut && buf[end-1] == 0 {
 		end--
 	}
-	dropped := int64(end - off)
+	dropped := int64(end - cut)
+	// scanPast counted the valid frames after cut (the rest of a batch cut
+	// short among them); add the one at cut, and the torn one at off.
 	frames := valid
-	if dropped > 0 && !allZero(buf[off:min(off+headerSize, end)]) {
-		frames++ // the torn frame itself
+	if dropped > 0 && !allZero(buf[cut:min(cut+headerSize, end)]) {
+		frames++
+	}
+	if cut < off && off < end && (st == frameBad || st == frameShort) {
+		frames++
 	}
 	if whole {
 		_ = seg.f.Close()
@@ -467,8 +532,8 @@ func (s *Store) cutTail(seg *segment, buf []byte, off int, st frameStatus, recyc
 		// Cut the file rather than overwrite in place: a valid frame left
 		// beyond the cut could otherwise be read as part of the log after
 		// the next crash.
-		if err := seg.f.Truncate(int64(off)); err != nil {
-			return errors.Wrapf(err, "local: truncate segment %d at %d", seg.num, off)
+		if err := seg.f.Truncate(int64(cut)); err != nil {
+			return errors.Wrapf(err, "local: truncate segment %d at %d", seg.num, cut)
 		}
 		if err := seg.f.Sync(); err != nil {
 			return errors.Wrapf(err, "local: sync segment %d", seg.num)
@@ -477,10 +542,10 @@ func (s *Store) cutTail(seg *segment, buf []byte, off int, st frameStatus, recyc
 	if dropped > 0 {
 		report.DroppedBytes += dropped
 		report.DroppedFrames += frames
-		report.Segment, report.Offset, report.Reason = seg.num, int64(off), st.String()
+		report.Segment, report.Offset, report.Reason = seg.num, int64(cut), reason
 		s.m.droppedBytes.Add(float64(dropped))
 		s.m.droppedFrames.Add(float64(frames))
-		s.log.Warn("recovery cut a torn tail", "segment", seg.num, "offset", off, "found", st.String(),
+		s.log.Warn("recovery cut a torn tail", "segment", seg.num, "offset", cut, "found", reason,
 			"dropped_bytes", dropped, "dropped_frames", frames, "whole_segment", whole)
 	}
 	return nil
@@ -495,7 +560,7 @@ func scanPast(buf []byte, off int, seg uint32) (valid int, synced bool, firstSta
 	for p := off + frameAlign; p+headerSize <= len(buf); p += frameAlign {
 		// Cheap filters before the CRC: the type and reserved bytes, and a
 		// segment number that is this one or an older one.
-		if buf[p+28] < byte(typeSegmentStart) || buf[p+28] > byte(typeSeal) || buf[p+29]|buf[p+30]|buf[p+31] != 0 {
+		if !validTypeAndFlags(buf[p+28], buf[p+29]) || buf[p+30]|buf[p+31] != 0 {
 			continue
 		}
 		fseg := binary.LittleEndian.Uint32(buf[p+16:])

@@ -199,6 +199,7 @@ func (s *Store) Capabilities() walimpls.Capabilities {
 		Fencing:         true,
 		Durable:         s.cfg.Sync == SyncAlways,
 		MaxMessageBytes: s.cfg.MaxMessageBytes,
+		AtomicBatch:     true,
 	}
 }
 

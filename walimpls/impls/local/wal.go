@@ -93,29 +93,72 @@ func (w *wal) writable(ctx context.Context, op string) error {
 	return w.fencedErr()
 }
 
-// Append implements walimpls.WALImpl: with SyncNone it returns once the
-// record is framed into the journal's write buffer; with SyncInterval once it
-// is written; with SyncAlways once it is written and synced. Errors decided
-// before the record was framed are marked walimpls.MarkNotStored (submit
-// marks its own); an error after that (a context that ends while the round
-// is under way, a failed write or sync) leaves the outcome unknown.
+// Append implements walimpls.WALImpl: it is AppendBatch of one message.
 func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
+	seq, err := w.appendBatch(ctx, []message.Message{m})
+	if err != nil {
+		return message.ID{}, err
+	}
+	return message.NewSeqID(Name, int64(seq)), nil
+}
+
+// AppendBatch implements walimpls.WALImpl: the messages are framed into the
+// journal together, in slice order and contiguous in one segment, and
+// recovery keeps them whole or drops them whole (doc.go, Batches). Their
+// IDs are consecutive. With SyncNone it returns once the batch is framed
+// into the journal's write buffer; with SyncInterval once it is written;
+// with SyncAlways once it is written and synced. Errors decided before the
+// batch was framed (a message above MaxMessageBytes, a batch that fits in
+// no segment, a closed, read-only or fenced WAL, a context already done)
+// store nothing and are marked walimpls.MarkNotStored (submit marks its
+// own); an error after that (a context that ends while the round is under
+// way, a failed write or sync) leaves the outcome of the whole batch
+// unknown. An empty batch stores nothing.
+func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
+	seq, err := w.appendBatch(ctx, msgs)
+	if err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	ids := make([]message.ID, len(msgs))
+	for i := range ids {
+		ids[i] = message.NewSeqID(Name, int64(seq)+int64(i))
+	}
+	return ids, nil
+}
+
+// appendBatch appends msgs as one batch and returns the seq of the first;
+// the others have the seqs that follow.
+func (w *wal) appendBatch(ctx context.Context, msgs []message.Message) (uint64, error) {
 	if err := w.writable(ctx, "append"); err != nil {
-		return message.ID{}, walimpls.MarkNotStored(err)
+		return 0, walimpls.MarkNotStored(err)
 	}
-	if size := m.Size(); size > w.s.cfg.MaxMessageBytes {
-		return message.ID{}, &walimpls.TooLargeError{Size: size, Limit: w.s.cfg.MaxMessageBytes}
+	limit := w.s.cfg.MaxMessageBytes
+	for i, m := range msgs {
+		if size := m.Size(); size > limit {
+			err := error(&walimpls.TooLargeError{Size: size, Limit: limit})
+			if len(msgs) > 1 {
+				err = errors.Wrapf(err, "message %d of a batch of %d", i, len(msgs))
+			}
+			return 0, errors.Wrapf(err, "local: append to %s", w.info)
+		}
 	}
-	seq, err := w.s.j.submit(ctx, request{kind: reqAppend, ch: w.ch, term: w.info.Term, gen: w.gen, body: encodeMessage(m)})
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	bodies := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		bodies[i] = encodeMessage(m)
+	}
+	seq, err := w.s.j.submit(ctx, request{kind: reqAppend, ch: w.ch, term: w.info.Term, gen: w.gen, bodies: bodies})
 	if err != nil {
 		var fe *walimpls.FencedError
 		if errors.As(err, &fe) {
 			w.fence(fe.CurrentTerm)
-			return message.ID{}, err
+			return 0, err
 		}
-		return message.ID{}, errors.Wrapf(err, "local: append to %s", w.info)
+		return 0, errors.Wrapf(err, "local: append to %s", w.info)
 	}
-	return message.NewSeqID(Name, int64(seq)), nil
+	return seq, nil
 }
 
 // Truncate implements walimpls.WALImpl. The truncation point is synced
