@@ -23,11 +23,35 @@
 //
 // # Appends
 //
+// Append is AppendBatch of one message: one path for both. Every message of
+// a batch is checked against the size limit (see Sizes) before anything is
+// produced; one above it refuses the whole batch.
+//
 // With transactions (the default), every ReadWrite WAL owns one transactional
 // producer whose transactional.id is TransactionalIDPrefix + channel name.
-// One goroutine takes every append queued while the previous transaction
-// was in flight (up to MaxBatchRecords / MaxBatchBytes) and writes them as
-// one transaction: BeginTransaction, one produce request, EndTransaction.
+// An Append or an AppendBatch is one request to the writer goroutine, which
+// is never split. The writer takes the requests queued while the previous
+// transaction was in flight, whole and in order, while their records stay
+// within MaxBatchRecords and MaxBatchBytes (a request that would exceed them
+// waits for the next transaction), and writes them as one transaction:
+// BeginTransaction, the records of each request in slice order,
+// EndTransaction. They all commit or none does, and every request in the
+// transaction gets the same answer. A batch is therefore stored whole or not
+// at all (Capabilities.AtomicBatch), also when the writer dies mid-batch:
+// its open transaction is aborted by the next owner's producer
+// initialisation or by TransactionTimeout, and read_committed readers never
+// see a part of it.
+//
+// A batch larger than MaxBatchRecords or MaxBatchBytes is not refused: it
+// gets a transaction of its own. Kafka bounds neither the records nor the
+// bytes of a transaction; the client splits it into record batches of at
+// most the broker's limit and as many produce requests as needed. What
+// bounds it is time: the transaction must be written and committed within
+// TransactionTimeout (the broker aborts a transaction open longer, and the
+// batch fails whole) and each record acknowledged within DeliveryTimeout.
+// A batch the broker cannot take in a fraction of TransactionTimeout should
+// be split by the caller.
+//
 // A transaction costs two round trips more than a plain produce
 // (AddPartitionsToTxn, and EndTxn, which writes the markers), so one
 // sequential appender pays about three round trips per append, while
@@ -49,6 +73,15 @@
 // With DisableTransactions, appends go straight to an idempotent producer,
 // which batches concurrent appends itself. It cannot be fenced, and the
 // backend declares Capabilities.Fencing false (see "Without transactions").
+// A batch is produced in slice order, and the producer keeps the order of a
+// partition's records, so its IDs increase in slice order (a concurrent
+// append may land between them). It is not atomic (Capabilities.AtomicBatch
+// false): the client answers a partition's records in order, and on a
+// failure AppendBatch returns the IDs of the records acknowledged before
+// the first failed one, a prefix known to be stored, with the error. The
+// error leaves the rest's outcome unknown: when the broker refuses a record
+// batch, the client fails every record it buffers for the partition with
+// that error, including batches already sent, which the broker may store.
 //
 // A produce retried after an ambiguous failure (a timeout after the broker
 // applied it, a dropped connection) is deduplicated by the broker through
@@ -56,25 +89,34 @@
 // outcome is unknown makes the appends fail with a retryable error: they may
 // or may not be stored, as with a cancelled Append.
 //
-// An Append refused before any of its records reached the broker fails with
-// an error marked walimpls.MarkNotStored (walimpls.NotStored reports true):
-// on a closed WAL, on a WAL that knows it is fenced, with a context done
-// before the record was handed to the producer, when the WAL closes before
-// the writer took the append, and when the writer could not even start the
-// transaction (acquiring a producer, BeginTransaction) for a batch none of
-// whose records had been produced before. Every failure after the records
-// were produced stays unmarked, even when the transaction was never
-// committed; so does a fence learnt from a produce or a commit in flight.
+// An Append or AppendBatch refused before any of its records reached the
+// broker fails with an error marked walimpls.MarkNotStored
+// (walimpls.NotStored reports true): on a closed WAL, on a WAL that knows
+// it is fenced (an empty batch included), with a context done before the
+// records were handed to the producer, when the WAL closes before the
+// writer took the request, and when the writer could not even start the
+// transaction (acquiring a producer, BeginTransaction) for a group of
+// requests none of whose records had been produced before. Every failure
+// after the records were produced stays unmarked, even when the transaction
+// was never committed; so does a fence learnt from a produce or a commit in
+// flight. An empty batch on a writable WAL stores nothing and succeeds.
 //
 // # Sizes
 //
 // The broker limits the size of a record batch (message.max.bytes, or the
 // topic's max.message.bytes). Capabilities.MaxMessageBytes declares that
 // limit minus 349 bytes: the batch header (61), the record's varints (32)
-// and an allowance for the header length varints (256). An Append whose
+// and an allowance for the header length varints (256). A message whose
 // Message.Size is above the declared limit, or whose exact framed size is
-// above the broker's limit, fails with a *walimpls.TooLargeError before
-// anything is sent; a broker MESSAGE_TOO_LARGE is mapped to the same error.
+// above the broker's limit, fails its Append, or its whole AppendBatch,
+// with a *walimpls.TooLargeError before anything is sent. A broker
+// MESSAGE_TOO_LARGE (a broker whose limit is below the one this node
+// learnt or was configured with) is mapped to the same error, naming the
+// largest refused message: with transactions it aborts the transaction, so
+// the refused requests stored nothing (the others in it fail with a
+// retryable error); without, the client fails the refused record batch's
+// neighbours with it too, and the error is marked
+// walimpls.MarkOutcomeUnknown.
 // Compression is off: WAL payloads are usually already compact, and the
 // limit is checked on the uncompressed size.
 //

@@ -153,6 +153,7 @@ func (o *Opener) Capabilities() walimpls.Capabilities {
 		Fencing:         !o.cfg.DisableTransactions,
 		Durable:         true,
 		MaxMessageBytes: o.limit - recordOverhead,
+		AtomicBatch:     !o.cfg.DisableTransactions, // one batch, one transaction
 	}
 }
 

@@ -151,30 +151,71 @@ func (w *wal) isClosed() bool {
 	return w.closed
 }
 
-// Append implements walimpls.WALImpl: the payload becomes the record value
-// and every property a record header.
-//
-// Refusals decided before the message reaches the broker (a closed or a
-// fenced WAL, a context already done) are marked with
-// walimpls.MarkNotStored.
+// Append implements walimpls.WALImpl: it is AppendBatch of one message.
 func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	if w.isClosed() {
-		return message.ID{}, walimpls.MarkNotStored(w.closedErr())
-	}
-	if w.wr == nil {
-		return message.ID{}, errors.Wrapf(walimpls.ErrReadOnly, "kafka: append to channel %q", w.ch.Name)
-	}
-	if size := m.Size(); size > w.declared || wireSize(m) > w.limit {
-		return message.ID{}, &walimpls.TooLargeError{Size: size, Limit: w.declared}
-	}
-	if err := ctx.Err(); err != nil {
-		return message.ID{}, walimpls.MarkNotStored(err)
-	}
-	off, err := w.wr.append(ctx, w.record(m), m.Size())
+	ids, err := w.AppendBatch(ctx, []message.Message{m})
 	if err != nil {
 		return message.ID{}, err
 	}
-	return message.NewSeqID(Name, off), nil
+	return ids[0], nil
+}
+
+// AppendBatch implements walimpls.WALImpl: each message becomes one record
+// of the log partition (the payload its value, every property a header),
+// produced in slice order. With transactions the batch is one transaction,
+// whole or nothing; without, the IDs of a stored prefix come back with an
+// error (see the package documentation, "Appends").
+//
+// Refusals decided before any record reaches the broker (a closed or a
+// fenced WAL, a context already done) are marked with
+// walimpls.MarkNotStored; a message above the limit refuses the whole batch
+// with a *walimpls.TooLargeError.
+func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
+	if w.isClosed() {
+		return nil, walimpls.MarkNotStored(w.closedErr())
+	}
+	if w.wr == nil {
+		return nil, errors.Wrapf(walimpls.ErrReadOnly, "kafka: append to channel %q", w.ch.Name)
+	}
+	if err := w.fencedErr(); err != nil {
+		return nil, walimpls.MarkNotStored(err)
+	}
+	sizes := make([]int, len(msgs))
+	for i, m := range msgs {
+		sizes[i] = m.Size()
+		if sizes[i] > w.declared || wireSize(m) > w.limit {
+			return nil, w.tooLarge(sizes[i], i, len(msgs))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, walimpls.MarkNotStored(err)
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	recs := make([]*kgo.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = w.record(m)
+	}
+	offs, err := w.wr.appendBatch(ctx, recs, sizes)
+	var ids []message.ID
+	if len(offs) > 0 {
+		ids = make([]message.ID, len(offs))
+		for i, off := range offs {
+			ids[i] = message.NewSeqID(Name, off)
+		}
+	}
+	return ids, err
+}
+
+// tooLarge is the error of message i of a batch of n whose size is above
+// the limit.
+func (w *wal) tooLarge(size, i, n int) error {
+	err := error(&walimpls.TooLargeError{Size: size, Limit: w.declared})
+	if n > 1 {
+		return errors.Wrapf(err, "kafka: append to channel %q: message %d of %d", w.ch.Name, i, n)
+	}
+	return errors.Wrapf(err, "kafka: append to channel %q", w.ch.Name)
 }
 
 func (w *wal) record(m message.Message) *kgo.Record {

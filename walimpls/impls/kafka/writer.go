@@ -17,22 +17,28 @@ import (
 
 // appender stores records in the log partition of a channel.
 type appender interface {
-	// append stores r and returns its offset.
-	append(ctx context.Context, r *kgo.Record, size int) (int64, error)
+	// appendBatch stores recs in slice order and returns their offsets.
+	// sizes are the Message.Size of each record, for TooLargeError. On a
+	// failure it returns the offsets of a prefix of recs known to be stored
+	// (always none with transactions) with the error.
+	appendBatch(ctx context.Context, recs []*kgo.Record, sizes []int) ([]int64, error)
 	// close stops the appender and waits for it; pending appends fail.
 	close()
 }
 
+// appendReq is one Append or AppendBatch queued for the transactional
+// writer. It is never split: all of its records go into one transaction.
 type appendReq struct {
-	ctx  context.Context
-	rec  *kgo.Record
-	size int // Message.Size, for TooLargeError
-	res  chan appendRes
+	ctx   context.Context
+	recs  []*kgo.Record
+	sizes []int // Message.Size of each record, for TooLargeError
+	bytes int   // the sum of sizes
+	res   chan appendRes
 }
 
 type appendRes struct {
-	off int64
-	err error
+	offs []int64
+	err  error
 }
 
 // txnWriter coalesces concurrent appends into transactions. One goroutine
@@ -157,31 +163,33 @@ func (tw *txnWriter) acquire(ctx context.Context, precheck bool) (*kgo.Client, e
 	return cl, nil
 }
 
-func (tw *txnWriter) append(ctx context.Context, r *kgo.Record, size int) (int64, error) {
-	if err := tw.w.fencedErr(); err != nil {
-		return 0, walimpls.MarkNotStored(err)
+// appendBatch queues recs as one request and waits for its transaction.
+// The WAL has checked the fence, the sizes and ctx.
+func (tw *txnWriter) appendBatch(ctx context.Context, recs []*kgo.Record, sizes []int) ([]int64, error) {
+	req := &appendReq{ctx: ctx, recs: recs, sizes: sizes, res: make(chan appendRes, 1)}
+	for _, n := range sizes {
+		req.bytes += n
 	}
-	req := &appendReq{ctx: ctx, rec: r, size: size, res: make(chan appendRes, 1)}
 	select {
 	case tw.reqs <- req:
 	case <-ctx.Done():
-		return 0, walimpls.MarkNotStored(ctx.Err())
+		return nil, walimpls.MarkNotStored(ctx.Err())
 	case <-tw.done:
-		return 0, walimpls.MarkNotStored(tw.w.closedErr())
+		return nil, walimpls.MarkNotStored(tw.w.closedErr())
 	}
 	select {
 	case res := <-req.res:
-		return res.off, res.err
+		return res.offs, res.err
 	case <-ctx.Done():
-		return 0, ctx.Err() // the request may be in flight
+		return nil, ctx.Err() // the request may be in flight
 	case <-tw.done:
 		select {
 		case res := <-req.res:
-			return res.off, res.err
+			return res.offs, res.err
 		default:
 			// run replies to every request it takes before it ends:
 			// this one was never taken.
-			return 0, walimpls.MarkNotStored(tw.w.closedErr())
+			return nil, walimpls.MarkNotStored(tw.w.closedErr())
 		}
 	}
 }
@@ -194,6 +202,11 @@ func (tw *txnWriter) close() {
 	<-tw.done
 }
 
+// run takes the queued requests whole and in order into transactions: a
+// transaction holds requests while their records and bytes stay within
+// MaxBatchRecords and MaxBatchBytes; a request that would exceed them is
+// held for the next one, and a request that exceeds them alone gets a
+// transaction of its own. No request is ever split.
 func (tw *txnWriter) run() {
 	defer close(tw.done)
 	defer func() {
@@ -202,33 +215,57 @@ func (tw *txnWriter) run() {
 		}
 	}()
 	maxRecords, maxBytes := tw.w.o.cfg.MaxBatchRecords, tw.w.o.cfg.MaxBatchBytes
-	var batch []*appendReq
+	var (
+		group []*appendReq
+		held  *appendReq // taken, but left for the next transaction
+	)
 	for {
-		batch = batch[:0]
-		select {
-		case <-tw.stop:
-			tw.failPending()
-			return
-		case r := <-tw.reqs:
-			batch = append(batch, r)
+		group = group[:0]
+		if held == nil {
+			select {
+			case <-tw.stop:
+				tw.failPending(nil)
+				return
+			case r := <-tw.reqs:
+				held = r
+			}
+		} else {
+			select {
+			case <-tw.stop:
+				tw.failPending(held)
+				return
+			default:
+			}
 		}
-		n := batch[0].size
+		group = append(group, held)
+		records, bytes := len(held.recs), held.bytes
+		held = nil
 	gather:
-		for len(batch) < maxRecords && n < maxBytes {
+		for records < maxRecords && bytes < maxBytes {
 			select {
 			case r := <-tw.reqs:
-				batch = append(batch, r)
-				n += r.size
+				if records+len(r.recs) > maxRecords || bytes+r.bytes > maxBytes {
+					held = r
+					break gather
+				}
+				group = append(group, r)
+				records += len(r.recs)
+				bytes += r.bytes
 			default:
 				break gather
 			}
 		}
-		tw.commit(batch)
+		tw.commit(group)
 	}
 }
 
-func (tw *txnWriter) failPending() {
+// failPending answers held and every queued request: the WAL closed before
+// any of their records was produced. Owned by run.
+func (tw *txnWriter) failPending(held *appendReq) {
 	err := walimpls.MarkNotStored(tw.w.closedErr())
+	if held != nil {
+		held.res <- appendRes{err: err}
+	}
 	for {
 		select {
 		case r := <-tw.reqs:
@@ -239,16 +276,16 @@ func (tw *txnWriter) failPending() {
 	}
 }
 
-func reply(batch []*appendReq, err error) {
-	for _, r := range batch {
+func reply(group []*appendReq, err error) {
+	for _, r := range group {
 		r.res <- appendRes{err: err}
 	}
 }
 
-// commit writes batch as one transaction. Owned by run.
-func (tw *txnWriter) commit(batch []*appendReq) {
-	live := batch[:0:0]
-	for _, r := range batch {
+// commit writes group as one transaction. Owned by run.
+func (tw *txnWriter) commit(group []*appendReq) {
+	live := group[:0:0]
+	for _, r := range group {
 		if err := r.ctx.Err(); err != nil {
 			r.res <- appendRes{err: walimpls.MarkNotStored(err)} // the caller is gone: never sent
 			continue
@@ -261,16 +298,16 @@ func (tw *txnWriter) commit(batch []*appendReq) {
 	tw.commitAttempt(live, 0)
 }
 
-// maxTxnRetries bounds how often one batch is written again after its
+// maxTxnRetries bounds how often one group is written again after its
 // transaction failed before the commit (see commitAttempt).
 const maxTxnRetries = 2
 
-// sendStage says how far a failed batch got, for how its appends are
+// sendStage says how far a failed group got, for how its appends are
 // answered.
 type sendStage int
 
 const (
-	// sentNothing: no record of the batch reached the broker, in this
+	// sentNothing: no record of the group reached the broker, in this
 	// attempt or an earlier one. Its appends certainly stored nothing.
 	sentNothing sendStage = iota
 	// sentRecords: records may have reached the broker (in this attempt or
@@ -280,7 +317,9 @@ const (
 	sentCommit
 )
 
-// commitAttempt writes live as one transaction. Owned by run.
+// commitAttempt writes the records of live, request after request and each
+// request's records in slice order, as one transaction: they all commit or
+// none does, and every request is answered alike. Owned by run.
 func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 	unsent := sentNothing
 	if attempt > 0 {
@@ -288,30 +327,43 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 	}
 	if err := tw.w.fencedErr(); err != nil {
 		tw.dropClient() // a Truncate found the fence
-		tw.fail(live, err, unsent)
+		tw.fail(live, err, unsent, nil)
 		return
 	}
 	if tw.cl == nil {
 		cl, err := tw.acquire(tw.ctx, true)
 		if err != nil {
-			tw.fail(live, err, unsent)
+			tw.fail(live, err, unsent, nil)
 			return
 		}
 		tw.cl = cl
 	}
 	if err := tw.cl.BeginTransaction(); err != nil {
 		tw.dropClient()
-		tw.fail(live, err, unsent)
+		tw.fail(live, err, unsent, nil)
 		return
 	}
-	errs := make([]error, len(live))
+	// One goroutine produces every record, in order: the client keeps the
+	// partition's records in the order they were produced.
+	n := 0
+	for _, r := range live {
+		n += len(r.recs)
+	}
+	errs := make([]error, n)
+	perReq := make([][]error, len(live))
 	var wg sync.WaitGroup
-	wg.Add(len(live))
-	for i, r := range live {
-		tw.cl.Produce(tw.ctx, r.rec, func(_ *kgo.Record, err error) {
-			errs[i] = err
-			wg.Done()
-		})
+	wg.Add(n)
+	next := 0
+	for k, r := range live {
+		perReq[k] = errs[next : next+len(r.recs)]
+		for _, rec := range r.recs {
+			i := next
+			next++
+			tw.cl.Produce(tw.ctx, rec, func(_ *kgo.Record, err error) {
+				errs[i] = err
+				wg.Done()
+			})
+		}
 	}
 	wg.Wait()
 	var first error
@@ -326,20 +378,24 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 		stage = sentCommit
 		if first = tw.commitOpenTxn(); first == nil {
 			for _, r := range live {
-				r.res <- appendRes{off: r.rec.Offset}
+				offs := make([]int64, len(r.recs))
+				for i, rec := range r.recs {
+					offs[i] = rec.Offset
+				}
+				r.res <- appendRes{offs: offs}
 			}
 			return
 		}
 	}
 	if stage == sentRecords && attempt < maxTxnRetries && producerStateLost(first) && tw.abortForRetry() {
 		// The transaction never committed and is aborted: read_committed
-		// readers never see its records, so writing the batch again on a
+		// readers never see its records, so writing the group again on a
 		// fresh producer cannot duplicate anything.
-		tw.w.log.Debug("transaction aborted after a producer-state error; writing the batch again", "err", first)
+		tw.w.log.Debug("transaction aborted after a producer-state error; writing the group again", "err", first)
 		tw.commitAttempt(live, attempt+1)
 		return
 	}
-	tw.fail(live, first, stage)
+	tw.fail(live, first, stage, perReq)
 }
 
 // commitOpenTxn commits the open transaction, whose records were all produced.
@@ -408,22 +464,27 @@ func (tw *txnWriter) abortForRetry() bool {
 	return err == nil
 }
 
-// fail answers a failed batch and drops the client. The claims decide
-// first: a writer whose claim no longer wins is fenced for good and leaves
-// the transaction alone (the winner's producer initialisation aborted it). A
-// winner aborts the transaction, so that readers are not held up until it
-// times out, and drops the client: franz-go may have re-initialised the
-// producer id while failing or aborting, and only a producer acquired after
-// a claim check may append. The next batch acquires a new one.
+// fail answers every request of a failed group and drops the client. The
+// claims decide first: a writer whose claim no longer wins is fenced for
+// good and leaves the transaction alone (the winner's producer
+// initialisation aborted it). A winner aborts the transaction, so that
+// readers are not held up until it times out, and drops the client:
+// franz-go may have re-initialised the producer id while failing or
+// aborting, and only a producer acquired after a claim check may append.
+// The next group acquires a new one.
 //
 // A fencing error for a writer whose claim still wins comes from a
 // concurrent open of a lower term that lost its claim check and gives up:
-// the batch fails with a retryable error and the writer goes on.
+// the group fails with a retryable error and the writer goes on.
 //
-// A batch of which nothing reached the broker (stage sentNothing) is
+// A group of which nothing reached the broker (stage sentNothing) is
 // answered with errors marked walimpls.MarkNotStored; every other failure
-// leaves the outcome unknown.
-func (tw *txnWriter) fail(batch []*appendReq, cause error, stage sendStage) {
+// leaves the outcome unknown, except a broker size refusal: the
+// transaction never committed, so a request with a record the client
+// failed as too large gets a TooLargeError naming the largest (see
+// largestTooLarge), and the others a retryable error. errs holds each
+// request's produce errors, nil when nothing was produced.
+func (tw *txnWriter) fail(group []*appendReq, cause error, stage sendStage, errs [][]error) {
 	w := tw.w
 	answer := func(err error) error {
 		if stage == sentNothing {
@@ -433,20 +494,20 @@ func (tw *txnWriter) fail(batch []*appendReq, cause error, stage sendStage) {
 	}
 	if tw.ctx.Err() != nil {
 		tw.dropClient()
-		reply(batch, answer(w.closedErr()))
+		reply(group, answer(w.closedErr()))
 		return
 	}
 	if errors.Is(cause, walimpls.ErrFenced) {
-		reply(batch, answer(tw.setFenced(cause)))
+		reply(group, answer(tw.setFenced(cause)))
 		return
 	}
 	if err := w.checkWinner(tw.ctx); err != nil {
 		tw.dropClient()
 		if errors.Is(err, walimpls.ErrFenced) {
-			reply(batch, answer(tw.setFenced(err)))
+			reply(group, answer(tw.setFenced(err)))
 			return
 		}
-		reply(batch, answer(errors.Wrapf(cause, "kafka: append to channel %q (claim check: %v)", w.ch.Name, err)))
+		reply(group, answer(errors.Wrapf(cause, "kafka: append to channel %q (claim check: %v)", w.ch.Name, err)))
 		return
 	}
 	if tw.cl != nil && !isFenced(cause) {
@@ -456,17 +517,21 @@ func (tw *txnWriter) fail(batch []*appendReq, cause error, stage sendStage) {
 	}
 	tw.dropClient()
 	switch {
-	case isTooLarge(cause):
-		for _, r := range batch {
-			r.res <- appendRes{err: &walimpls.TooLargeError{Size: r.size, Limit: w.declared}}
+	case isTooLarge(cause) && errs != nil:
+		for k, r := range group {
+			if i := largestTooLarge(errs[k], r.sizes); i >= 0 {
+				r.res <- appendRes{err: w.tooLarge(r.sizes[i], i, len(r.recs))}
+				continue
+			}
+			r.res <- appendRes{err: errors.Wrapf(cause, "kafka: append to channel %q: transaction aborted: another append in it was too large for the broker", w.ch.Name)}
 		}
 	case isFenced(cause):
 		w.log.Warn("producer fenced by a concurrent open that lost the term claim; re-acquiring", "err", cause)
-		reply(batch, answer(errors.Wrapf(cause, "kafka: append to channel %q: producer fenced by a lower term, re-acquired", w.ch.Name)))
+		reply(group, answer(errors.Wrapf(cause, "kafka: append to channel %q: producer fenced by a lower term, re-acquired", w.ch.Name)))
 	case stage == sentCommit:
-		reply(batch, errors.Wrapf(cause, "kafka: append to channel %q: commit outcome unknown", w.ch.Name))
+		reply(group, errors.Wrapf(cause, "kafka: append to channel %q: commit outcome unknown", w.ch.Name))
 	default:
-		reply(batch, answer(errors.Wrapf(cause, "kafka: append to channel %q", w.ch.Name)))
+		reply(group, answer(errors.Wrapf(cause, "kafka: append to channel %q", w.ch.Name)))
 	}
 }
 
@@ -511,25 +576,91 @@ func newPlainWriter(w *wal) (*plainWriter, error) {
 	return &plainWriter{w: w, cl: cl}, nil
 }
 
-func (pw *plainWriter) append(ctx context.Context, r *kgo.Record, size int) (int64, error) {
-	res := make(chan error, 1)
-	pw.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { res <- err })
-	select {
-	case err := <-res:
-		switch {
-		case err == nil:
-			return r.Offset, nil
-		case isTooLarge(err):
-			return 0, &walimpls.TooLargeError{Size: size, Limit: pw.w.declared}
-		case errors.Is(err, kgo.ErrClientClosed):
-			return 0, pw.w.closedErr()
-		case ctx.Err() != nil:
-			return 0, ctx.Err()
-		}
-		return 0, errors.Wrapf(err, "kafka: append to channel %q", pw.w.ch.Name)
-	case <-ctx.Done():
-		return 0, ctx.Err()
+// appendBatch produces recs in slice order and waits for all of them. The
+// client answers a partition's records in the order they were produced, so
+// on a failure the records acknowledged before the first failed one are a
+// prefix known to be stored; their offsets are returned with the error.
+// The error leaves the rest's outcome unknown: when a record batch fails,
+// the client fails every record it buffers for the partition with the same
+// error, including batches already on their way to the broker, which may
+// store them.
+func (pw *plainWriter) appendBatch(ctx context.Context, recs []*kgo.Record, sizes []int) ([]int64, error) {
+	type result struct {
+		i   int
+		err error
 	}
+	res := make(chan result, len(recs)) // callbacks never block, even after we return
+	for i, r := range recs {
+		pw.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { res <- result{i, err} })
+	}
+	answered := make([]bool, len(recs))
+	errs := make([]error, len(recs))
+	var waitErr error
+wait:
+	for range recs {
+		select {
+		case r := <-res:
+			answered[r.i], errs[r.i] = true, r.err
+		case <-ctx.Done():
+			waitErr = ctx.Err() // the rest may be in flight
+			break wait
+		}
+	}
+	var offs []int64
+	for i, r := range recs {
+		if !answered[i] || errs[i] != nil {
+			break
+		}
+		offs = append(offs, r.Offset)
+	}
+	p := len(offs)
+	switch {
+	case p == len(recs):
+		return offs, nil
+	case waitErr != nil || !answered[p]:
+		return offs, waitErr
+	}
+	return offs, pw.failed(ctx, errs, sizes, p)
+}
+
+// largestTooLarge returns the index of the largest record whose error is a
+// broker size refusal, -1 when there is none. The client fails every
+// record of a refused record batch, and every record buffered after it,
+// with the same error: the largest is the likeliest culprit.
+func largestTooLarge(errs []error, sizes []int) int {
+	at := -1
+	for i, err := range errs {
+		if isTooLarge(err) && (at < 0 || sizes[i] > sizes[at]) {
+			at = i
+		}
+	}
+	return at
+}
+
+// failed classifies the failure of a batch whose message p is the first
+// not acknowledged; errs holds every message's error (nil when not
+// answered).
+func (pw *plainWriter) failed(ctx context.Context, errs []error, sizes []int, p int) error {
+	w := pw.w
+	err, n := errs[p], len(errs)
+	switch {
+	case isTooLarge(err):
+		// The record batch the broker refused may hold other messages
+		// too, or be another one produced before it, and records after it
+		// may be stored: the client fails every record it buffers with
+		// the refused batch's error.
+		i := p + largestTooLarge(errs[p:], sizes[p:])
+		return walimpls.MarkOutcomeUnknown(errors.Wrapf(w.tooLarge(sizes[i], i, n),
+			"the broker refused a record batch from message %d on as too large", p))
+	case errors.Is(err, kgo.ErrClientClosed):
+		return w.closedErr()
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	if n > 1 {
+		return errors.Wrapf(err, "kafka: append to channel %q: message %d of %d", w.ch.Name, p, n)
+	}
+	return errors.Wrapf(err, "kafka: append to channel %q", w.ch.Name)
 }
 
 func (pw *plainWriter) close() { pw.cl.Close() }
