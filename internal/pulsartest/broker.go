@@ -281,6 +281,18 @@ func (st *state) lookupTopic(name string) (*topic, error) {
 	return t, nil
 }
 
+// faultTopic returns the named topic, creating it if it does not exist: a
+// fault hook may arm a topic before its first producer.
+func (st *state) faultTopic(name string) *topic {
+	nm := topicName(name)
+	t := st.topics[nm]
+	if t == nil {
+		t = newTopic(nm, st.newLedger())
+		st.topics[nm] = t
+	}
+	return t
+}
+
 // newLedger allocates a ledger id, unique within the broker.
 func (st *state) newLedger() int64 {
 	st.nextLedger++
@@ -369,13 +381,31 @@ func (b *Broker) DropAllConnections() error {
 // are dropped until it reconnects, so nothing is stored out of order.
 func (b *Broker) InjectSendError(name string, n int) error {
 	return b.do(func(st *state) error {
-		nm := topicName(name)
-		t := st.topics[nm]
-		if t == nil {
-			t = newTopic(nm, st.newLedger())
-			st.topics[nm] = t
-		}
-		t.sendErrors += n
+		st.faultTopic(name).sendErrors += n
+		return nil
+	})
+}
+
+// StallSends stores the next after SENDs on the topic as usual and then
+// stalls it: every later SEND is neither stored nor answered, as by a broker
+// whose storage stopped acknowledging writes, until ResumeSends. Nothing
+// else changes: the connection stays up and the client does not resend, so
+// its SendTimeout fails what it had pending.
+func (b *Broker) StallSends(name string, after int) error {
+	if after < 0 {
+		return errors.Newf("pulsartest: negative StallSends count %d", after)
+	}
+	return b.do(func(st *state) error {
+		st.faultTopic(name).stallAfter = after
+		return nil
+	})
+}
+
+// ResumeSends ends StallSends: later SENDs on the topic are stored again.
+// The SENDs dropped meanwhile stay lost.
+func (b *Broker) ResumeSends(name string) error {
+	return b.do(func(st *state) error {
+		st.faultTopic(name).stallAfter = -1
 		return nil
 	})
 }

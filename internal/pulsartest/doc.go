@@ -97,6 +97,11 @@
 // messages after it reconnects. With Config.Deduplication a resent message whose sequence id
 // was already persisted for that producer name is not stored again.
 //
+// Fault hooks: InjectSendError answers SEND_ERROR (the client reconnects and
+// resends), DelayReceipts holds receipts back, and StallSends makes a topic
+// stop storing and answering SENDs, so that only the client's SendTimeout
+// fails them, after a chosen number of stored SENDs.
+//
 // # Retention and trimming
 //
 // TrimTopic deletes entries below a position; ApplyRetention deletes the

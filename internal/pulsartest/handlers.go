@@ -389,6 +389,14 @@ func (b *Broker) onSend(c *conn, body msg, payload []byte) {
 		b.failSend(p, highest, errPersistence, "pulsartest: injected send error")
 		return
 	}
+	switch {
+	case t.stallAfter == 0:
+		// Stalled (StallSends): neither stored nor answered.
+		b.log.Debug("send stalled", "conn", c.id, "producer", pid, "seq", seq)
+		return
+	case t.stallAfter > 0:
+		t.stallAfter--
+	}
 	if b.cfg.Deduplication {
 		if last, ok := t.dedup[p.name]; ok && highest <= last {
 			b.receipt(p, seq, highest, b.duplicatePosition(t, p.name, seq))

@@ -324,3 +324,28 @@ func TestDeduplicationAcrossProducers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, st.Entries)
 }
+
+func TestStallSends(t *testing.T) {
+	b := pulsartest.Start(t, pulsartest.Config{})
+	c := newClient(t, b)
+	topic := newTopic(t)
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, SendTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	defer p.Close()
+	produce(t, p, "a", 2)
+	require.NoError(t, b.StallSends(topic, 1))
+	_, err = p.Send(ctxT(t), &pulsar.ProducerMessage{Payload: []byte("stored")})
+	require.NoError(t, err)
+	_, err = p.Send(ctxT(t), &pulsar.ProducerMessage{Payload: []byte("stalled")})
+	require.ErrorIs(t, err, pulsar.ErrSendTimeout)
+	require.NoError(t, b.ResumeSends(topic))
+	produce(t, p, "b", 2)
+	require.Error(t, b.StallSends(topic, -1))
+
+	r, err := c.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.EarliestMessageID()})
+	require.NoError(t, err)
+	defer r.Close()
+	got, _ := readN(t, r, 5)
+	require.Equal(t, []string{"a0", "a1", "stored", "b0", "b1"}, got)
+	require.False(t, r.HasNext())
+}

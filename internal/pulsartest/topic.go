@@ -63,6 +63,9 @@ type topic struct {
 	subs      map[string]*subscription
 	// sendErrors is the number of upcoming SENDs to fail (InjectSendError).
 	sendErrors int
+	// stallAfter is the number of SENDs still stored before the topic
+	// stalls (StallSends); -1 when it does not stall.
+	stallAfter int
 	// fencedRefusals counts PRODUCER requests refused with ProducerFenced.
 	fencedRefusals int
 	// dedup maps a producer name to the highest sequence id persisted.
@@ -76,6 +79,7 @@ func newTopic(name string, ledger int64) *topic {
 		last:           Position{ledger, -1},
 		lastBatchIndex: -1,
 		trimmed:        minPosition(),
+		stallAfter:     -1,
 		producers:      map[*producer]bool{},
 		subs:           map[string]*subscription{},
 		dedup:          map[string]uint64{},

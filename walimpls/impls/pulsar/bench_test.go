@@ -23,6 +23,9 @@ import (
 
 const benchRecord = 1 << 10
 
+// benchBatch is the size of the batches of the AppendBatch benchmarks.
+const benchBatch = 16
+
 func rawClient(b *testing.B, url string) pulsar.Client {
 	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, Logger: plog.DefaultNopLogger()})
 	require.NoError(b, err)
@@ -123,6 +126,29 @@ func BenchmarkAppend(b *testing.B) {
 			split(b, k, func(n int) {
 				for range n {
 					if _, err := w.Append(ctx, m); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			report(b, start, b.N)
+		})
+		b.Run(fmt.Sprintf("wal-batch%d/appenders=%d", benchBatch, k), func(b *testing.B) {
+			o, err := New(ctx, cfg, nil, nil)
+			require.NoError(b, err)
+			defer o.Close()
+			w, err := o.Open(ctx, walimpls.Channel{Name: fmt.Sprintf("bench-batch-%d-%d", k, b.N), Term: 1})
+			require.NoError(b, err)
+			batch := make([]message.Message, benchBatch)
+			for i := range batch {
+				batch[i] = message.Restore(payload, nil)
+			}
+			b.SetBytes(benchRecord)
+			b.ResetTimer()
+			start := time.Now()
+			split(b, k, func(n int) { // n records, in batches of benchBatch
+				for ; n > 0; n -= benchBatch {
+					if _, err := w.AppendBatch(ctx, batch[:min(n, benchBatch)]); err != nil {
 						b.Error(err)
 						return
 					}

@@ -40,10 +40,14 @@
 // # Appends
 //
 // Every ReadWrite WAL has its own pulsar.Client and one producer, so that
-// Close really drops the broker's registration. One goroutine takes the
-// queued appends (up to MaxBatchMessages at once), hands them to the
-// producer with SendAsync and answers each append from its callback with the
-// receipt's message id; a second goroutine flushes the producer's batch
+// Close really drops the broker's registration. An Append is an AppendBatch
+// of one message. One goroutine queues the batches, hands their messages to
+// the producer with SendAsync in queue order — a batch's messages one after
+// the other, in slice order, so no other append lands inside a batch — and
+// keeps at most MaxBatchMessages messages in flight (the producer's
+// MaxPendingMessages; a larger batch is handed over as receipts make
+// room). It answers a batch once the producer's callbacks reported every
+// message it handed over. A second goroutine flushes the producer's batch
 // whenever something was sent since the last flush began, so a lone append
 // does not wait for the batching delay while later appends keep flowing
 // into the next batch. Producer batching stays on: with DisableBatching a
@@ -51,12 +55,54 @@
 // pulsar-client-go v0.19.0 (grabCnx writes producerName/encryptor while
 // internalSingleSend reads them).
 //
+// The producer keeps send order on its connection and resends pending
+// entries in order after a reconnect, and the broker stores them in
+// order, so a batch's IDs increase in slice order.
+//
 // After a dropped connection or a SEND_ERROR the client reconnects and
 // resends its pending messages. A receipt lost with its connection makes the
 // client resend a message the broker stored: enable deduplication on the
 // namespace (brokerDeduplicationEnabled / set-deduplication) for exactly-once
 // appends; without it such a message can be stored twice (readers then see
 // two IDs for one append).
+//
+// # Batches are not atomic
+//
+// Capabilities.AtomicBatch is false. The client groups messages into
+// broker entries by itself, and an entry is atomic at the broker, but an
+// AppendBatch cannot be pinned to one entry: the client cuts its batch
+// container on its own timer (BatchingMaxPublishDelay), on a Flush whose
+// command its event loop takes at a moment the caller cannot observe, and
+// when the container reaches BatchingMaxMessages or BatchingMaxSize (128
+// KiB by default); a message it refuses inside SendAsync leaves the
+// messages before it in the container. Making even small batches atomic
+// would mean one entry in flight at a time (no timer, and waiting for each
+// flush's receipt before the next batch), a round trip per batch for every
+// append; and a batch above the entry size limits could still not be
+// atomic.
+//
+// Instead a batch stores a prefix of itself. Sizes are checked first: a
+// message above Capabilities.MaxMessageBytes refuses the whole batch and
+// nothing is sent. Once a message of a batch fails (the client reports it,
+// or its producer is retired), nothing more of the batch is handed over,
+// and the batch returns with the IDs of its leading messages whose receipts
+// arrived and the error of the first message that was not stored, which
+// tells the outcome of the rest:
+//
+//   - a send timeout, a producer fenced or taken away, a Close with
+//     messages in flight: unknown. Messages after the first failure may be
+//     stored (a timed-out message whose SEND the broker never got, then
+//     later ones that a reconnected producer resent, even leave a gap), but
+//     they are never reported;
+//   - the client refusing a message as too large inside SendAsync (a node
+//     whose Config.MaxMessageBytes is above the broker's): a
+//     *walimpls.TooLargeError, NotStored, which is true of that message and
+//     of the rest, none of which was handed over.
+//
+// A caller whose context ends while its batch is in flight returns the
+// context's error, of unknown outcome, with no IDs; what was not handed over
+// yet of its batch never is. A batch refused before any of its messages was
+// handed over is NotStored as a whole (see Fencing).
 //
 // # Sizes
 //
@@ -141,10 +187,10 @@
 // producer is T's: a lower-term writer's sends are either refused by epoch
 // or never reach the broker, so none is acknowledged.
 //
-// An Append refused before its message was handed to the producer (the WAL
-// closed or already fenced, its context done, no producer to be had) is
-// marked walimpls.MarkNotStored; an Append that fails after that has an
-// unknown outcome.
+// An Append or AppendBatch refused before any of its messages was handed to
+// the producer (the WAL closed or already fenced, its context done, no
+// producer to be had) is marked walimpls.MarkNotStored; one that fails after
+// that has the outcome described under Batches.
 //
 // # Reads
 //

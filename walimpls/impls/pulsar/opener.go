@@ -162,6 +162,9 @@ func (o *Opener) Capabilities() walimpls.Capabilities {
 		Fencing:         true,
 		Durable:         true,
 		MaxMessageBytes: declaredMax(o.brokerMax),
+		// The client decides where a batch's messages split into broker
+		// entries; see the package documentation.
+		AtomicBatch: false,
 	}
 }
 

@@ -133,28 +133,50 @@ func (w *wal) truncPoint() (msgID, bool) {
 	return msgID{}, false
 }
 
-// Append implements walimpls.WALImpl: the payload becomes the message
-// payload and every property a message property. Refusals decided before
-// the message was handed to the producer (a closed or fenced WAL, a done
-// context) are marked walimpls.MarkNotStored.
+// Append implements walimpls.WALImpl: a batch of one.
 func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	if w.isClosed() {
-		return message.ID{}, walimpls.MarkNotStored(w.closedErr())
-	}
-	if w.wr == nil {
-		return message.ID{}, errors.Wrapf(walimpls.ErrReadOnly, "pulsar: append to channel %q", w.ch.Name)
-	}
-	if size := m.Size(); size > w.declared {
-		return message.ID{}, &walimpls.TooLargeError{Size: size, Limit: w.declared}
-	}
-	if err := ctx.Err(); err != nil {
-		return message.ID{}, walimpls.MarkNotStored(err)
-	}
-	id, err := w.wr.append(ctx, m)
+	ids, err := w.AppendBatch(ctx, []message.Message{m})
 	if err != nil {
 		return message.ID{}, err
 	}
-	return message.NewID(id), nil
+	return ids[0], nil
+}
+
+// AppendBatch implements walimpls.WALImpl: each message becomes one Pulsar
+// message (the payload its payload, every property a message property),
+// handed to the producer in slice order after the batch's sizes were
+// checked. The batch is not atomic (see the package documentation): a
+// failure returns the ids of the leading messages whose receipts arrived.
+// Refusals decided before anything was handed to the producer (a closed or
+// fenced WAL, a done context) are marked walimpls.MarkNotStored.
+func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
+	if w.isClosed() {
+		return nil, walimpls.MarkNotStored(w.closedErr())
+	}
+	if w.wr == nil {
+		return nil, errors.Wrapf(walimpls.ErrReadOnly, "pulsar: append to channel %q", w.ch.Name)
+	}
+	for i, m := range msgs {
+		if size := m.Size(); size > w.declared {
+			return nil, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.declared},
+				"pulsar: append to channel %q: message %d of %d", w.ch.Name, i, len(msgs))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, walimpls.MarkNotStored(err)
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	ids, err := w.wr.append(ctx, msgs)
+	var out []message.ID
+	if len(ids) > 0 {
+		out = make([]message.ID, len(ids))
+		for i, id := range ids {
+			out[i] = message.NewID(id)
+		}
+	}
+	return out, err
 }
 
 // Truncate implements walimpls.WALImpl. It folds the term claims (a

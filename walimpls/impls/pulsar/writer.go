@@ -2,6 +2,7 @@ package pulsar
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,28 +28,42 @@ const (
 	fenceCheckTimeout = 10 * time.Second
 )
 
+// errBatchCut is why the messages of a batch after a failed one are not
+// handed over; the batch reports the earlier failure instead.
+var errBatchCut = errors.New("pulsar: an earlier message of the batch failed")
+
+// appendReq is one AppendBatch queued for run (an Append is a batch of
+// one).
 type appendReq struct {
-	ctx  context.Context
-	msg  *pulsar.ProducerMessage
-	size int // Message.Size, for TooLargeError
-	res  chan appendRes
+	ctx   context.Context
+	msgs  []*pulsar.ProducerMessage
+	sizes []int // Message.Size of each, for TooLargeError
+	res   chan appendRes
+	// failed is set by the callback of a message of msgs that failed,
+	// which the client may call inside SendAsync (a message it refuses
+	// at once): run hands nothing more of msgs over once it sees it.
+	failed atomic.Bool
+
+	st batch // owned by run, from the moment run takes the request
 }
 
 type appendRes struct {
-	id  msgID
+	ids []msgID // the stored prefix
 	err error
 }
 
 // writer sends a ReadWrite WAL's appends. One goroutine (run) owns the
 // producer: it alone sends, replaces and closes it (pulsar-client-go
 // v0.19.0 closes a producer's channels under a concurrent SendAsync or
-// Flush, which panics). run takes every append queued (up to
-// MaxBatchMessages at once), hands them to the producer with SendAsync and
-// answers each append when the producer's callback reports its receipt. A
-// second goroutine (flusher) flushes the producer's batch whenever run has
-// sent something since the last flush began, so that a lone append does not
-// wait for the batching delay while run goes on sending; batches that fill
-// up go out by themselves. Batching stays on in the client (see the package
+// Flush, which panics). run queues the appends and batches it is given,
+// hands their messages to the producer with SendAsync in queue order (a
+// batch's consecutively, in slice order), never more than MaxBatchMessages
+// in flight, and answers each batch when the producer's callbacks have
+// reported every message it handed over (see batch). A second goroutine
+// (flusher) flushes the producer's batch whenever run has sent something
+// since the last flush began, so that a lone append does not wait for the
+// batching delay while run goes on sending; batches that fill up go out by
+// themselves. Batching stays on in the client (see the package
 // documentation).
 type writer struct {
 	w       *wal
@@ -80,15 +95,27 @@ type writer struct {
 
 	// owned by run (set by start before run begins)
 	gen uint64 // generation of the producer, one per acquisition
-	// outstanding holds the appends handed to the producer and not
-	// answered yet. Retiring a producer answers all of them: a message
-	// still in the client's batch when the producer closes never gets a
-	// callback.
+	// window bounds the messages in flight: the producer's
+	// MaxPendingMessages, so that SendAsync never waits for room while
+	// run is the one that must read the results that make room.
+	window int
+	// queue holds the requests taken from reqs whose messages are not all
+	// handed over yet, in order; only the first may be partly handed over.
+	// unsent counts their messages still to hand over.
+	queue  []*appendReq
+	unsent int
+	// outstanding holds the requests with messages handed to the
+	// producer and not answered yet; inflight counts those messages
+	// without a result. Retiring a producer answers all of them: a
+	// message still in the client's batch when the producer closes never
+	// gets a callback.
 	outstanding map[*appendReq]struct{}
+	inflight    int
 }
 
 type sendResult struct {
 	req *appendReq
+	idx int // index of the message in req.msgs
 	gen uint64
 	id  pulsar.MessageID
 	err error
@@ -99,11 +126,13 @@ func newWriter(w *wal) *writer {
 	wr := &writer{
 		w:    w,
 		reqs: make(chan *appendReq, n),
-		// Callbacks must never block the client: run answers every
-		// reported send before it sends a group, so at most the pending
-		// sends (MaxPendingMessages = n) and one group (n) report before
-		// run reads again.
+		// Callbacks must never block the client (nor run, which closes
+		// producers, and a closing producer reports what it holds): a
+		// producer reports at most the window (n) of messages in flight,
+		// and run drains the results of a retired producer before it
+		// fills the window of the next one.
 		results:     make(chan sendResult, 3*n),
+		window:      n,
 		flushCh:     make(chan pulsar.Producer, 1),
 		kick:        make(chan struct{}, 1),
 		fencedCh:    make(chan struct{}),
@@ -324,34 +353,40 @@ func (wr *writer) fencedErr() error {
 	return nil
 }
 
-func (wr *writer) append(ctx context.Context, m message.Message) (msgID, error) {
+// append queues a batch for run and waits for its outcome: the ids of
+// the stored prefix and, unless that is all of msgs, the error.
+func (wr *writer) append(ctx context.Context, msgs []message.Message) ([]msgID, error) {
 	if err := wr.fencedErr(); err != nil {
-		return msgID{}, walimpls.MarkNotStored(err)
+		return nil, walimpls.MarkNotStored(err)
 	}
 	req := &appendReq{
-		ctx:  ctx,
-		msg:  &pulsar.ProducerMessage{Payload: m.Payload(), Properties: m.Properties().All()},
-		size: m.Size(),
-		res:  make(chan appendRes, 1),
+		ctx:   ctx,
+		msgs:  make([]*pulsar.ProducerMessage, len(msgs)),
+		sizes: make([]int, len(msgs)),
+		res:   make(chan appendRes, 1),
+	}
+	for i, m := range msgs {
+		req.msgs[i] = &pulsar.ProducerMessage{Payload: m.Payload(), Properties: m.Properties().All()}
+		req.sizes[i] = m.Size()
 	}
 	select {
 	case wr.reqs <- req:
 	case <-ctx.Done():
-		return msgID{}, walimpls.MarkNotStored(ctx.Err()) // never queued
+		return nil, walimpls.MarkNotStored(ctx.Err()) // never queued
 	case <-wr.done:
-		return msgID{}, walimpls.MarkNotStored(wr.w.closedErr())
+		return nil, walimpls.MarkNotStored(wr.w.closedErr())
 	}
 	select {
 	case res := <-req.res:
-		return res.id, res.err
+		return res.ids, res.err
 	case <-ctx.Done():
-		return msgID{}, ctx.Err()
+		return nil, ctx.Err()
 	case <-wr.done:
 		select {
 		case res := <-req.res:
-			return res.id, res.err
+			return res.ids, res.err
 		default:
-			return msgID{}, wr.w.closedErr()
+			return nil, wr.w.closedErr()
 		}
 	}
 }
@@ -395,10 +430,11 @@ func (wr *writer) flusher() {
 func (wr *writer) run() {
 	defer close(wr.done)
 	defer wr.dropProducer()
-	maxBatch := wr.w.o.cfg.MaxBatchMessages
-	batch := make([]*appendReq, 0, maxBatch)
 	for {
-		batch = batch[:0]
+		var reqs chan *appendReq
+		if wr.unsent < wr.window {
+			reqs = wr.reqs
+		}
 		select {
 		case <-wr.stop:
 			// Appends in flight learn ErrClosed from done.
@@ -408,37 +444,55 @@ func (wr *writer) run() {
 			if err := wr.fencedErr(); err != nil {
 				wr.retire(err)
 			}
-			continue
 		case res := <-wr.results:
 			wr.answer(res)
-			continue
-		case r := <-wr.reqs:
-			batch = append(batch, r)
+		case r := <-reqs:
+			wr.take(r)
 		}
-	drain:
-		for {
-			select {
-			case res := <-wr.results:
-				wr.answer(res)
-			default:
-				break drain
-			}
-		}
-	gather:
-		for len(batch) < maxBatch {
-			select {
-			case r := <-wr.reqs:
-				batch = append(batch, r)
-			default:
-				break gather
-			}
-		}
-		wr.send(batch)
+		wr.gather()
+		wr.pump()
 	}
 }
 
+// take queues r. Owned by run.
+func (wr *writer) take(r *appendReq) {
+	r.st = newBatch(len(r.msgs))
+	wr.queue = append(wr.queue, r)
+	wr.unsent += len(r.msgs)
+}
+
+// gather takes the results reported and the requests queued meanwhile,
+// without waiting. Owned by run.
+func (wr *writer) gather() {
+	for {
+		select {
+		case res := <-wr.results:
+			wr.answer(res)
+			continue
+		default:
+		}
+		if wr.unsent >= wr.window {
+			return
+		}
+		select {
+		case r := <-wr.reqs:
+			wr.take(r)
+		default:
+			return
+		}
+	}
+}
+
+// failPending answers every request nothing of which was handed over.
+// Owned by run, when it stops.
 func (wr *writer) failPending() {
 	err := walimpls.MarkNotStored(wr.w.closedErr())
+	for _, r := range wr.queue {
+		if r.st.sent == 0 {
+			r.res <- appendRes{err: err}
+		}
+	}
+	wr.queue, wr.unsent = nil, 0
 	for {
 		select {
 		case r := <-wr.reqs:
@@ -449,28 +503,27 @@ func (wr *writer) failPending() {
 	}
 }
 
-// send hands batch to the producer and asks the flusher for a flush; the
-// callbacks report to run. Owned by run.
-func (wr *writer) send(batch []*appendReq) {
-	live := batch[:0:0]
-	for _, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			r.res <- appendRes{err: walimpls.MarkNotStored(err)} // the caller is gone: never sent
-			continue
-		}
-		live = append(live, r)
-	}
-	if len(live) == 0 {
+// pump hands queued messages to the producer, in queue order, while
+// fewer than window messages are in flight, and asks the flusher for a
+// flush. A request whose message failed (run learns it from the callback,
+// which the client may run inside SendAsync) or whose caller is gone gets
+// nothing more handed over. Owned by run.
+func (wr *writer) pump() {
+	if len(wr.queue) == 0 || wr.inflight >= wr.window {
 		return
 	}
-	// Until SendAsync, nothing of live reached the broker.
+	// Only the first request may be partly handed over; until a
+	// request's first SendAsync, nothing of it reached the broker.
 	if err := wr.fencedErr(); err != nil {
 		wr.retire(err)
-		reply(live, walimpls.MarkNotStored(err))
+		wr.refuseQueued(walimpls.MarkNotStored(err))
 		return
 	}
 	p := wr.producer()
 	if p == nil {
+		if wr.dropGone(); len(wr.queue) == 0 {
+			return // nobody waits: no producer needed
+		}
 		cl, np, err := wr.acquire(wr.ctx, true)
 		if err != nil {
 			if wr.ctx.Err() != nil {
@@ -478,33 +531,113 @@ func (wr *writer) send(batch []*appendReq) {
 			} else if errors.Is(err, walimpls.ErrFenced) {
 				wr.fence(err)
 			}
-			reply(live, walimpls.MarkNotStored(err))
+			wr.refuseQueued(walimpls.MarkNotStored(err))
 			return
 		}
 		if !wr.install(cl, np) {
-			reply(live, walimpls.MarkNotStored(wr.fencedErr()))
+			wr.refuseQueued(walimpls.MarkNotStored(wr.fencedErr()))
 			return
 		}
 		p = np
 		wr.gen++
 	}
-	gen := wr.gen
-	for _, r := range live {
+	gen, handed := wr.gen, false
+	for len(wr.queue) > 0 && wr.inflight < wr.window {
+		r := wr.queue[0]
+		if err := r.ctx.Err(); err != nil {
+			if r.st.sent == 0 {
+				wr.popHead()
+				r.res <- appendRes{err: walimpls.MarkNotStored(err)} // the caller is gone: never sent
+			} else {
+				wr.stopHead(walimpls.MarkNotStored(err))
+			}
+			continue
+		}
+		if r.failed.Load() {
+			wr.stopHead(walimpls.MarkNotStored(errBatchCut))
+			continue
+		}
+		i := r.st.sent
+		r.st.handed()
+		wr.inflight++
+		wr.unsent--
 		wr.outstanding[r] = struct{}{}
-		p.SendAsync(wr.ctx, r.msg, func(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-			wr.results <- sendResult{req: r, gen: gen, id: id, err: err}
+		handed = true
+		p.SendAsync(wr.ctx, r.msgs[i], func(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+			if err != nil {
+				r.failed.Store(true)
+			}
+			wr.results <- sendResult{req: r, idx: i, gen: gen, id: id, err: err}
 		})
+		if r.failed.Load() {
+			// Refused at once, or an earlier message failed: nothing more
+			// of r goes out, and run reads the failure before it sends on.
+			wr.stopHead(walimpls.MarkNotStored(errBatchCut))
+			break
+		}
+		if r.st.sent == len(r.msgs) {
+			wr.popHead()
+		}
 	}
-	select {
-	case wr.flushCh <- p:
-	default: // a flush is queued already; it starts after these sends
+	if handed {
+		select {
+		case wr.flushCh <- p:
+		default: // a flush is queued already; it starts after these sends
+		}
 	}
 }
 
-// answer replies to one append. Owned by run.
+// dropGone answers the queued requests whose caller is gone and nothing
+// of which was handed over. Owned by run.
+func (wr *writer) dropGone() {
+	kept := wr.queue[:0]
+	for _, r := range wr.queue {
+		if err := r.ctx.Err(); err != nil && r.st.sent == 0 {
+			wr.unsent -= r.st.unsent()
+			r.res <- appendRes{err: walimpls.MarkNotStored(err)} // never sent
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(wr.queue[len(kept):])
+	wr.queue = kept
+}
+
+// popHead removes the first queued request. Owned by run.
+func (wr *writer) popHead() {
+	r := wr.queue[0]
+	wr.queue[0] = nil
+	wr.queue = wr.queue[1:]
+	wr.unsent -= r.st.unsent()
+}
+
+// stopHead hands nothing more of the first queued request over, for the
+// reason err, and answers it if nothing of it is in flight. Owned by run.
+func (wr *writer) stopHead(err error) {
+	r := wr.queue[0]
+	wr.popHead()
+	r.st.stop(err)
+	wr.settle(r)
+}
+
+// refuseQueued answers every queued request, nothing of which was handed
+// over, with err. Owned by run.
+func (wr *writer) refuseQueued(err error) {
+	for _, r := range wr.queue {
+		if r.st.sent > 0 {
+			panic("pulsar: writer: a request partly handed over to a retired producer is still queued")
+		}
+		r.res <- appendRes{err: err}
+	}
+	clear(wr.queue)
+	wr.queue, wr.unsent = wr.queue[:0], 0
+}
+
+// answer records one message's result and answers its request once it
+// is settled. Owned by run.
 func (wr *writer) answer(res sendResult) {
 	r := res.req
-	if _, ok := wr.outstanding[r]; !ok {
+	if _, ok := wr.outstanding[r]; !ok || res.gen != wr.gen {
 		return // answered when its producer was retired
 	}
 	err := res.err
@@ -512,27 +645,61 @@ func (wr *writer) answer(res sendResult) {
 		wr.retire(wr.decideFenced(err))
 		return
 	}
-	delete(wr.outstanding, r)
+	wr.inflight--
+	if err == nil {
+		r.st.storedAt(res.idx, fromPulsar(res.id))
+	} else {
+		r.st.failedAt(res.idx, wr.sendErr(r, res.idx, err))
+		if len(wr.queue) > 0 && wr.queue[0] == r {
+			wr.stopHead(walimpls.MarkNotStored(errBatchCut)) // settles r if it can
+			return
+		}
+	}
+	wr.settle(r)
+}
+
+// sendErr maps the client's error for r.msgs[i].
+func (wr *writer) sendErr(r *appendReq, i int, err error) error {
+	which := ""
+	if len(r.msgs) > 1 {
+		which = fmt.Sprintf(": message %d of %d", i, len(r.msgs))
+	}
 	switch {
-	case err == nil:
-		r.res <- appendRes{id: fromPulsar(res.id)}
 	case isTooLarge(err):
-		r.res <- appendRes{err: &walimpls.TooLargeError{Size: r.size, Limit: wr.w.declared}}
+		// Refused inside SendAsync: nothing of r after it was handed over.
+		return errors.Wrapf(&walimpls.TooLargeError{Size: r.sizes[i], Limit: wr.w.declared},
+			"pulsar: append to channel %q%s", wr.w.ch.Name, which)
 	case wr.ctx.Err() != nil:
-		r.res <- appendRes{err: wr.w.closedErr()}
+		return wr.w.closedErr()
 	default:
-		r.res <- appendRes{err: errors.Wrapf(err, "pulsar: append to channel %q", wr.w.ch.Name)}
+		return errors.Wrapf(err, "pulsar: append to channel %q%s", wr.w.ch.Name, which)
 	}
 }
 
-// retire closes the producer and answers every outstanding append with
-// err. Owned by run.
+// settle answers r if every message it handed over has its result and
+// nothing more of it will be. Owned by run.
+func (wr *writer) settle(r *appendReq) {
+	if !r.st.settled() {
+		return
+	}
+	delete(wr.outstanding, r)
+	ids, err := r.st.outcome()
+	r.res <- appendRes{ids: ids, err: err}
+}
+
+// retire closes the producer and answers every outstanding request: the
+// results it still awaited fail with err. Owned by run.
 func (wr *writer) retire(err error) {
 	wr.dropProducer()
+	if len(wr.queue) > 0 && wr.queue[0].st.sent > 0 {
+		wr.popHead() // outstanding: answered below
+	}
 	for r := range wr.outstanding {
-		r.res <- appendRes{err: err}
+		r.st.abandon(err)
+		wr.settle(r)
 	}
 	clear(wr.outstanding)
+	wr.inflight = 0
 }
 
 // decideFenced is called when the broker fenced or the client closed the
@@ -559,10 +726,4 @@ func (wr *writer) decideFenced(cause error) error {
 	}
 	w.log.Warn("producer fenced by a concurrent open that lost the term claim; re-acquiring", "err", cause)
 	return errors.Wrapf(cause, "pulsar: append to channel %q: producer fenced by a lower term, re-acquiring", w.ch.Name)
-}
-
-func reply(batch []*appendReq, err error) {
-	for _, r := range batch {
-		r.res <- appendRes{err: err}
-	}
 }
