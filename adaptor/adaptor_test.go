@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -408,4 +409,58 @@ func TestTruncateBypassesTheWriteAheadBuffer(t *testing.T) {
 	}
 	require.Less(t, next, 15, "the overtaken scanner handed out removed messages")
 	require.ErrorIs(t, lagging.Error(), walimpls.ErrPositionGone)
+}
+
+// A message the writer accepts is readable with the same options: with the
+// defaults, a message of exactly MaxMessageBytes among small ones reaches a
+// default reader, whole or split into parts; options whose scanners could
+// not hold it do not validate.
+func TestLimitSizedMessageIsReadable(t *testing.T) {
+	require.ErrorIs(t, Options{MaxMessageBytes: 24 << 20, ScannerBufferBytes: 16 << 20}.Validate(), ErrInvalidOptions)
+	require.ErrorIs(t, Options{MaxMessageBytes: 64 << 20}.Validate(), ErrInvalidOptions, "the old defaults' 64 MiB with a 32 MiB budget")
+	require.NoError(t, Options{}.Validate())
+	limit := Options{}.withDefaults().MaxMessageBytes
+	for _, backendLimit := range []int{0, 1 << 20} {
+		t.Run(fmt.Sprintf("backend-limit-%d", backendLimit), func(t *testing.T) {
+			c := memory.NewCluster()
+			w := openWAL(t, memOpener(t, c, memory.Config{MaxMessageBytes: backendLimit}), "big", 1, Options{})
+			ro := openWAL(t, memOpener(t, c, memory.Config{MaxMessageBytes: backendLimit}), "big", 0, Options{ReadOnly: true})
+			ctx := context.Background()
+			r := rand.New(rand.NewPCG(3, 3))
+			big := make([]byte, limit-64)
+			for i := range big {
+				big[i] = byte(r.Uint32())
+			}
+			m, _ := message.New(big, map[string]string{"k": strings.Repeat("v", 63)})
+			require.Equal(t, limit, m.Size())
+			var want []string
+			for i := range 5 {
+				small, _ := message.New(fmt.Appendf(nil, "small-%d", i), nil)
+				_, err := w.Append(ctx, small)
+				require.NoError(t, err)
+				want = append(want, string(small.Payload()))
+				if i == 2 {
+					_, err := w.Append(ctx, m)
+					require.NoError(t, err)
+					want = append(want, "big")
+				}
+			}
+			require.NoError(t, w.Sync(ctx))
+			s, err := ro.Read(ctx, ReadOption{})
+			require.NoError(t, err)
+			defer func() { _ = s.Close() }()
+			got := recvN(t, s, len(want))
+			for i, g := range got {
+				if want[i] == "big" {
+					require.Equal(t, big, g.Payload(), "the limit-sized message, byte for byte")
+					continue
+				}
+				require.Equal(t, want[i], string(g.Payload()))
+			}
+		})
+	}
+	big, _ := message.New(make([]byte, limit+1), nil)
+	w := openWAL(t, memOpener(t, memory.NewCluster(), memory.Config{}), "over", 1, Options{})
+	_, err := w.Append(context.Background(), big)
+	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 }

@@ -34,11 +34,19 @@ type WAL interface {
 	// otherwise its outcome is unknown (see the package documentation).
 	Append(ctx context.Context, m message.Message) (AppendResult, error)
 	// AppendAsync stores m in the background and calls cb with the outcome,
-	// exactly once, from another goroutine. It blocks (back-pressure) while
-	// the number of appends in flight is at its bound, until ctx ends.
+	// exactly once, from another goroutine (from the caller's own only when
+	// the WAL is closed). It takes m's timetick before it returns, so one
+	// caller's async appends are delivered in call order. It blocks
+	// (back-pressure) while the number of appends in flight is at its
+	// bound, until ctx ends.
 	AppendAsync(ctx context.Context, m message.Message, cb func(AppendResult, error))
-	// AppendBatch appends every message concurrently and returns their
-	// results in order; the error is the first failure.
+	// AppendBatch stores msgs as one backend batch, with timeticks
+	// increasing in slice order: they are stored and delivered in slice
+	// order. On a backend that declares walimpls.Capabilities.AtomicBatch
+	// (memory, local, Kafka with transactions) the batch is stored whole or
+	// not at all; on another (Pulsar, Kafka without transactions) a failure
+	// may leave a stored prefix, whose results come with the error. A batch
+	// counts as one append in flight.
 	AppendBatch(ctx context.Context, msgs []message.Message) ([]AppendResult, error)
 	// Read starts a scanner.
 	Read(ctx context.Context, opt ReadOption) (Scanner, error)

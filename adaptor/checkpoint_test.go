@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
@@ -70,4 +71,51 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 	}
 	_, err = CheckpointOf(message.NewImmutable(message.Message{}, message.NewSeqID("memory", 1)))
 	require.ErrorIs(t, err, ErrNoResumePosition)
+}
+
+// A watermark written between the parts of a split message releases an
+// earlier small message; resuming after that small message must still find
+// the split message's first part. The log is written by hand so that the
+// watermark lands exactly there.
+func TestResumeBeforeAHalfJoinedMessage(t *testing.T) {
+	c := memory.NewCluster()
+	o := memOpener(t, c, memory.Config{})
+	ctx := context.Background()
+	raw, err := o.Open(ctx, walimpls.Channel{Name: "half", Term: 1})
+	require.NoError(t, err)
+	data := func(payload string, tt uint64) message.Message {
+		m, _ := message.New([]byte(payload), nil)
+		return m.WithKind(message.KindData).WithTerm(1).WithTimeTick(tt)
+	}
+	wm := func(tt uint64) message.Message {
+		return message.Message{}.WithKind(message.KindTimeTick).WithTerm(1).WithTimeTick(tt)
+	}
+	big, _ := message.New(make([]byte, 1000), nil)
+	parts, err := splitMessage(big.WithKind(message.KindData).WithTerm(1).WithTimeTick(20), 600)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(parts), 2)
+	log := []message.Message{message.Message{}.WithKind(message.KindTermBegin).WithTerm(1), data("small", 5), parts[0], wm(10)}
+	log = append(log, parts[1:]...)
+	log = append(log, data("later", 25), wm(30))
+	for _, m := range log {
+		_, err := raw.Append(ctx, m)
+		require.NoError(t, err)
+	}
+	require.NoError(t, raw.Close())
+
+	ro := openWAL(t, o, "half", 0, Options{ReadOnly: true})
+	s, err := ro.Read(ctx, ReadOption{})
+	require.NoError(t, err)
+	all := recvN(t, s, 3)
+	require.NoError(t, s.Close())
+	require.Equal(t, "small", string(all[0].Payload()))
+	require.Len(t, all[1].Payload(), 1000, "the joined message")
+	cp, err := CheckpointOf(all[0])
+	require.NoError(t, err)
+	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(cp)})
+	require.NoError(t, err)
+	rest := recvN(t, r, 2)
+	require.Len(t, rest[0].Payload(), 1000, "resumed after the small message: the split message is found")
+	require.Equal(t, "later", string(rest[1].Payload()))
+	require.NoError(t, r.Close())
 }

@@ -34,7 +34,8 @@ type Options struct {
 	// Allocator supplies timeticks; default a hybrid logical clock.
 	Allocator TimeTickAllocator
 	// MaxMessageBytes is the absolute limit of a message, split or not;
-	// larger ones are walimpls.ErrTooLarge. Default 64 MiB.
+	// larger ones are walimpls.ErrTooLarge. Default 16 MiB. Readers must be
+	// able to hold one such message: see ScannerBufferBytes.
 	MaxMessageBytes int
 	// PartBytes is the size of the parts a message is split into; default
 	// the backend's limit (Capabilities.MaxMessageBytes). With neither,
@@ -47,7 +48,11 @@ type Options struct {
 	// messages that tailing scanners read. Default 32 MiB.
 	WriteAheadBufferBytes int
 	// ScannerBufferBytes is the budget of each scanner's reorder buffer
-	// (and of the parts of split messages it is joining). Default 16 MiB.
+	// (and of the parts of split messages it is joining). A scanner holds
+	// at most one message of MaxMessageBytes and what two watermarks'
+	// worth of appends bring, so Validate refuses a budget below
+	// MaxMessageBytes + 2×WatermarkBytes: a message the writer accepts is
+	// always readable. Default 32 MiB.
 	ScannerBufferBytes int
 	// Retry is the backoff between retries of a retryable append error.
 	Retry backoff.Config
@@ -61,10 +66,10 @@ type Options struct {
 const (
 	defaultTimeTickInterval = 200 * time.Millisecond
 	defaultWatermarkBytes   = 4 << 20
-	defaultMaxMessageBytes  = 64 << 20
+	defaultMaxMessageBytes  = 16 << 20
 	defaultMaxInflight      = 1024
 	defaultWABBytes         = 32 << 20
-	defaultScannerBytes     = 16 << 20
+	defaultScannerBytes     = 32 << 20
 	// partOverhead is what a part's reserved properties may take, kept free
 	// below the backend's limit.
 	partOverhead = 256
@@ -84,6 +89,12 @@ func (o Options) Validate() error {
 	}
 	if o.PartBytes > 0 && o.PartBytes <= 2*partOverhead {
 		return errors.Wrapf(ErrInvalidOptions, "PartBytes %d leaves no room for payload (minimum %d)", o.PartBytes, 2*partOverhead+1)
+	}
+	d := o.withDefaults()
+	if need := int64(d.MaxMessageBytes) + 2*int64(d.WatermarkBytes); int64(d.ScannerBufferBytes) < need {
+		return errors.Wrapf(ErrInvalidOptions,
+			"ScannerBufferBytes %d cannot hold a message of MaxMessageBytes %d and two watermarks' worth of appends (WatermarkBytes %d): at least %d",
+			d.ScannerBufferBytes, d.MaxMessageBytes, d.WatermarkBytes, need)
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ func TestFastWritersKeepTheLogReadable(t *testing.T) {
 	require.NoError(t, failed.Load())
 	require.NoError(t, w.Sync(ctx))
 
-	ro := openWAL(t, o, "fast", 0, Options{ReadOnly: true, ScannerBufferBytes: budget})
+	ro := openWAL(t, o, "fast", 0, Options{ReadOnly: true, ScannerBufferBytes: budget, WatermarkBytes: watermarkB, MaxMessageBytes: watermarkB})
 	s, err := ro.Read(ctx, ReadOption{Name: "catch-up"})
 	require.NoError(t, err)
 	defer s.Close()

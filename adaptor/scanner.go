@@ -253,7 +253,11 @@ func (s *scanner) handle(e *logEntry) error {
 			s.w.m.dropped(dropPartOrphan).Add(float64(n))
 		}
 		released := s.buf.PopUpToAppend(s.releasedScratch[:0], tt)
-		resume := resumePositions(s.resumeScratch[:0], released, s.buf, m.ID())
+		low := m.ID()
+		if pl := s.join.pendingLow(); !pl.IsZero() && pl.LT(low) {
+			low = pl
+		}
+		resume := resumePositions(s.resumeScratch[:0], released, s.buf, low)
 		// The scratch slices are kept for the next watermark, cleared so
 		// that they do not pin delivered messages.
 		defer func() {
@@ -381,11 +385,11 @@ func (s *scanner) deliver(m message.Immutable, tt uint64, size int, resume messa
 
 // resumePositions returns, for each released message, the position from
 // which a new scanner finds every message with a higher timetick: the
-// lowest ID among the messages released after it, those still buffered, and
-// the watermark that released them.
+// lowest ID among the messages released after it, those still buffered,
+// the parts of messages still being joined and the watermark that released
+// them (low is the lower of the last two).
 // The positions are appended to dst.
-func resumePositions(dst []message.ID, released []reorder.Item[message.Immutable], rest *reorder.Buffer[message.Immutable], watermark message.ID) []message.ID {
-	low := watermark
+func resumePositions(dst []message.ID, released []reorder.Item[message.Immutable], rest *reorder.Buffer[message.Immutable], low message.ID) []message.ID {
 	rest.Each(func(it reorder.Item[message.Immutable]) {
 		if it.Value.ID().LT(low) {
 			low = it.Value.ID()

@@ -80,6 +80,7 @@ type partKey struct {
 // partial is a split message being joined.
 type partial struct {
 	firstID message.ID
+	lowID   message.ID // the lowest ID of a part read so far
 	props   map[string]string
 	chunks  [][]byte
 	have    int
@@ -137,6 +138,9 @@ func (j *joiner) add(m message.Immutable) (message.Immutable, joinResult) {
 	if chunk == nil {
 		chunk = []byte{}
 	}
+	if p.lowID.IsZero() || m.ID().LT(p.lowID) {
+		p.lowID = m.ID()
+	}
 	p.chunks[index] = chunk
 	p.have++
 	p.bytes += len(chunk)
@@ -159,6 +163,19 @@ func (j *joiner) add(m message.Immutable) (message.Immutable, joinResult) {
 	delete(props, message.KeyPartHeader)
 	joined := message.Restore(payload, props).WithKind(message.KindData)
 	return message.NewImmutable(joined, p.firstID), partCompleted
+}
+
+// pendingLow returns the lowest ID of a part of a message not complete yet
+// (the zero ID when none is): a scanner resuming after it would miss that
+// part, and never join its message.
+func (j *joiner) pendingLow() message.ID {
+	var low message.ID
+	for _, p := range j.partials {
+		if low.IsZero() || p.lowID.LT(low) {
+			low = p.lowID
+		}
+	}
+	return low
 }
 
 // dropUpTo forgets incomplete messages with a timetick at or below w (all

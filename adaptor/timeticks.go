@@ -55,6 +55,23 @@ func (t *timeticks) begin(ctx context.Context) (uint64, error) {
 	return tt, nil
 }
 
+// beginN allocates n increasing timeticks at once (one allocation), for a
+// batch in slice order; end must follow for each.
+func (t *timeticks) beginN(ctx context.Context, n int) ([]uint64, error) {
+	raw, err := t.alloc.Allocate(ctx)
+	if err != nil {
+		return nil, errors.Wrap(err, "allocate timetick")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = t.nextLocked(raw)
+	}
+	t.after += n
+	return out, nil
+}
+
 // end marks an append finished, acknowledged or not.
 func (t *timeticks) end(tt uint64) {
 	t.mu.Lock()

@@ -558,25 +558,53 @@ func (w *wal) Append(ctx context.Context, m message.Message) (AppendResult, erro
 	}
 	defer w.releaseSlot()
 	size := m.Size()
-	res, err := w.appendOne(ctx, m, size)
+	p, err := w.prepare(ctx, []message.Message{m})
+	var res []AppendResult
+	if err == nil {
+		res, err = w.store(ctx, p)
+	}
 	w.m.observe(start, size, err)
-	return res, err
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return res[0], nil
 }
 
+// AppendAsync takes the message's timetick before it returns, in the
+// caller's goroutine: one caller's async appends are delivered in call
+// order, whatever order the backend acknowledges them in.
 func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(AppendResult, error)) {
 	if cb == nil {
 		cb = func(AppendResult, error) {}
 	}
 	start := time.Now()
+	size := m.Size()
 	err := w.acquire(ctx)
+	var p prepared
+	if err == nil {
+		if p, err = w.prepare(ctx, []message.Message{m}); err != nil {
+			w.releaseSlot()
+		}
+	}
 	w.mu.Lock()
 	if err == nil && w.closed {
+		p.end(w)
 		w.releaseSlot()
 		err = walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "adaptor: append to %s", w.ch.Name))
 	}
 	if err != nil {
+		if w.closed {
+			// Close may be waiting for wg already: answer here.
+			w.mu.Unlock()
+			cb(AppendResult{}, err)
+			return
+		}
+		w.wg.Add(1)
 		w.mu.Unlock()
-		go cb(AppendResult{}, err)
+		go func() {
+			defer w.wg.Done()
+			cb(AppendResult{}, err)
+		}()
 		return
 	}
 	w.wg.Add(1)
@@ -585,8 +613,7 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		defer w.wg.Done()
 		actx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(w.ctx, cancel)
-		size := m.Size()
-		res, err := w.appendOne(actx, m, size)
+		res, err := w.store(actx, p)
 		stop()
 		cancel()
 		if err != nil && ctx.Err() == nil && w.ctx.Err() != nil {
@@ -596,89 +623,142 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		}
 		w.releaseSlot()
 		w.m.observe(start, size, err)
-		cb(res, err)
+		var r AppendResult
+		if err == nil {
+			r = res[0]
+		}
+		cb(r, err)
 	}()
 }
 
+// AppendBatch stamps msgs with increasing timeticks in slice order and
+// stores them, parts of split messages included, as one backend batch: they
+// are stored and delivered in slice order, and all or nothing on a backend
+// that declares Capabilities.AtomicBatch. On another backend a failure may
+// leave a stored prefix, whose results are returned with the error.
 func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]AppendResult, error) {
-	results := make([]AppendResult, len(msgs))
-	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
-	wg.Add(len(msgs))
-	for i, m := range msgs {
-		w.AppendAsync(ctx, m, func(r AppendResult, err error) {
-			results[i], errs[i] = r, err
-			wg.Done()
-		})
+	if len(msgs) == 0 {
+		return nil, nil
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return results, errors.Wrapf(err, "adaptor: batch message %d", i)
-		}
+	start := time.Now()
+	if err := w.acquire(ctx); err != nil {
+		return nil, err
 	}
-	return results, nil
+	defer w.releaseSlot()
+	p, err := w.prepare(ctx, msgs)
+	var res []AppendResult
+	if err == nil {
+		res, err = w.store(ctx, p)
+	}
+	size := 0
+	for _, m := range msgs {
+		size += m.Size()
+	}
+	w.m.observe(start, size, err)
+	return res, err
 }
 
-// appendOne stamps m (of m.Size() size: walking the properties is not
-// free, so it is measured once) with the term and a timetick, splits it
-// when it is above the part size, and appends it with retries.
-func (w *wal) appendOne(ctx context.Context, m message.Message, size int) (AppendResult, error) {
-	if size > w.opts.MaxMessageBytes {
-		return AppendResult{}, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.opts.MaxMessageBytes},
-			"adaptor: append to %s", w.ch.Name)
+// prepared is a batch of appends with their timeticks taken: each message
+// stamped (and split into parts when above the part size), in order, as one
+// backend batch.
+type prepared struct {
+	ticks   []uint64          // each message's timetick, increasing
+	records []message.Message // what the backend stores, in order
+	first   []int             // index in records of each message's first record
+	bytes   int               // the stamped messages' total size
+}
+
+// end marks the batch's timeticks finished (acknowledged or not).
+func (p prepared) end(w *wal) {
+	for _, tt := range p.ticks {
+		w.ticks.end(tt)
+	}
+}
+
+// prepare checks msgs, waits while too much is unreleased, takes their
+// timeticks in slice order and stamps and splits them. Its refusals store
+// nothing; once it succeeded, store must follow.
+func (w *wal) prepare(ctx context.Context, msgs []message.Message) (prepared, error) {
+	for i, m := range msgs {
+		if size := m.Size(); size > w.opts.MaxMessageBytes {
+			return prepared{}, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.opts.MaxMessageBytes},
+				"adaptor: append to %s: message %d (the WAL's MaxMessageBytes)", w.ch.Name, i)
+		}
 	}
 	if err := w.waitForWatermark(ctx); err != nil {
-		return AppendResult{}, walimpls.MarkNotStored(err)
+		return prepared{}, walimpls.MarkNotStored(err)
 	}
-	tt, err := w.ticks.begin(ctx)
+	ticks, err := w.ticks.beginN(ctx, len(msgs))
 	if err != nil {
-		return AppendResult{}, walimpls.MarkNotStored(err)
+		return prepared{}, walimpls.MarkNotStored(err)
 	}
-	defer w.ticks.end(tt)
-	msg := m.Stamp(message.KindData, w.ch.Term, tt)
-	msgSize := msg.Size()
-	var id, lastID message.ID
-	if w.partBytes > 0 && msgSize > w.partBytes {
-		parts, err := splitMessage(msg, w.partBytes)
-		if err != nil {
-			return AppendResult{}, errors.Wrapf(walimpls.ErrTooLarge, "adaptor: append to %s: %v", w.ch.Name, err)
-		}
-		for i, p := range parts {
-			pid, err := w.appendRetry(ctx, p)
+	p := prepared{ticks: ticks, first: make([]int, len(msgs))}
+	for i, m := range msgs {
+		msg := m.Stamp(message.KindData, w.ch.Term, ticks[i])
+		msgSize := msg.Size()
+		p.bytes += msgSize
+		p.first[i] = len(p.records)
+		if w.partBytes > 0 && msgSize > w.partBytes {
+			parts, err := splitMessage(msg, w.partBytes)
 			if err != nil {
-				err = errors.Wrapf(err, "adaptor: append part %d of %d", i, len(parts))
-				if i < len(parts)-1 {
-					// The last part was never sent: no reader joins and
-					// delivers the message, whatever was stored of it.
-					err = walimpls.MarkNotStored(err)
-				}
-				return AppendResult{}, err
+				p.end(w)
+				return prepared{}, errors.Wrapf(walimpls.ErrTooLarge, "adaptor: append to %s: message %d: %v", w.ch.Name, i, err)
 			}
-			if i == 0 {
-				id = pid
-			}
-			lastID = pid
+			p.records = append(p.records, parts...)
+			continue
 		}
-	} else if id, err = w.appendRetry(ctx, msg); err != nil {
-		return AppendResult{}, err
-	} else {
-		lastID = id
+		p.records = append(p.records, msg)
 	}
-	if w.confirm {
-		if err := w.confirmAck(ctx, lastID); err != nil {
-			return AppendResult{}, err
-		}
-	}
-	w.noteWritten(msgSize)
-	return AppendResult{ID: id, TimeTick: tt}, nil
+	return p, nil
 }
 
-// appendRetry appends to the backend, retrying retryable errors with capped
-// exponential backoff until ctx ends or the WAL closes. ErrFenced makes the
-// WAL unavailable. Its error is NotStored only when no attempt may have
-// stored m.
+// store appends a prepared batch with retries, confirms it where the
+// backend cannot fence, and ends its timeticks. On failure, the results of
+// the messages known stored whole (a prefix, on a backend without atomic
+// batches) come with the error.
+func (w *wal) store(ctx context.Context, p prepared) ([]AppendResult, error) {
+	defer p.end(w)
+	ids, err := w.appendBatchRetry(ctx, p.records)
+	if err == nil && w.confirm {
+		if err = w.confirmAck(ctx, ids[len(ids)-1]); err != nil {
+			ids = nil // stored, but no reader delivers them
+		}
+	}
+	res := make([]AppendResult, 0, len(p.first))
+	for i, f := range p.first {
+		end := len(p.records) // one past the message's last record
+		if i+1 < len(p.first) {
+			end = p.first[i+1]
+		}
+		if end > len(ids) {
+			break // not stored whole: a message whose last part was not stored is never delivered
+		}
+		res = append(res, AppendResult{ID: ids[f], TimeTick: p.ticks[i]})
+	}
+	if err != nil {
+		return res, err
+	}
+	w.noteWritten(p.bytes)
+	return res, nil
+}
+
+// appendRetry appends one record (a term-begin, a watermark) with retries.
 func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, error) {
+	ids, err := w.appendBatchRetry(ctx, []message.Message{m})
+	if err != nil {
+		return message.ID{}, err
+	}
+	return ids[0], nil
+}
+
+// appendBatchRetry appends records to the backend as one batch, retrying
+// retryable errors with capped exponential backoff until ctx ends or the
+// WAL closes; after a failure that stored a prefix (a backend without
+// atomic batches) it goes on with the rest, so the records stay in order.
+// ErrFenced makes the WAL unavailable. Its error is NotStored only when no
+// attempt may have stored what was not reported stored; the IDs of the
+// stored prefix come with it.
+func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) ([]message.ID, error) {
 	unknown := false // an attempt failed with an unknown outcome
 	outcome := func(err error) error {
 		if unknown {
@@ -686,23 +766,31 @@ func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, e
 		}
 		return walimpls.MarkNotStored(err)
 	}
+	ids := make([]message.ID, 0, len(records))
 	for attempt := 0; ; attempt++ {
 		if err := w.usable(); err != nil {
-			return message.ID{}, outcome(err)
+			return ids, outcome(err)
 		}
-		id, err := w.impl.Append(ctx, m)
+		got, err := w.impl.AppendBatch(ctx, records[len(ids):])
+		if len(got) > len(records)-len(ids) {
+			got = got[:len(records)-len(ids)]
+		}
+		ids = append(ids, got...)
 		if err == nil {
-			return id, nil
+			if len(ids) != len(records) {
+				return ids, errors.AssertionFailedf("adaptor: the backend stored %d of %d records without an error", len(ids), len(records))
+			}
+			return ids, nil
 		}
 		if !walimpls.NotStored(err) {
 			unknown = true
 		}
 		if errors.Is(err, walimpls.ErrFenced) {
 			w.fence(err)
-			return message.ID{}, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
+			return ids, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
 		}
 		if !walimpls.IsRetryable(err) {
-			return message.ID{}, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
+			return ids, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
 		}
 		w.m.retries.Inc()
 		wctx, cancel := context.WithCancel(ctx)
@@ -714,7 +802,7 @@ func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, e
 			if ctx.Err() == nil {
 				werr = walimpls.ErrClosed
 			}
-			return message.ID{}, outcome(errors.Wrapf(errors.WithSecondaryError(werr, err),
+			return ids, outcome(errors.Wrapf(errors.WithSecondaryError(werr, err),
 				"adaptor: append to %s after %d attempts", w.ch.Name, attempt+1))
 		}
 	}

@@ -523,7 +523,7 @@ func TestSharedScannerErrorReachesEveryConsumer(t *testing.T) {
 	w := openWAL(t, o, "pch", adaptor.Options{WatermarkBytes: 8 << 10})
 	vcs := vcNames(4)
 	fill(t, w, vcs, 500)
-	ro := openWAL(t, o, "pch", adaptor.Options{ReadOnly: true, ScannerBufferBytes: 64 << 10})
+	ro := openWAL(t, o, "pch", adaptor.Options{ReadOnly: true, ScannerBufferBytes: 64 << 10, MaxMessageBytes: 16 << 10, WatermarkBytes: 8 << 10})
 	consumers := make([]vchannel.Consumer, len(vcs))
 	for i, vc := range vcs {
 		consumers[i] = vchannel.Consumer{VChannel: vc}

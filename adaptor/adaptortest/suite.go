@@ -28,6 +28,8 @@ import (
 func Run(t *testing.T, f walimplstest.Factory) {
 	t.Run("OrderingAcrossTerms", func(t *testing.T) { testOrdering(t, f(t)) })
 	t.Run("Resume", func(t *testing.T) { testResume(t, f(t)) })
+	t.Run("ResumeWithSplitMessages", func(t *testing.T) { testResumeWithSplitMessages(t, f(t)) })
+	t.Run("BatchAndAsyncOrder", func(t *testing.T) { testBatchAndAsyncOrder(t, f(t)) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, f(t)) })
 	t.Run("SameTermTwoNodes", func(t *testing.T) { testSameTermTwoNodes(t, f(t)) })
 	t.Run("TermBeginsNeverGoBackwards", func(t *testing.T) { testTermBeginsNeverGoBackwards(t, f(t)) })

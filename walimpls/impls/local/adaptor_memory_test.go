@@ -38,6 +38,9 @@ func TestAdaptorMemoryStaysBounded(t *testing.T) {
 		WatermarkBytes:        budget / 4,
 		WriteAheadBufferBytes: budget,
 		ScannerBufferBytes:    budget,
+		// A scanner must hold one message of MaxMessageBytes besides two
+		// watermarks' worth of appends (adaptor.Options.Validate).
+		MaxMessageBytes: budget / 2,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Close() })
