@@ -1,0 +1,38 @@
+// Package cluster is the shared vocabulary of a streamwal cluster: what the
+// coordinator, the nodes, the clients and walctl keep in etcd, how it is
+// encoded, and a read-only View that follows it. It decides nothing; the
+// coordinator package decides, the node package obeys.
+//
+// # Roles
+//
+// Nodes register under an etcd lease and host the channels (pchannels)
+// assigned to them. One coordinator, elected among any number of candidate
+// processes, assigns channels to live nodes and bumps a channel's term on
+// every move. A node opens a channel at its assigned term; the backend's
+// fencing (and the log's term-begin) makes the move safe even when the old
+// owner never hears of it: the lease only decides when to move, the term is
+// what stops the old owner.
+//
+// # Keys
+//
+// Every key lives under a root (Layout.Root, default "/streamwal/cluster/"),
+// with JSON values that carry a version field "v" (1).
+//
+//	<root>nodes/<node>          NodeInfo    under the node's session lease
+//	<root>assign/<channel>      Assignment  written by the leader only
+//	<root>opened/<channel>      Opened      under the owner's session lease
+//	<root>requests/move/<channel>  MoveRequest  written by operators
+//	<root>requests/drain/<node>    DrainRequest written by operators
+//	<root>election/             the coordinator election (etcd concurrency)
+//
+// An Assignment names the channel's owner and term and whether the owner has
+// confirmed the open (State). Every write of an assignment by the
+// coordinator is a transaction conditional on the coordinator still leading
+// (the create revision of its election key) and on the assignment's
+// revision it read: a deposed leader's write fails, and two leaders can
+// never both move a channel. A term only grows.
+//
+// The node that opened a channel at its assigned term writes Opened under
+// its own lease; the coordinator then marks the assignment Assigned. An
+// Opened of another term or node is stale and ignored.
+package cluster

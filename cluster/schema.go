@@ -1,0 +1,146 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// DefaultRoot is where a cluster keeps its keys in etcd.
+const DefaultRoot = "/streamwal/cluster/"
+
+// formatVersion is the version of every value this package writes.
+const formatVersion = 1
+
+// ErrCorrupt means a stored value does not decode.
+var ErrCorrupt = errors.New("cluster: corrupt value")
+
+// Layout builds a cluster's keys under one root.
+type Layout struct {
+	// Root prefixes every key; it must end with "/".
+	Root string
+}
+
+// NewLayout returns the layout under root ("" for DefaultRoot).
+func NewLayout(root string) (Layout, error) {
+	if root == "" {
+		root = DefaultRoot
+	}
+	if !strings.HasSuffix(root, "/") {
+		return Layout{}, errors.Newf("cluster: root %q must end with /", root)
+	}
+	return Layout{Root: root}, nil
+}
+
+func (l Layout) Nodes() string                    { return l.Root + "nodes/" }
+func (l Layout) Node(id string) string            { return l.Nodes() + id }
+func (l Layout) Assignments() string              { return l.Root + "assign/" }
+func (l Layout) Assignment(channel string) string { return l.Assignments() + channel }
+func (l Layout) OpenedPrefix() string             { return l.Root + "opened/" }
+func (l Layout) Opened(channel string) string     { return l.OpenedPrefix() + channel }
+func (l Layout) Moves() string                    { return l.Root + "requests/move/" }
+func (l Layout) Move(channel string) string       { return l.Moves() + channel }
+func (l Layout) Drains() string                   { return l.Root + "requests/drain/" }
+func (l Layout) Drain(node string) string         { return l.Drains() + node }
+func (l Layout) Election() string                 { return l.Root + "election/" }
+
+// NodeInfo is a registered node.
+type NodeInfo struct {
+	ID string `json:"id"`
+	// Addr is where the node serves its API (host:port).
+	Addr string `json:"addr"`
+	// Started is when this incarnation registered.
+	Started time.Time `json:"started"`
+}
+
+// State is where an assignment stands.
+type State string
+
+const (
+	// Assigning: the owner was chosen and must open the channel at Term.
+	Assigning State = "assigning"
+	// Assigned: the owner reported the channel open at Term.
+	Assigned State = "assigned"
+)
+
+// Owner is one holder of a channel in an assignment's history.
+type Owner struct {
+	Node string `json:"node"`
+	Term int64  `json:"term"`
+}
+
+// Assignment says which node owns a channel, at which term.
+type Assignment struct {
+	Channel string `json:"channel"`
+	Node    string `json:"node"`
+	Term    int64  `json:"term"`
+	State   State  `json:"state"`
+	// Previous holds the owners before this one that were not confirmed
+	// gone when the channel moved (most recent last, bounded).
+	Previous []Owner `json:"previous,omitempty"`
+	// Since is when the channel got this owner and term.
+	Since time.Time `json:"since"`
+}
+
+// Opened is a node's report that it opened a channel at a term, or failed
+// to (Error).
+type Opened struct {
+	Channel string `json:"channel"`
+	Node    string `json:"node"`
+	Term    int64  `json:"term"`
+	Error   string `json:"error,omitempty"`
+}
+
+// MoveRequest asks the coordinator to move a channel to a node ("" for the
+// least loaded other node).
+type MoveRequest struct {
+	To string `json:"to,omitempty"`
+}
+
+// DrainRequest asks the coordinator to move every channel off a node and
+// to assign it none while the request exists.
+type DrainRequest struct {
+	Since time.Time `json:"since"`
+}
+
+// envelope carries a value with its format version.
+type envelope[T any] struct {
+	V     int `json:"v"`
+	Value T   `json:"value"`
+}
+
+// Encode returns the stored form of v.
+func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest](v T) []byte {
+	b, err := json.Marshal(envelope[T]{V: formatVersion, Value: v})
+	if err != nil {
+		panic(fmt.Sprintf("cluster: encode %T: %v", v, err)) // plain structs always encode
+	}
+	return b
+}
+
+// Decode decodes the value stored at key; anything but this version's form
+// is ErrCorrupt naming the key.
+func Decode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest](key string, data []byte) (T, error) {
+	var e envelope[T]
+	if err := json.Unmarshal(data, &e); err != nil {
+		return e.Value, errors.Wrapf(ErrCorrupt, "%s: %v", key, err)
+	}
+	if e.V != formatVersion {
+		return e.Value, errors.Wrapf(ErrCorrupt, "%s: format version %d (this streamwal reads %d)", key, e.V, formatVersion)
+	}
+	return e.Value, nil
+}
+
+// ValidateNodeID reports an error for a node ID that cannot be a key
+// component: the rules of channel names.
+func ValidateNodeID(id string) error {
+	if err := walimpls.ValidateChannelName(id); err != nil {
+		return errors.Wrapf(err, "node id")
+	}
+	return nil
+}
