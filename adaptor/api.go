@@ -53,9 +53,19 @@ type WAL interface {
 	// Sync appends a watermark now: once it returns, every message appended
 	// before the call is released to scanners.
 	Sync(ctx context.Context) error
+	// Tail is Sync that also says where the log stands: every message
+	// acknowledged before the call has a timetick at or below the
+	// checkpoint's, so a scanner that delivers a watermark at or above it
+	// (Filter.Kinds with message.KindTimeTick, see CaughtUp) has delivered
+	// all of them, and DeliverAfter(tail) delivers exactly what is appended
+	// after. A read-only WAL writes no watermark: ErrReadOnly.
+	Tail(ctx context.Context) (Checkpoint, error)
 	// ParseCheckpoint decodes Checkpoint.Marshal's string with this WAL's
 	// backend; a string that does not decode is ErrCorruptCheckpoint.
 	ParseCheckpoint(s string) (Checkpoint, error)
+	// ParseID decodes an ID's Marshal form with this WAL's backend; a string
+	// that does not decode is message.ErrCorruptID.
+	ParseID(s string) (message.ID, error)
 	// Truncate removes every message before upTo (an ID a scanner delivered
 	// or an append returned); upTo itself is kept. Reads from before it then
 	// fail with walimpls.ErrPositionGone.

@@ -132,3 +132,14 @@ func (e *corruptCheckpointError) Error() string {
 }
 func (e *corruptCheckpointError) Unwrap() error        { return e.cause }
 func (e *corruptCheckpointError) Is(target error) bool { return target == ErrCorruptCheckpoint }
+
+// CaughtUp reports whether m, a message a scanner delivered, shows that the
+// scanner has delivered everything acknowledged before tail was taken
+// (WAL.Tail): a watermark at or above tail's timetick.
+func CaughtUp(m message.Immutable, tail Checkpoint) bool {
+	if m.Kind() != message.KindTimeTick {
+		return false
+	}
+	tt, ok := m.TimeTick()
+	return ok && tt >= tail.TimeTick
+}

@@ -119,3 +119,57 @@ func TestResumeBeforeAHalfJoinedMessage(t *testing.T) {
 	require.Equal(t, "later", string(rest[1].Payload()))
 	require.NoError(t, r.Close())
 }
+
+// Tail makes everything acknowledged readable and says where the log
+// stands: a scanner has delivered all of it once it delivers a watermark at
+// or above the tail, and DeliverAfter(tail) delivers exactly what follows.
+func TestTailIsACaughtUpSignal(t *testing.T) {
+	c := memory.NewCluster()
+	o := memOpener(t, c, memory.Config{})
+	w := openWAL(t, o, "tail", 1, Options{TimeTickInterval: time.Hour})
+	ro := openWAL(t, o, "tail", 0, Options{ReadOnly: true})
+	ctx := context.Background()
+	_, err := ro.Tail(ctx)
+	require.ErrorIs(t, err, walimpls.ErrReadOnly)
+
+	const before = 50
+	for i := range before {
+		m, _ := message.New(fmt.Appendf(nil, "before-%d", i), nil)
+		w.AppendAsync(ctx, m, nil)
+	}
+	tail := mustAppendAllThenTail(t, w, before)
+
+	s, err := ro.Read(ctx, ReadOption{Filter: Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}}})
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	data := 0
+	for m := range s.Chan() {
+		if CaughtUp(m, tail) {
+			break
+		}
+		if m.Kind() == message.KindData {
+			data++
+		}
+	}
+	require.Equal(t, before, data, "caught up after every message acknowledged before the tail")
+
+	after, _ := message.New([]byte("after"), nil)
+	_, err = w.Append(ctx, after)
+	require.NoError(t, err)
+	require.NoError(t, w.Sync(ctx))
+	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(tail)})
+	require.NoError(t, err)
+	require.Equal(t, "after", string(recvN(t, r, 1)[0].Payload()))
+	quietFor(t, r, 50*time.Millisecond)
+	require.NoError(t, r.Close())
+}
+
+// mustAppendAllThenTail waits until n appends are acknowledged (the WAL's
+// Sync waits for them) and takes the tail.
+func mustAppendAllThenTail(t *testing.T, w WAL, n int) Checkpoint {
+	t.Helper()
+	tail, err := w.Tail(context.Background())
+	require.NoError(t, err)
+	require.False(t, tail.IsZero())
+	return tail
+}

@@ -59,10 +59,11 @@ type wal struct {
 	tailEnded  bool          // the tail reader stopped for good
 	tailMoved  chan struct{} // closed and replaced when the tail fields change
 
-	watermarkMu sync.Mutex // watermarks are written one at a time, in order
-	dirty       atomic.Bool
-	dirtyBytes  atomic.Int64 // appended and not yet covered by a written watermark
-	kick        chan struct{}
+	watermarkMu   sync.Mutex // watermarks are written one at a time, in order
+	lastWatermark message.ID // the last one written; guarded by watermarkMu
+	dirty         atomic.Bool
+	dirtyBytes    atomic.Int64 // appended and not yet covered by a written watermark
+	kick          chan struct{}
 	// watermarked is closed and replaced after each watermark, waking
 	// appends held back by waitForWatermark.
 	watermarkedMu sync.Mutex
@@ -446,6 +447,9 @@ func (w *wal) termBefore(id message.ID) int64 {
 	}
 	return t
 }
+
+// ParseID implements WAL.
+func (w *wal) ParseID(s string) (message.ID, error) { return w.parseID(s) }
 
 // ParseCheckpoint implements WAL.
 func (w *wal) ParseCheckpoint(s string) (Checkpoint, error) { return parseCheckpoint(s, w.parseID) }
@@ -883,6 +887,15 @@ func (w *wal) watermarkLoop() {
 // writeWatermark appends a timetick message W once every append with a
 // timetick below W is acknowledged.
 func (w *wal) writeWatermark(ctx context.Context) error {
+	_, err := w.watermarkNow(ctx)
+	return err
+}
+
+// watermarkNow writes a watermark and returns the checkpoint after it: its
+// timetick, and the position of the watermark before it (every message
+// with a higher timetick began after that one was stored, so it lies after
+// it).
+func (w *wal) watermarkNow(ctx context.Context) (Checkpoint, error) {
 	w.watermarkMu.Lock()
 	defer w.watermarkMu.Unlock()
 	// What is counted before wm is allocated began before it, so wm covers
@@ -892,19 +905,37 @@ func (w *wal) writeWatermark(ctx context.Context) error {
 	covered := w.dirtyBytes.Load()
 	wm, err := w.ticks.watermark(ctx)
 	if err != nil {
-		return err
+		return Checkpoint{}, err
 	}
 	msg := message.Message{}.WithKind(message.KindTimeTick).WithTerm(w.ch.Term).WithTimeTick(wm)
-	if _, err := w.appendRetry(ctx, msg); err != nil {
-		return err
+	id, err := w.appendRetry(ctx, msg)
+	if err != nil {
+		return Checkpoint{}, err
 	}
+	before := w.lastWatermark
+	if before.IsZero() {
+		before = w.beginID
+	}
+	w.lastWatermark = id
 	w.dirtyBytes.Sub(covered)
 	w.m.watermarks.Inc()
 	w.watermarkedMu.Lock()
 	close(w.watermarked)
 	w.watermarked = make(chan struct{})
 	w.watermarkedMu.Unlock()
-	return nil
+	return Checkpoint{Position: before, TimeTick: wm}, nil
+}
+
+// Tail implements WAL.
+func (w *wal) Tail(ctx context.Context) (Checkpoint, error) {
+	if w.opts.ReadOnly {
+		return Checkpoint{}, errors.Wrap(walimpls.ErrReadOnly, "adaptor: tail: a read-only WAL writes no watermark")
+	}
+	if err := w.usable(); err != nil {
+		return Checkpoint{}, err
+	}
+	w.dirty.Store(false)
+	return w.watermarkNow(ctx)
 }
 
 func (w *wal) Read(ctx context.Context, opt ReadOption) (Scanner, error) {

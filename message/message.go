@@ -99,6 +99,13 @@ func (m Message) WithTimeTick(tt uint64) Message {
 	return m.with(KeyTimeTick, strconv.FormatUint(tt, 10))
 }
 
+// IdempotencyKey returns the key a client gave the message to make its
+// retries idempotent, or "".
+func (m Message) IdempotencyKey() string { return m.props[KeyIdempotency] }
+
+// WithIdempotencyKey returns a copy of m carrying an idempotency key.
+func (m Message) WithIdempotencyKey(key string) Message { return m.with(KeyIdempotency, key) }
+
 // WithVChannel returns a copy of m that belongs to a virtual channel.
 func (m Message) WithVChannel(vc string) Message { return m.with(KeyVChannel, vc) }
 

@@ -18,6 +18,7 @@ const (
 	KeyVChannel      = "_vc" // virtual channel name
 	KeyPartHeader    = "_ph" // split-part header, see the adaptor
 	KeyLastConfirmed = "_lc" // marshalled ID of the last confirmed message
+	KeyIdempotency   = "_ik" // the writer client's idempotency key
 )
 
 // IsReserved reports whether key is a reserved property key.

@@ -472,6 +472,66 @@ func (_c *MockWAL_ParseCheckpoint_Call) RunAndReturn(run func(s string) (adaptor
 	return _c
 }
 
+// ParseID provides a mock function for the type MockWAL
+func (_mock *MockWAL) ParseID(s string) (message.ID, error) {
+	ret := _mock.Called(s)
+
+	if len(ret) == 0 {
+		panic("no return value specified for ParseID")
+	}
+
+	var r0 message.ID
+	var r1 error
+	if returnFunc, ok := ret.Get(0).(func(string) (message.ID, error)); ok {
+		return returnFunc(s)
+	}
+	if returnFunc, ok := ret.Get(0).(func(string) message.ID); ok {
+		r0 = returnFunc(s)
+	} else {
+		r0 = ret.Get(0).(message.ID)
+	}
+	if returnFunc, ok := ret.Get(1).(func(string) error); ok {
+		r1 = returnFunc(s)
+	} else {
+		r1 = ret.Error(1)
+	}
+	return r0, r1
+}
+
+// MockWAL_ParseID_Call is a *mock.Call that shadows Run/Return methods with type explicit version for method 'ParseID'
+type MockWAL_ParseID_Call struct {
+	*mock.Call
+}
+
+// ParseID is a helper method to define mock.On call
+//   - s string
+func (_e *MockWAL_Expecter) ParseID(s any) *MockWAL_ParseID_Call {
+	return &MockWAL_ParseID_Call{Call: _e.mock.On("ParseID", s)}
+}
+
+func (_c *MockWAL_ParseID_Call) Run(run func(s string)) *MockWAL_ParseID_Call {
+	_c.Call.Run(func(args mock.Arguments) {
+		var arg0 string
+		if args[0] != nil {
+			arg0 = args[0].(string)
+		}
+		run(
+			arg0,
+		)
+	})
+	return _c
+}
+
+func (_c *MockWAL_ParseID_Call) Return(iD message.ID, err error) *MockWAL_ParseID_Call {
+	_c.Call.Return(iD, err)
+	return _c
+}
+
+func (_c *MockWAL_ParseID_Call) RunAndReturn(run func(s string) (message.ID, error)) *MockWAL_ParseID_Call {
+	_c.Call.Return(run)
+	return _c
+}
+
 // Read provides a mock function for the type MockWAL
 func (_mock *MockWAL) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error) {
 	ret := _mock.Called(ctx, opt)
@@ -587,6 +647,66 @@ func (_c *MockWAL_Sync_Call) Return(err error) *MockWAL_Sync_Call {
 }
 
 func (_c *MockWAL_Sync_Call) RunAndReturn(run func(ctx context.Context) error) *MockWAL_Sync_Call {
+	_c.Call.Return(run)
+	return _c
+}
+
+// Tail provides a mock function for the type MockWAL
+func (_mock *MockWAL) Tail(ctx context.Context) (adaptor.Checkpoint, error) {
+	ret := _mock.Called(ctx)
+
+	if len(ret) == 0 {
+		panic("no return value specified for Tail")
+	}
+
+	var r0 adaptor.Checkpoint
+	var r1 error
+	if returnFunc, ok := ret.Get(0).(func(context.Context) (adaptor.Checkpoint, error)); ok {
+		return returnFunc(ctx)
+	}
+	if returnFunc, ok := ret.Get(0).(func(context.Context) adaptor.Checkpoint); ok {
+		r0 = returnFunc(ctx)
+	} else {
+		r0 = ret.Get(0).(adaptor.Checkpoint)
+	}
+	if returnFunc, ok := ret.Get(1).(func(context.Context) error); ok {
+		r1 = returnFunc(ctx)
+	} else {
+		r1 = ret.Error(1)
+	}
+	return r0, r1
+}
+
+// MockWAL_Tail_Call is a *mock.Call that shadows Run/Return methods with type explicit version for method 'Tail'
+type MockWAL_Tail_Call struct {
+	*mock.Call
+}
+
+// Tail is a helper method to define mock.On call
+//   - ctx context.Context
+func (_e *MockWAL_Expecter) Tail(ctx any) *MockWAL_Tail_Call {
+	return &MockWAL_Tail_Call{Call: _e.mock.On("Tail", ctx)}
+}
+
+func (_c *MockWAL_Tail_Call) Run(run func(ctx context.Context)) *MockWAL_Tail_Call {
+	_c.Call.Run(func(args mock.Arguments) {
+		var arg0 context.Context
+		if args[0] != nil {
+			arg0 = args[0].(context.Context)
+		}
+		run(
+			arg0,
+		)
+	})
+	return _c
+}
+
+func (_c *MockWAL_Tail_Call) Return(checkpoint adaptor.Checkpoint, err error) *MockWAL_Tail_Call {
+	_c.Call.Return(checkpoint, err)
+	return _c
+}
+
+func (_c *MockWAL_Tail_Call) RunAndReturn(run func(ctx context.Context) (adaptor.Checkpoint, error)) *MockWAL_Tail_Call {
 	_c.Call.Return(run)
 	return _c
 }
