@@ -9,11 +9,15 @@ BENCH_TIME  ?= 1x
 
 MOCKERY_VERSION     := v3.9.1
 STATICCHECK_VERSION := v0.8.2
+BUF_VERSION         := v1.75.0
+PROTOC_GEN_GO       := v1.36.12
+PROTOC_GEN_CONNECT  := v1.21.1
 
 MOCKERY     := $(BIN)/mockery-$(MOCKERY_VERSION)
 STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
+GENTOOLS    := $(BIN)/gen-$(BUF_VERSION)-$(PROTOC_GEN_GO)-$(PROTOC_GEN_CONNECT)
 
-.PHONY: all run build test lint mocks mocks-check bench tidy-check fmt-check vet staticcheck clean
+.PHONY: all run build test lint mocks mocks-check generate generate-check bench tidy-check fmt-check vet staticcheck clean
 
 all: build test lint
 
@@ -28,8 +32,8 @@ build:
 test:
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
-## lint: vet, gofmt, staticcheck, go.mod tidiness, mocks up to date
-lint: vet fmt-check staticcheck tidy-check mocks-check
+## lint: vet, gofmt, staticcheck, go.mod tidiness, mocks and generated API code up to date
+lint: vet fmt-check staticcheck tidy-check mocks-check generate-check
 
 vet:
 	$(GO) vet $(PKGS)
@@ -56,6 +60,15 @@ mocks-check: mocks
 	@if [ -n "$$(git status --porcelain -- mocks)" ]; then \
 		echo "committed mocks are stale; run make mocks and commit:"; git status --short -- mocks; exit 1; fi
 
+## generate: the node API's Go code (api/) from proto/, with pinned buf and plugins
+generate: $(GENTOOLS)/buf
+	PATH=$(GENTOOLS):$$PATH $(GENTOOLS)/buf lint
+	PATH=$(GENTOOLS):$$PATH $(GENTOOLS)/buf generate
+
+generate-check: generate
+	@if [ -n "$$(git status --porcelain -- api)" ]; then \
+		echo "committed api/ code is stale; run make generate and commit:"; git status --short -- api; exit 1; fi
+
 ## bench: a short run of every benchmark (BENCH_TIME=2s for real figures)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCH_TIME) $(PKGS)
@@ -64,6 +77,12 @@ $(MOCKERY):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install github.com/vektra/mockery/v3@$(MOCKERY_VERSION)
 	@mv $(BIN)/mockery $@
+
+$(GENTOOLS)/buf:
+	@mkdir -p $(GENTOOLS)
+	GOBIN=$(GENTOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	GOBIN=$(GENTOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
+	GOBIN=$(GENTOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT)
 
 $(STATICCHECK):
 	@mkdir -p $(BIN)

@@ -3,6 +3,7 @@ module github.com/streamwal/streamwal
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/apache/pulsar-client-go v0.19.0
 	github.com/cockroachdb/errors v1.13.0
