@@ -1,0 +1,99 @@
+package node
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cluster"
+)
+
+// ErrInvalidConfig means a Config does not validate.
+var ErrInvalidConfig = errors.New("node: invalid config")
+
+// Config is a node's settings. The zero value of a field takes its
+// documented default; ID is required.
+type Config struct {
+	// ID names the node in the cluster; a restarted node keeps its ID.
+	ID string
+	// Listen is the address the API listens on; default "127.0.0.1:0" (a
+	// port the kernel picks).
+	Listen string
+	// Advertise is the address clients reach the API at; default the
+	// address the listener got.
+	Advertise string
+	// Root is the cluster's root in etcd; default cluster.DefaultRoot.
+	Root string
+	// SessionTTL is the lease the node registers under: the coordinator
+	// moves its channels this long after the node stops renewing it.
+	// Default 10s.
+	SessionTTL time.Duration
+	// Backend names the backend, for Status.
+	Backend string
+	// WAL configures every channel's WAL.
+	WAL adaptor.Options
+	// DedupKeys is how many recent idempotency keys each channel remembers
+	// in memory; default 100,000.
+	DedupKeys int
+	// Logger receives the node's logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the node's metrics (and its WALs' and manager's);
+	// nil makes a registry of its own, served on /metrics either way.
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics; required with a Registerer of your own
+	// (usually the same *prometheus.Registry).
+	Gatherer prometheus.Gatherer
+}
+
+// Defaults of Config.
+const (
+	DefaultListen     = "127.0.0.1:0"
+	DefaultSessionTTL = 10 * time.Second
+	DefaultDedupKeys  = 100_000
+)
+
+// Validate reports settings no node can run with.
+func (c Config) Validate() error {
+	if err := cluster.ValidateNodeID(c.ID); err != nil {
+		return errors.Wrapf(ErrInvalidConfig, "%v", err)
+	}
+	if c.SessionTTL < 0 || (c.SessionTTL > 0 && c.SessionTTL < time.Second) {
+		return errors.Wrapf(ErrInvalidConfig, "SessionTTL %s (at least 1s)", c.SessionTTL)
+	}
+	if c.DedupKeys < 0 {
+		return errors.Wrapf(ErrInvalidConfig, "negative DedupKeys %d", c.DedupKeys)
+	}
+	if c.Registerer != nil && c.Gatherer == nil {
+		return errors.Wrap(ErrInvalidConfig, "a Registerer of your own needs its Gatherer to serve /metrics")
+	}
+	if _, err := cluster.NewLayout(c.Root); err != nil {
+		return errors.Wrapf(ErrInvalidConfig, "%v", err)
+	}
+	if err := c.WAL.Validate(); err != nil {
+		return errors.Wrapf(ErrInvalidConfig, "WAL: %v", err)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.DedupKeys == 0 {
+		c.DedupKeys = DefaultDedupKeys
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		c.Registerer, c.Gatherer = reg, reg
+	}
+	return c
+}

@@ -1,0 +1,47 @@
+// Package node is a streamwal node: it registers in a cluster under an etcd
+// lease, opens the channels the coordinator assigns to it (at their
+// assigned terms, through a walmanager.Manager over a backend) and removes
+// the ones moved away, and serves the client API of proto/streamwal/v1
+// (Connect, gRPC and gRPC-Web on one port) for the channels it owns, with
+// Prometheus metrics on /metrics and its health on /healthz. cmd/walnode is
+// its process.
+//
+// # Ownership
+//
+// The node obeys the assignments: an assignment naming it at term T makes
+// it open the channel at T and report Opened under its lease; an assignment
+// naming another node makes it remove the channel. It never decides a
+// term. When a channel moves, the new owner's open fences this node's WAL
+// in the backend, so an append this node still takes after the move fails
+// (ErrFenced) even if it never hears of the move; the lease only tells the
+// coordinator when to move.
+//
+// # Errors
+//
+// A request for a channel this node does not own is FailedPrecondition with
+// a WrongNode detail naming the owner it knows; an append fenced while in
+// flight is Aborted with the same detail; a channel still opening, or a
+// node shutting down, is Unavailable; a message above the limit is
+// ResourceExhausted; bad input (a reserved property key, an invalid channel
+// name, a malformed position) is InvalidArgument. Every append error
+// carries an Outcome detail: not_stored when nothing was stored (safe to
+// send again), otherwise the outcome is unknown.
+//
+// # Exactly-once appends
+//
+// An append may carry an idempotency key, stored with the message. A retry
+// of an append whose outcome was unknown sets retry and the same key: the
+// node answers from the keys it acknowledged itself, waits for an attempt
+// of that key still in flight, and otherwise reads the channel from the
+// retry's resolve_from up to a watermark it writes then (WAL.Tail): a copy
+// stored by the earlier attempt, on this owner or a previous one, is found
+// there and returned (duplicate), and only if there is none is the message
+// stored. A copy a previous owner stored after the new term began is never
+// delivered, and so is never found: the retry stores it anew.
+//
+// # Shutdown
+//
+// Shutdown stops taking appends (Unavailable), waits for those in flight,
+// closes the WALs, revokes its lease (the coordinator moves its channels at
+// once) and stops serving, all bounded by its context.
+package node

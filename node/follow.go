@@ -1,0 +1,91 @@
+package node
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/walmanager"
+)
+
+// follow owns held: on every change of the cluster it opens the channels
+// assigned to this node at their terms and removes the ones assigned
+// elsewhere (or no more), each in a goroutine of its own, since an open
+// can take a while and the manager orders requests per channel itself.
+func (n *Node) follow() {
+	defer n.wg.Done()
+	for {
+		snap, changed := n.view.Snapshot()
+		want := map[string]int64{}
+		for ch, a := range snap.Assignments {
+			if a.Value.Node == n.cfg.ID {
+				want[ch] = a.Value.Term
+			}
+		}
+		for ch, term := range want {
+			if n.held[ch] != term {
+				n.held[ch] = term
+				n.startOpen(ch, term)
+			}
+		}
+		for ch, term := range n.held {
+			if _, ok := want[ch]; !ok {
+				delete(n.held, ch)
+				n.startRemove(ch, term)
+			}
+		}
+		select {
+		case <-changed:
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+// startOpen opens ch at term and reports the outcome under the node's
+// lease, unless a newer request overtook it.
+func (n *Node) startOpen(ch string, term int64) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		err := n.mgr.Open(n.ctx, walmanager.Channel{Name: ch, Term: term})
+		switch {
+		case n.ctx.Err() != nil:
+			return
+		case errors.IsAny(err, walmanager.ErrSuperseded, walmanager.ErrStaleTerm):
+			return // the assignment moved on; the follower acts on it
+		case err != nil:
+			n.metrics.opens.WithLabelValues("failed").Inc()
+			n.log.Warn("channel open failed", "channel", ch, "term", term, "error", err)
+		default:
+			n.metrics.opens.WithLabelValues("ok").Inc()
+			n.log.Info("channel open", "channel", ch, "term", term)
+		}
+		report := cluster.Opened{Channel: ch, Node: n.cfg.ID, Term: term}
+		if err != nil {
+			report.Error = err.Error()
+		}
+		sess := n.session()
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTTL)
+		defer cancel()
+		if _, perr := n.cli.Put(ctx, n.layout.Opened(ch), string(cluster.Encode(report)), clientv3.WithLease(sess.Lease())); perr != nil && n.ctx.Err() == nil {
+			n.log.Warn("open report not written", "channel", ch, "term", term, "error", perr)
+		}
+	}()
+}
+
+// startRemove closes ch at term (and anything older).
+func (n *Node) startRemove(ch string, term int64) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		err := n.mgr.Remove(n.ctx, walmanager.Channel{Name: ch, Term: term})
+		if err != nil && n.ctx.Err() == nil && !errors.Is(err, walmanager.ErrStaleTerm) {
+			n.log.Warn("channel remove failed", "channel", ch, "term", term, "error", err)
+			return
+		}
+		n.log.Info("channel removed", "channel", ch, "term", term)
+	}()
+}

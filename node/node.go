@@ -1,0 +1,309 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/atomic"
+
+	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
+	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/utility/backoff"
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walmanager"
+)
+
+// Node is one node of a cluster. Start runs it; Shutdown stops it.
+type Node struct {
+	cfg     Config
+	cli     *clientv3.Client
+	opener  walimpls.Opener
+	layout  cluster.Layout
+	log     *slog.Logger
+	mgr     *walmanager.Manager
+	metrics *metrics
+
+	view *cluster.View
+	ln   net.Listener
+	srv  *http.Server
+	addr string
+
+	// accepting is false once Shutdown began: appends are refused.
+	accepting atomic.Bool
+	appends   sync.WaitGroup // appends in flight
+
+	sessMu sync.Mutex
+	sess   *concurrency.Session // the current registration; renewed when lost
+
+	keysMu sync.Mutex
+	keys   map[string]*keys // per channel
+
+	// The follower's state: the term each channel is held (or being
+	// opened) at. Owned by follow.
+	held map[string]int64
+
+	ctx    context.Context // ends with Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // follow, the session keeper, opens and removes
+}
+
+// New returns a node over a backend opener and an etcd client; the caller
+// owns both.
+func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error) {
+	if cli == nil || opener == nil {
+		return nil, errors.Wrap(ErrInvalidConfig, "an etcd client and a backend opener are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	layout, _ := cluster.NewLayout(cfg.Root)
+	n := &Node{cfg: cfg, cli: cli, opener: opener, layout: layout, log: cfg.Logger.With("node", cfg.ID),
+		keys: map[string]*keys{}, held: map[string]int64{}}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, errors.Wrapf(ErrInvalidConfig, "metrics: %v", err)
+	}
+	n.metrics = m
+	walOpts := cfg.WAL
+	if walOpts.Logger == nil {
+		walOpts.Logger = n.log
+	}
+	if walOpts.Metrics == nil {
+		if walOpts.Metrics, err = adaptor.NewMetrics(cfg.Registerer); err != nil {
+			return nil, errors.Wrapf(ErrInvalidConfig, "metrics: %v", err)
+		}
+	}
+	n.mgr, err = walmanager.New(walmanager.WALOpenerFunc(func(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, error) {
+		return adaptor.Open(ctx, opener, ch, walOpts)
+	}), walmanager.Options{Logger: n.log, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, errors.Wrapf(ErrInvalidConfig, "%v", err)
+	}
+	return n, nil
+}
+
+// Start listens, registers the node, starts following its assignments and
+// serves the API. It returns once the node is registered and serving.
+func (n *Node) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", n.cfg.Listen)
+	if err != nil {
+		return errors.Wrapf(err, "node %s: listen on %s", n.cfg.ID, n.cfg.Listen)
+	}
+	n.ln = ln
+	n.addr = n.cfg.Advertise
+	if n.addr == "" {
+		n.addr = ln.Addr().String()
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	view, err := cluster.Watch(ctx, n.cli, n.layout, n.log)
+	if err != nil {
+		_ = ln.Close()
+		n.cancel()
+		return errors.Wrapf(err, "node %s", n.cfg.ID)
+	}
+	n.view = view
+	if err := n.register(ctx); err != nil {
+		view.Close()
+		_ = ln.Close()
+		n.cancel()
+		return err
+	}
+	mux := http.NewServeMux()
+	path, handler := streamwalv1connect.NewWALServiceHandler(&service{n: n})
+	mux.Handle(path, handler)
+	mux.Handle("/metrics", promhttp.HandlerFor(n.cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", n.health)
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
+	n.srv = &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	n.accepting.Store(true)
+	n.wg.Add(3)
+	go func() {
+		defer n.wg.Done()
+		if err := n.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("api server stopped", "error", err)
+		}
+	}()
+	go n.keepSession()
+	go n.follow()
+	n.log.Info("node started", "addr", n.addr, "backend", n.cfg.Backend)
+	return nil
+}
+
+// Addr is where the node serves its API.
+func (n *Node) Addr() string { return n.addr }
+
+// ID is the node's ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// register creates a session and puts the node's key under its lease.
+func (n *Node) register(ctx context.Context) error {
+	sess, err := concurrency.NewSession(n.cli, concurrency.WithTTL(int(n.cfg.SessionTTL.Round(time.Second)/time.Second)),
+		concurrency.WithContext(n.ctx))
+	if err != nil {
+		return errors.Wrapf(err, "node %s: etcd session", n.cfg.ID)
+	}
+	info := cluster.NodeInfo{ID: n.cfg.ID, Addr: n.addr, Started: time.Now().UTC()}
+	if _, err := n.cli.Put(ctx, n.layout.Node(n.cfg.ID), string(cluster.Encode(info)), clientv3.WithLease(sess.Lease())); err != nil {
+		_ = sess.Close()
+		return errors.Wrapf(err, "node %s: register", n.cfg.ID)
+	}
+	n.sessMu.Lock()
+	n.sess = sess
+	n.sessMu.Unlock()
+	n.log.Info("registered", "lease", int64(sess.Lease()))
+	return nil
+}
+
+// session returns the current session.
+func (n *Node) session() *concurrency.Session {
+	n.sessMu.Lock()
+	defer n.sessMu.Unlock()
+	return n.sess
+}
+
+// keepSession registers again whenever the session ends (its lease expired
+// or etcd was unreachable for its TTL): the coordinator may have moved this
+// node's channels meanwhile; the assignments say.
+func (n *Node) keepSession() {
+	defer n.wg.Done()
+	retry := backoff.Config{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+	for {
+		sess := n.session()
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-sess.Done():
+		}
+		n.metrics.sessionsLost.Inc()
+		n.log.Warn("lease lost; registering again")
+		for attempt := 0; ; attempt++ {
+			if n.ctx.Err() != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTTL)
+			err := n.register(ctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			n.log.Warn("register failed", "error", err)
+			if retry.Wait(n.ctx, attempt) != nil {
+				return
+			}
+		}
+	}
+}
+
+// keysOf returns the idempotency keys of a channel.
+func (n *Node) keysOf(channel string) *keys {
+	n.keysMu.Lock()
+	defer n.keysMu.Unlock()
+	k := n.keys[channel]
+	if k == nil {
+		k = newKeys(n.cfg.DedupKeys)
+		n.keys[channel] = k
+	}
+	return k
+}
+
+func (n *Node) health(w http.ResponseWriter, _ *http.Request) {
+	sess := n.session()
+	select {
+	case <-sess.Done():
+		http.Error(w, "lease lost", http.StatusServiceUnavailable)
+		return
+	default:
+	}
+	if !n.accepting.Load() {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// Shutdown stops the node: it refuses new appends, waits for those in
+// flight, closes its WALs, revokes its lease (the coordinator moves its
+// channels at once) and stops serving. ctx bounds it; what is left when it
+// ends is abandoned and the error says so.
+func (n *Node) Shutdown(ctx context.Context) error {
+	if n.cancel == nil {
+		return nil // never started
+	}
+	n.accepting.Store(false)
+	drained := make(chan struct{})
+	go func() { n.appends.Wait(); close(drained) }()
+	var errs error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		errs = errors.CombineErrors(errs, errors.Wrap(ctx.Err(), "node: appends in flight abandoned"))
+	}
+	if err := n.mgr.Close(ctx); err != nil {
+		errs = errors.CombineErrors(errs, errors.Wrap(err, "node: close wals"))
+	}
+	if sess := n.session(); sess != nil {
+		if err := sess.Close(); err != nil {
+			errs = errors.CombineErrors(errs, errors.Wrap(err, "node: revoke lease"))
+		}
+	}
+	n.cancel()
+	if err := n.srv.Shutdown(ctx); err != nil {
+		_ = n.srv.Close()
+		errs = errors.CombineErrors(errs, errors.Wrap(err, "node: stop serving"))
+	}
+	n.view.Close()
+	n.wg.Wait()
+	n.metrics.unregister()
+	n.log.Info("node stopped")
+	return errs
+}
+
+// metrics are the node's own series.
+type metrics struct {
+	reg          prometheus.Registerer
+	requests     *prometheus.CounterVec
+	sessionsLost prometheus.Counter
+	opens        *prometheus.CounterVec
+	dedup        *prometheus.CounterVec
+	collectors   []prometheus.Collector
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
+			Name: "requests_total", Help: "API requests by method and code."}, []string{"method", "code"}),
+		sessionsLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
+			Name: "sessions_lost_total", Help: "Times the node's lease was lost and it registered again."}),
+		opens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
+			Name: "channel_opens_total", Help: "Channel opens following assignments, by result."}, []string{"result"}),
+		dedup: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
+			Name: "retries_total", Help: "Retried appends, by how they were resolved: memory, log (found an earlier copy), stored."}, []string{"resolved"}),
+	}
+	m.collectors = []prometheus.Collector{m.requests, m.sessionsLost, m.opens, m.dedup}
+	for _, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) unregister() {
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}

@@ -1,0 +1,204 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
+	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
+	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/etcdtest"
+	"github.com/streamwal/streamwal/node"
+	"github.com/streamwal/streamwal/walimpls/impls/memory"
+)
+
+var srv *etcdtest.Server
+
+func TestMain(m *testing.M) {
+	var err error
+	if srv, err = etcdtest.New(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(etcdtest.Main(m, srv))
+}
+
+const testTimeout = 30 * time.Second
+
+type testCluster struct {
+	t      *testing.T
+	cli    *clientv3.Client
+	layout cluster.Layout
+	mem    *memory.Cluster
+	view   *cluster.View
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	cli := etcdtest.Client(t, srv.Endpoints())
+	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	v, err := cluster.Watch(ctx, cli, l, nil)
+	require.NoError(t, err)
+	t.Cleanup(v.Close)
+	return &testCluster{t: t, cli: cli, layout: l, mem: memory.NewCluster(), view: v}
+}
+
+// startNode starts a node on the shared memory backend.
+func (c *testCluster) startNode(id string) *node.Node {
+	t := c.t
+	o, err := memory.NewOpener(c.mem, memory.Config{})
+	require.NoError(t, err)
+	n, err := node.New(c.cli, o, node.Config{ID: id, Root: c.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	require.NoError(t, n.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		require.NoError(t, n.Shutdown(ctx))
+		_ = o.Close()
+	})
+	return n
+}
+
+// assign writes an assignment as the coordinator would, and waits until the
+// node reports the channel open.
+func (c *testCluster) assign(channel, nodeID string, term int64) {
+	t := c.t
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	a := cluster.Assignment{Channel: channel, Node: nodeID, Term: term, State: cluster.Assigning}
+	_, err := c.cli.Put(ctx, c.layout.Assignment(channel), string(cluster.Encode(a)))
+	require.NoError(t, err)
+	_, err = c.view.WaitFor(ctx, func(s cluster.Snapshot) bool {
+		o, ok := s.Opened[channel]
+		return ok && o.Value.Node == nodeID && o.Value.Term == term
+	})
+	require.NoError(t, err, "node %s never reported %s open at term %d", nodeID, channel, term)
+	require.Empty(t, mustOpened(c, channel).Error)
+}
+
+func mustOpened(c *testCluster, channel string) cluster.Opened {
+	s, _ := c.view.Snapshot()
+	return s.Opened[channel].Value
+}
+
+func client(n *node.Node) streamwalv1connect.WALServiceClient {
+	return streamwalv1connect.NewWALServiceClient(http.DefaultClient, "http://"+n.Addr())
+}
+
+func appendReq(channel, payload, key string) *connect.Request[streamwalv1.AppendRequest] {
+	return connect.NewRequest(&streamwalv1.AppendRequest{Channel: channel, Key: key,
+		Message: &streamwalv1.Message{Payload: []byte(payload), Properties: map[string]string{"p": payload}}})
+}
+
+func outcome(t *testing.T, err error) (*streamwalv1.WrongNode, *streamwalv1.Outcome) {
+	t.Helper()
+	var ce *connect.Error
+	require.True(t, errors.As(err, &ce), "%v", err)
+	var wn *streamwalv1.WrongNode
+	var oc *streamwalv1.Outcome
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		require.NoError(t, derr)
+		switch x := v.(type) {
+		case *streamwalv1.WrongNode:
+			wn = x
+		case *streamwalv1.Outcome:
+			oc = x
+		}
+	}
+	return wn, oc
+}
+
+func TestOwnershipFollowsAssignments(t *testing.T) {
+	c := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	n1, n2 := c.startNode("n1"), c.startNode("n2")
+	c.assign("orders", "n1", 1)
+
+	res, err := client(n1).Append(ctx, appendReq("orders", "first", "k1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Msg.GetTerm())
+	first := res.Msg
+
+	// n2 does not own it: a refusal naming the owner.
+	_, err = client(n2).Append(ctx, appendReq("orders", "wrong", ""))
+	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
+	wn, oc := outcome(t, err)
+	require.Equal(t, "n1", wn.GetOwner())
+	require.Equal(t, n1.Addr(), wn.GetOwnerAddr())
+	require.True(t, oc.GetNotStored())
+
+	// The same key again on the same owner: answered from memory.
+	again, err := client(n1).Append(ctx, appendReq("orders", "first", "k1"))
+	require.NoError(t, err)
+	require.True(t, again.Msg.GetDuplicate())
+	require.Equal(t, first.GetId(), again.Msg.GetId())
+
+	// The channel moves to n2 at term 2; the old owner refuses, the new one
+	// takes appends, and a retry of k1 there finds the copy n1 stored.
+	c.assign("orders", "n2", 2)
+	_, err = client(n1).Append(ctx, appendReq("orders", "late", ""))
+	require.Contains(t, []connect.Code{connect.CodeFailedPrecondition, connect.CodeAborted}, connect.CodeOf(err))
+	retry := appendReq("orders", "first", "k1")
+	retry.Msg.Retry = true
+	res, err = client(n2).Append(ctx, retry)
+	require.NoError(t, err)
+	require.True(t, res.Msg.GetDuplicate(), "the retry found the earlier copy")
+	require.Equal(t, first.GetId(), res.Msg.GetId())
+	fresh := appendReq("orders", "second", "k2")
+	fresh.Msg.Retry = true
+	fresh.Msg.ResolveFrom = first.GetResolveFrom()
+	res, err = client(n2).Append(ctx, fresh)
+	require.NoError(t, err)
+	require.False(t, res.Msg.GetDuplicate(), "a retry whose first attempt stored nothing is stored")
+	require.EqualValues(t, 2, res.Msg.GetTerm())
+
+	// Every message once, in order, with keys.
+	stream, err := client(n2).Read(ctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "orders"}))
+	require.NoError(t, err)
+	var got []string
+	for len(got) < 2 && stream.Receive() {
+		for _, d := range stream.Msg().GetMessages() {
+			got = append(got, string(d.GetPayload())+"/"+d.GetKey())
+		}
+	}
+	require.NoError(t, stream.Close())
+	require.Equal(t, []string{"first/k1", "second/k2"}, got)
+
+	// Bad input.
+	_, err = client(n2).Append(ctx, connect.NewRequest(&streamwalv1.AppendRequest{Channel: "orders",
+		Message: &streamwalv1.Message{Properties: map[string]string{"_t": "9"}}}))
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+	_, err = client(n2).Append(ctx, appendReq("not a channel", "x", ""))
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+
+	st, err := client(n2).Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
+	require.NoError(t, err)
+	require.Equal(t, "n2", st.Msg.GetNode())
+	require.Len(t, st.Msg.GetChannels(), 1)
+
+	resp, err := http.Get("http://" + n2.Addr() + "/healthz")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = resp.Body.Close()
+	resp, err = http.Get("http://" + n2.Addr() + "/metrics")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = resp.Body.Close()
+}
