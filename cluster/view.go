@@ -101,6 +101,18 @@ func Watch(ctx context.Context, cli *clientv3.Client, layout Layout, logger *slo
 	return v, nil
 }
 
+// Load reads every key of the cluster under layout at one revision, as a
+// View's first list does: a value that does not decode is logged and left
+// out. It is the fresh snapshot of a decision that must not act on a
+// View's possibly late one.
+func Load(ctx context.Context, cli *clientv3.Client, layout Layout, logger *slog.Logger) (Snapshot, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	v := &View{cli: cli, layout: layout, log: logger}
+	return v.list(ctx)
+}
+
 // list reads every key of the cluster at one revision.
 func (v *View) list(ctx context.Context) (Snapshot, error) {
 	resp, err := v.cli.Get(ctx, v.layout.Root, clientv3.WithPrefix())

@@ -107,3 +107,23 @@ func TestDecode(t *testing.T) {
 	require.Equal(t, a, back)
 	require.Error(t, cluster.ValidateNodeID("a b"))
 }
+
+func TestLoad(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli := etcdtest.Client(t, srv.Endpoints())
+	l, err := cluster.NewLayout(etcdtest.Prefix(t))
+	require.NoError(t, err)
+	a := cluster.Assignment{Channel: "ch", Node: "n1", Term: 2, State: cluster.Assigned}
+	put, err := cli.Put(ctx, l.Assignment("ch"), string(cluster.Encode(a)))
+	require.NoError(t, err)
+	_, err = cli.Put(ctx, l.Assignment("bad"), "not json")
+	require.NoError(t, err)
+	s, err := cluster.Load(ctx, cli, l, nil)
+	require.NoError(t, err)
+	require.Equal(t, a, s.Assignments["ch"].Value)
+	require.Equal(t, put.Header.Revision, s.Assignments["ch"].Revision)
+	require.NotContains(t, s.Assignments, "bad", "a corrupt value is left out")
+	require.GreaterOrEqual(t, s.Revision, put.Header.Revision)
+	require.Empty(t, s.Nodes)
+}

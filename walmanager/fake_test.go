@@ -122,7 +122,9 @@ func (w *fakeWAL) Read(context.Context, adaptor.ReadOption) (adaptor.Scanner, er
 }
 func (w *fakeWAL) Sync(context.Context) error                 { return errFakeWAL }
 func (w *fakeWAL) Truncate(context.Context, message.ID) error { return errFakeWAL }
-func (w *fakeWAL) Tail(context.Context) (adaptor.Checkpoint, error) { return adaptor.Checkpoint{}, errFakeWAL }
+func (w *fakeWAL) Tail(context.Context) (adaptor.Checkpoint, error) {
+	return adaptor.Checkpoint{}, errFakeWAL
+}
 
 func (w *fakeWAL) ParseID(string) (message.ID, error) { return message.ID{}, errFakeWAL }
 
