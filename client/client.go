@@ -1,0 +1,293 @@
+// Package client appends to and reads from a streamwal cluster: it finds a
+// channel's owner in the cluster's assignments (a cluster.View on etcd),
+// sends there, and when the node answers that it does not own the channel,
+// was fenced, or is unavailable, finds the owner again and retries, within
+// the caller's context.
+//
+// # Outcomes and retries
+//
+// Append returns nil only when the message is stored. Every append carries
+// an idempotency key (the caller's, or a random one). When an attempt ends
+// with an unknown outcome (the node answered so, the connection broke, the
+// node died), the client retries with the same key and retry set: the owner
+// then looks for a copy stored by the earlier attempt — on itself or on a
+// previous owner — and answers with that copy instead of storing a second
+// one. So each appended message is delivered at most once, and exactly once
+// when Append returns nil. When Append returns an error, errors.Is(err,
+// ErrOutcomeUnknown) says whether an earlier attempt may have stored it: a
+// later Append with the same Options.Key resolves it the same way; an error
+// without it stored nothing.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/cockroachdb/errors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
+	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
+	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/utility/backoff"
+)
+
+// Errors, checked with errors.Is.
+var (
+	// ErrOutcomeUnknown marks an Append error after an attempt that may have
+	// stored the message.
+	ErrOutcomeUnknown = errors.New("client: append outcome unknown")
+	// ErrRefused is a request the cluster refuses for good (bad input, a
+	// message too large); nothing was stored.
+	ErrRefused = errors.New("client: request refused")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("client: closed")
+)
+
+// Config configures a Client. Etcd is required; the rest has defaults.
+type Config struct {
+	// Etcd is the cluster's etcd client; the caller owns it.
+	Etcd *clientv3.Client
+	// Root is the cluster's root in etcd; default cluster.DefaultRoot.
+	Root string
+	// HTTP is the client for the nodes' API; default one with a 10 s dial
+	// and response-header timeout and no overall timeout (reads stream).
+	HTTP *http.Client
+	// Retry is the backoff between attempts while no owner answers.
+	Retry backoff.Config
+	// Logger receives the client's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Client is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	view   *cluster.View
+	layout cluster.Layout
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[string]streamwalv1connect.WALServiceClient // by node address
+	// resolveFrom is, per channel, the resolve_from of the newest append
+	// acknowledged to this client: the start of a retry's look.
+	resolveFrom map[string]resolvePoint
+}
+
+type resolvePoint struct {
+	text string
+	tt   uint64
+}
+
+// New returns a client following the cluster's assignments.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Etcd == nil {
+		return nil, errors.Wrap(ErrRefused, "client: an etcd client is required")
+	}
+	layout, err := cluster.NewLayout(cfg.Root)
+	if err != nil {
+		return nil, errors.Mark(err, ErrRefused)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{Transport: &http.Transport{
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+			ResponseHeaderTimeout: 10 * time.Second,
+			MaxIdleConnsPerHost:   64,
+		}}
+	}
+	view, err := cluster.Watch(ctx, cfg.Etcd, layout, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, view: view, layout: layout, log: cfg.Logger,
+		conns: map[string]streamwalv1connect.WALServiceClient{}, resolveFrom: map[string]resolvePoint{}}, nil
+}
+
+// Close stops following the cluster; idempotent.
+func (c *Client) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.view.Close()
+	if t, ok := c.cfg.HTTP.Transport.(*http.Transport); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// View is the cluster as the client follows it.
+func (c *Client) View() *cluster.View { return c.view }
+
+func (c *Client) conn(addr string) (streamwalv1connect.WALServiceClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	cl, ok := c.conns[addr]
+	if !ok {
+		cl = streamwalv1connect.NewWALServiceClient(c.cfg.HTTP, "http://"+addr)
+		c.conns[addr] = cl
+	}
+	return cl, nil
+}
+
+// Message is what Append stores.
+type Message struct {
+	Payload    []byte
+	Properties map[string]string
+	VChannel   string
+}
+
+// Options tune one Append.
+type Options struct {
+	// Key is the message's idempotency key; default a random one. Give your
+	// own to resolve an earlier Append that ended with ErrOutcomeUnknown.
+	Key string
+	// Retry marks an Append that repeats one that ended with
+	// ErrOutcomeUnknown (with the same Key).
+	Retry bool
+}
+
+// Result is where a message was stored.
+type Result struct {
+	ID       string
+	TimeTick uint64
+	Term     int64
+	Node     string
+	// Duplicate is true when an earlier attempt had stored it.
+	Duplicate bool
+}
+
+// Append stores m on channel, retrying until it is stored, refused, or ctx
+// ends.
+func (c *Client) Append(ctx context.Context, channel string, m Message, opts Options) (Result, error) {
+	key := opts.Key
+	if key == "" {
+		key = newKey()
+	}
+	retry := opts.Retry
+	c.mu.Lock()
+	from := c.resolveFrom[channel].text
+	c.mu.Unlock()
+	var hint string // an owner address a refusal named
+	for attempt := 0; ; attempt++ {
+		addr, node, err := c.owner(ctx, channel, hint, attempt)
+		if err != nil {
+			return Result{}, c.final(err, retry)
+		}
+		cl, err := c.conn(addr)
+		if err != nil {
+			return Result{}, c.final(err, retry)
+		}
+		req := connect.NewRequest(&streamwalv1.AppendRequest{Channel: channel, Key: key, Retry: retry, ResolveFrom: from,
+			Message: &streamwalv1.Message{Payload: m.Payload, Properties: m.Properties, Vchannel: m.VChannel}})
+		resp, err := cl.Append(ctx, req)
+		if err == nil {
+			r := resp.Msg
+			c.noteAck(channel, r)
+			return Result{ID: r.GetId(), TimeTick: r.GetTimetick(), Term: r.GetTerm(), Node: node, Duplicate: r.GetDuplicate()}, nil
+		}
+		hint = ""
+		code := connect.CodeOf(err)
+		wn, notStored := details(err)
+		if !notStored {
+			retry = true // this attempt may have stored it: the next one resolves
+		}
+		switch {
+		case ctx.Err() != nil:
+			return Result{}, c.final(errors.WithSecondaryError(ctx.Err(), err), retry)
+		case code == connect.CodeInvalidArgument, code == connect.CodeResourceExhausted, code == connect.CodeOutOfRange:
+			return Result{}, c.final(errors.Mark(err, ErrRefused), retry)
+		case wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != addr:
+			hint = wn.GetOwnerAddr() // try where the node says the owner is
+		}
+		c.log.Debug("append attempt failed", "channel", channel, "node", node, "code", code, "not_stored", notStored, "error", err)
+	}
+}
+
+// final is the error Append returns: marked ErrOutcomeUnknown when an
+// attempt may have stored the message.
+func (c *Client) final(err error, unknown bool) error {
+	if unknown {
+		return errors.Mark(err, ErrOutcomeUnknown)
+	}
+	return err
+}
+
+// noteAck keeps the newest resolve_from of channel.
+func (c *Client) noteAck(channel string, r *streamwalv1.AppendResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.resolveFrom[channel]; !ok || r.GetTimetick() > cur.tt {
+		c.resolveFrom[channel] = resolvePoint{text: r.GetResolveFrom(), tt: r.GetTimetick()}
+	}
+}
+
+// details returns an API error's WrongNode detail and whether it says
+// nothing was stored. An error without an Outcome (a broken connection, a
+// node that died) leaves the outcome unknown.
+func details(err error) (*streamwalv1.WrongNode, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil, false
+	}
+	var wn *streamwalv1.WrongNode
+	notStored := false
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		switch x := v.(type) {
+		case *streamwalv1.WrongNode:
+			wn = x
+		case *streamwalv1.Outcome:
+			notStored = x.GetNotStored()
+		}
+	}
+	return wn, notStored
+}
+
+// owner returns the address and node of channel's owner: the hint when a
+// refusal named one, else the assignment, waiting (with backoff after a
+// failed attempt) for one to a live node.
+func (c *Client) owner(ctx context.Context, channel, hint string, attempt int) (addr, node string, err error) {
+	if hint != "" {
+		return hint, "", nil
+	}
+	if attempt > 0 {
+		if err := c.cfg.Retry.Wait(ctx, attempt-1); err != nil {
+			return "", "", err
+		}
+	}
+	s, err := c.view.WaitFor(ctx, func(s cluster.Snapshot) bool {
+		_, _, ok := s.Owner(channel)
+		return ok
+	})
+	if err != nil {
+		return "", "", errors.Wrapf(err, "client: no live owner of channel %q", channel)
+	}
+	a, n, _ := s.Owner(channel)
+	return n.Addr, a.Node, nil
+}
+
+// newKey returns a random idempotency key.
+func newKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
