@@ -1,0 +1,117 @@
+package coordinator
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamwal/streamwal/cluster"
+)
+
+// Defaults of a zero Config.
+const (
+	DefaultSessionTTL        = 5 * time.Second
+	DefaultReconcileInterval = time.Second
+	DefaultOpenTimeout       = 30 * time.Second
+)
+
+// ChannelSource lists the channels (pchannels) the coordinator manages,
+// e.g. a pool's PChannels. It is called at the start of every reconcile
+// pass; an error skips the pass (nothing is decided from a partial list).
+type ChannelSource func(ctx context.Context) ([]string, error)
+
+// StaticChannels is a ChannelSource that always lists names.
+func StaticChannels(names ...string) ChannelSource {
+	names = append([]string(nil), names...)
+	return func(context.Context) ([]string, error) { return names, nil }
+}
+
+// Config configures a Coordinator. Zero fields take the documented
+// defaults; ID and Channels are required.
+type Config struct {
+	// ID names this candidate: the value of its election key and of its
+	// logs. Required; the rules of node IDs (cluster.ValidateNodeID).
+	ID string
+	// Root is the cluster's cluster.Layout root; "" is cluster.DefaultRoot.
+	Root string
+	// SessionTTL is the TTL of the lease behind this candidate's election
+	// key: how long a crashed leader keeps the others waiting. Zero is
+	// DefaultSessionTTL; etcd counts whole seconds, so it is rounded up,
+	// and below one second is invalid.
+	SessionTTL time.Duration
+	// Channels lists the channels to manage. Required.
+	Channels ChannelSource
+	// ReconcileInterval is the period of the safety sweep the leader runs
+	// besides reacting to changes of the cluster. Zero is
+	// DefaultReconcileInterval.
+	ReconcileInterval time.Duration
+	// OpenTimeout is how long an assignment may stay Assigning (including
+	// while its owner reports an open error) before the coordinator moves
+	// the channel to another live node. Zero is DefaultOpenTimeout.
+	OpenTimeout time.Duration
+	// Logger receives the coordinator's logs, with channel, node, term and
+	// reason as attributes. Nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the coordinator's metrics while Run runs; nil
+	// registers none.
+	Registerer prometheus.Registerer
+}
+
+// Validate reports settings no coordinator can run with.
+func (c Config) Validate() error {
+	if c.ID == "" {
+		return errors.New("coordinator: empty ID")
+	}
+	if err := cluster.ValidateNodeID(c.ID); err != nil {
+		return errors.Wrap(err, "coordinator: ID")
+	}
+	if _, err := cluster.NewLayout(c.Root); err != nil {
+		return errors.Wrap(err, "coordinator")
+	}
+	if c.SessionTTL < 0 || (c.SessionTTL > 0 && c.SessionTTL < time.Second) {
+		return errors.Newf("coordinator: session TTL %s is below one second", c.SessionTTL)
+	}
+	if c.SessionTTL > time.Duration(math.MaxInt32)*time.Second {
+		return errors.Newf("coordinator: session TTL %s is too long", c.SessionTTL)
+	}
+	if c.Channels == nil {
+		return errors.New("coordinator: no channel source")
+	}
+	if c.ReconcileInterval < 0 {
+		return errors.Newf("coordinator: negative reconcile interval %s", c.ReconcileInterval)
+	}
+	if c.OpenTimeout < 0 {
+		return errors.Newf("coordinator: negative open timeout %s", c.OpenTimeout)
+	}
+	return nil
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.Root == "" {
+		c.Root = cluster.DefaultRoot
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.OpenTimeout == 0 {
+		c.OpenTimeout = DefaultOpenTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// ttlSeconds is the session TTL as etcd takes it.
+func (c Config) ttlSeconds() int {
+	return int((c.SessionTTL + time.Second - 1) / time.Second)
+}

@@ -1,0 +1,329 @@
+package coordinator
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/streamwal/streamwal/cluster"
+)
+
+// reason is why a channel gets an owner: the label of the moves metric.
+type reason string
+
+const (
+	reasonNew         reason = "new"          // a channel without assignment
+	reasonOwnerLost   reason = "owner_lost"   // its owner's node key is gone
+	reasonDrain       reason = "drain"        // its owner is drained
+	reasonRequest     reason = "request"      // an operator's move request
+	reasonOpenTimeout reason = "open_timeout" // Assigning for longer than OpenTimeout
+)
+
+var reasons = []reason{reasonNew, reasonOwnerLost, reasonDrain, reasonRequest, reasonOpenTimeout}
+
+// maxPrevious bounds Assignment.Previous: the most recent owners are kept.
+const maxPrevious = 4
+
+type changeKind uint8
+
+const (
+	// changeAssign gives a channel an owner: its first one at term 1, or a
+	// new one at the current term + 1.
+	changeAssign changeKind = iota + 1
+	// changeConfirm marks an Assigning assignment Assigned: same owner,
+	// same term, Previous cleared.
+	changeConfirm
+	// changeDropMove deletes a move request nothing can honour.
+	changeDropMove
+)
+
+func (k changeKind) String() string {
+	switch k {
+	case changeAssign:
+		return "assign"
+	case changeConfirm:
+		return "confirm"
+	case changeDropMove:
+		return "drop-move"
+	}
+	return fmt.Sprintf("changeKind(%d)", uint8(k))
+}
+
+// change is one write the leader decided on: one etcd transaction,
+// conditional on everything the decision read.
+type change struct {
+	kind    changeKind
+	channel string
+	// reason says why, for changeAssign.
+	reason reason
+	// rev is the ModRevision of the assignment the decision read; 0 means
+	// there was none and the write creates it.
+	rev int64
+	// prev is the assignment at rev (zero when rev is 0).
+	prev cluster.Assignment
+	// next is what changeAssign and changeConfirm write.
+	next cluster.Assignment
+	// openedRev is the ModRevision of the Opened report a changeConfirm
+	// relies on.
+	openedRev int64
+	// moveRev, when not 0, is the ModRevision of the channel's move
+	// request, deleted in the same transaction.
+	moveRev int64
+	// note says why a changeDropMove cannot be honoured.
+	note string
+	// guards are the other keys a changeAssign relied on: the write
+	// applies only if each is still as the decision saw it.
+	guards []guard
+}
+
+// guardKind names the kind of key a guard checks.
+type guardKind uint8
+
+const (
+	guardNode  guardKind = iota + 1 // Layout.Node(name)
+	guardDrain                      // Layout.Drain(name)
+)
+
+// guard is one condition on a key: its ModRevision is rev, or, for rev 0,
+// it does not exist.
+type guard struct {
+	kind guardKind
+	name string
+	rev  int64
+}
+
+// rules are the coordinator's decisions as pure logic: no locks, no
+// goroutines, no I/O, no clock. decide looks at one snapshot and says
+// what to write; the doer (reconcile.go) writes each change conditionally
+// and decides again from a fresh snapshot after any write that did not
+// apply, or whose outcome is unknown.
+type rules struct {
+	openTimeout time.Duration
+}
+
+// decide returns the writes that bring the cluster in s closer to every
+// channel in channels being owned, at a confirmed term, by a live node.
+// channels need not be sorted or unique. Every change carries the
+// revisions in s of the keys its decision rests on (the assignment, the
+// Opened report, the move request, the nodes and drains involved), so
+// that its write applies only while they are unchanged. Only the load
+// counts are not guarded: a write decided on a slightly stale load is
+// still safe, merely less balanced.
+//
+// The rules, per channel in name order (see the package doc):
+//
+//   - a move request naming a node that is not live (unregistered or
+//     drained), naming the current owner, or with no other live node to
+//     go to, is dropped;
+//   - no assignment: the requested node, or the least-loaded live node;
+//     term 1, Assigning;
+//   - owner not live (its key gone: owner_lost; drained: drain): the
+//     requested node or the least-loaded live node; term+1, Assigning,
+//     the old owner appended to Previous;
+//   - a move request: the requested node or the least-loaded other live
+//     node; term+1; the request deleted in the same write;
+//   - Assigning, and the owner reported an open at this exact node and
+//     term without error: Assigned, Previous cleared;
+//   - Assigning since more than openTimeout ago (an open error reported
+//     or not): the least-loaded other live node, term+1;
+//   - nothing else changes an assignment: no live node leaves everything
+//     as it is, and the coordinator does not rebalance on its own.
+//
+// Load is the number of assignments (of any channel) naming a live node,
+// counted as the changes of this pass are decided; ties go to the
+// smallest node ID. Assignments of channels not in channels are counted
+// but never changed; move requests for them are dropped.
+func (r rules) decide(s cluster.Snapshot, channels []string, now time.Time) []change {
+	d := newDecision(s, r, now)
+	managed := sortedUnique(channels)
+	for _, ch := range managed {
+		d.channel(ch)
+	}
+	var unmanaged []string
+	for ch := range s.Moves {
+		if _, ok := slices.BinarySearch(managed, ch); !ok {
+			unmanaged = append(unmanaged, ch)
+		}
+	}
+	slices.Sort(unmanaged)
+	for _, ch := range unmanaged {
+		d.drop(ch, s.Moves[ch].Revision, "channel is not managed")
+	}
+	return d.out
+}
+
+// status counts the managed channels that are Assigning, and returns the
+// ones Assigning for longer than openTimeout.
+func (r rules) status(s cluster.Snapshot, channels []string, now time.Time) (assigning int, overdue []string) {
+	for _, ch := range sortedUnique(channels) {
+		a, ok := s.Assignments[ch]
+		if !ok || a.Value.State == cluster.Assigned {
+			continue
+		}
+		assigning++
+		if now.Sub(a.Value.Since) >= r.openTimeout {
+			overdue = append(overdue, ch)
+		}
+	}
+	return assigning, overdue
+}
+
+// decision is one run of decide.
+type decision struct {
+	s     cluster.Snapshot
+	rules rules
+	now   time.Time
+	// live is the registered nodes that are not drained, sorted by ID.
+	live []string
+	load map[string]int
+	out  []change
+}
+
+func newDecision(s cluster.Snapshot, r rules, now time.Time) *decision {
+	d := &decision{s: s, rules: r, now: now, load: map[string]int{}}
+	for id := range s.Nodes {
+		if _, drained := s.Drains[id]; !drained {
+			d.live = append(d.live, id)
+			d.load[id] = 0
+		}
+	}
+	slices.Sort(d.live)
+	for _, a := range s.Assignments {
+		if _, ok := d.load[a.Value.Node]; ok {
+			d.load[a.Value.Node]++
+		}
+	}
+	return d
+}
+
+func (d *decision) isLive(node string) bool {
+	_, ok := d.load[node]
+	return ok
+}
+
+// leastLoaded returns the live node other than exclude with the fewest
+// channels (the smallest ID among equals), or "" if there is none.
+func (d *decision) leastLoaded(exclude string) string {
+	best := ""
+	for _, n := range d.live {
+		if n != exclude && (best == "" || d.load[n] < d.load[best]) {
+			best = n
+		}
+	}
+	return best
+}
+
+func (d *decision) channel(ch string) {
+	cur, assigned := d.s.Assignments[ch]
+	owner := cur.Value.Node
+	// to is the requested node ("" for the least loaded) and moveRev the
+	// request's revision, when there is a request to honour.
+	var to string
+	var moveRev int64
+	if req, ok := d.s.Moves[ch]; ok {
+		to = req.Value.To
+		switch {
+		case to != "" && !d.isLive(to):
+			d.drop(ch, req.Revision, fmt.Sprintf("node %q is not live", to))
+		case assigned && to != "" && to == owner:
+			d.drop(ch, req.Revision, fmt.Sprintf("already on node %q", to))
+		case assigned && to == "" && d.isLive(owner) && d.leastLoaded(owner) == "":
+			d.drop(ch, req.Revision, "no other live node")
+		default:
+			moveRev = req.Revision
+		}
+		if moveRev == 0 {
+			to = ""
+		}
+	}
+	switch {
+	case !assigned:
+		if to == "" {
+			to = d.leastLoaded("")
+		}
+		if to != "" {
+			d.assign(ch, reasonNew, nil, to, moveRev)
+		}
+	case !d.isLive(owner):
+		why := reasonOwnerLost
+		if _, registered := d.s.Nodes[owner]; registered {
+			why = reasonDrain
+		}
+		if to == "" {
+			to = d.leastLoaded(owner)
+		}
+		if to != "" {
+			d.assign(ch, why, &cur, to, moveRev)
+		}
+	case moveRev != 0:
+		if to == "" {
+			to = d.leastLoaded(owner)
+		}
+		d.assign(ch, reasonRequest, &cur, to, moveRev)
+	case cur.Value.State == cluster.Assigned:
+	case d.opened(ch, cur.Value):
+		next := cur.Value
+		next.Channel = ch
+		next.State = cluster.Assigned
+		next.Previous = nil
+		d.out = append(d.out, change{
+			kind: changeConfirm, channel: ch, rev: cur.Revision, prev: cur.Value, next: next,
+			openedRev: d.s.Opened[ch].Revision,
+		})
+	case d.now.Sub(cur.Value.Since) >= d.rules.openTimeout:
+		// With no other live node the channel stays overdue: the
+		// coordinator reports it (status) and moves it once it can.
+		if to = d.leastLoaded(owner); to != "" {
+			d.assign(ch, reasonOpenTimeout, &cur, to, 0)
+		}
+	}
+}
+
+// opened reports whether the owner of a reported opening it at its
+// term without error.
+func (d *decision) opened(ch string, a cluster.Assignment) bool {
+	o, ok := d.s.Opened[ch]
+	return ok && o.Value.Node == a.Node && o.Value.Term == a.Term && o.Value.Error == ""
+}
+
+// assign gives ch to node: term 1 if cur is nil, else cur's term + 1 with
+// cur's owner appended to Previous. The write is guarded by what made the
+// decision: the target still registered under the same key revision and
+// not drained; a lost owner's key still absent, a drained owner's drain
+// still there.
+func (d *decision) assign(ch string, why reason, cur *cluster.Versioned[cluster.Assignment], node string, moveRev int64) {
+	c := change{kind: changeAssign, channel: ch, reason: why, moveRev: moveRev}
+	c.next = cluster.Assignment{Channel: ch, Node: node, Term: 1, State: cluster.Assigning, Since: d.now}
+	c.guards = []guard{{kind: guardNode, name: node, rev: d.s.Nodes[node].Revision}, {kind: guardDrain, name: node}}
+	if cur != nil {
+		if cur.Value.Term == math.MaxInt64 {
+			return // a term that cannot grow: leave the channel where it is
+		}
+		switch why {
+		case reasonOwnerLost:
+			c.guards = append(c.guards, guard{kind: guardNode, name: cur.Value.Node})
+		case reasonDrain:
+			c.guards = append(c.guards, guard{kind: guardDrain, name: cur.Value.Node, rev: d.s.Drains[cur.Value.Node].Revision})
+		}
+		c.rev, c.prev = cur.Revision, cur.Value
+		c.next.Term = cur.Value.Term + 1
+		prev := append(slices.Clone(cur.Value.Previous), cluster.Owner{Node: cur.Value.Node, Term: cur.Value.Term})
+		c.next.Previous = prev[max(0, len(prev)-maxPrevious):]
+		if d.isLive(cur.Value.Node) {
+			d.load[cur.Value.Node]--
+		}
+	}
+	d.load[node]++
+	d.out = append(d.out, c)
+}
+
+func (d *decision) drop(ch string, moveRev int64, note string) {
+	d.out = append(d.out, change{kind: changeDropMove, channel: ch, moveRev: moveRev, note: note})
+}
+
+func sortedUnique(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

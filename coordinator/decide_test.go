@@ -1,0 +1,455 @@
+package coordinator
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/cluster"
+)
+
+// TestDecideScripts drives the pure decision rules step by step. Each line
+// is `command args` (no output expected) or `command args => output`; see
+// decideModel.run for the commands and formatChange for the output.
+func TestDecideScripts(t *testing.T) {
+	cases := []struct{ name, script string }{
+		{"initial placement is balanced, ties go to the smallest id", `
+			channels c1 c2 c3 c4 c5 c6 c7
+			node n2 n3 n1
+			step => c1: new n1@1; c2: new n2@1; c3: new n3@1; c4: new n1@1; c5: new n2@1; c6: new n3@1; c7: new n1@1
+			loads => n1=3 n2=2 n3=2
+			decide => none
+			opened c1 n1 1
+			opened c2 n2 1 err=boom
+			opened c3 n1 1
+			step => c1: confirm n1@1
+			show c1 => n1@1 assigned
+			show c2 => n2@1 assigning
+			decide => none`},
+		{"duplicate and unsorted channels are placed once", `
+			channels b a b
+			node n1
+			step => a: new n1@1; b: new n1@1`},
+		{"no live node: nothing changes", `
+			channels a
+			decide => none
+			node n1
+			drain n1
+			decide => none
+			assign a n1 4 assigned
+			gone n1
+			decide => none
+			show a => n1@4 assigned`},
+		{"a lost owner's channels move with term+1, Previous names it", `
+			channels a b c d
+			node n1 n2
+			step => a: new n1@1; b: new n2@1; c: new n1@1; d: new n2@1
+			opened a n1 1
+			opened b n2 1
+			opened c n1 1
+			opened d n2 1
+			step => a: confirm n1@1; b: confirm n2@1; c: confirm n1@1; d: confirm n2@1
+			node n3
+			gone n1
+			step => a: owner_lost n1@1 -> n3@2; c: owner_lost n1@1 -> n3@2
+			show a => n3@2 assigning prev=[n1@1]
+			loads => n2=2 n3=2
+			opened a n3 2
+			step => a: confirm n3@2
+			show a => n3@2 assigned`},
+		{"an assigning channel whose owner dies moves again; Previous keeps the last four", `
+			channels a
+			node n9
+			assign a n1 7 assigning prev=n2@3,n3@4,n4@5,n5@6
+			step => a: owner_lost n1@7 -> n9@8
+			show a => n9@8 assigning prev=[n3@4 n4@5 n5@6 n1@7]`},
+		{"a term that cannot grow is left alone", `
+			channels a
+			node n2
+			assign a n1 max assigned
+			decide => none`},
+		{"drain moves every channel off; undrain makes the node eligible again", `
+			channels a b c
+			node n1 n2
+			assign a n1 1 assigned
+			assign b n1 1 assigned
+			assign c n2 3 assigned
+			drain n1
+			step => a: drain n1@1 -> n2@2; b: drain n1@1 -> n2@2
+			loads => n2=3
+			channels a b c d
+			step => d: new n2@1
+			undrain n1
+			channels a b c d e
+			step => e: new n1@1
+			loads => n1=1 n2=4`},
+		{"a drained node whose key goes is lost, not drained", `
+			channels a
+			node n1 n2
+			assign a n1 1 assigned
+			drain n1
+			gone n1
+			step => a: owner_lost n1@1 -> n2@2`},
+		{"move requests: to a node, to the least loaded, and unplaceable ones", `
+			channels a b c
+			node n1 n2 n3
+			assign a n1 1 assigned
+			assign b n1 1 assigned
+			assign c n2 5 assigned
+			move a n3
+			step => a: request n1@1 -> n3@2 +del-move
+			move b -
+			step => b: request n1@1 -> n2@2 +del-move
+			loads => n1=0 n2=2 n3=1
+			move c ghost
+			step => c: drop-move (node "ghost" is not live)
+			move c n2
+			step => c: drop-move (already on node "n2")
+			drain n1
+			move c n1
+			step => c: drop-move (node "n1" is not live)
+			move zz n1
+			step => zz: drop-move (channel is not managed)
+			moves => none
+			show c => n2@5 assigned`},
+		{"a move with nowhere to go is dropped", `
+			channels a
+			node n1
+			assign a n1 2 assigned
+			move a -
+			step => a: drop-move (no other live node)`},
+		{"a move request for an unassigned channel places it", `
+			channels a b
+			node n1 n2
+			move b n2
+			step => a: new n1@1; b: new n2@1 +del-move
+			moves => none`},
+		{"a move request for a channel with a lost owner goes where asked", `
+			channels a
+			node n2 n3
+			assign a n1 3 assigning
+			move a n3
+			step => a: owner_lost n1@3 -> n3@4 +del-move`},
+		{"a move request overtakes a pending open", `
+			channels a
+			node n1 n2
+			assign a n1 3 assigning
+			opened a n1 3
+			move a n2
+			step => a: request n1@3 -> n2@4 +del-move
+			decide => none`},
+		{"only the owner's report at its exact term confirms", `
+			channels a
+			node n1 n2
+			assign a n2 4 assigning prev=n1@3
+			opened a n1 3
+			decide => none
+			opened a n1 4
+			decide => none
+			opened a n2 3
+			decide => none
+			opened a n2 4 err=disk
+			decide => none
+			opened a n2 4
+			decide => a: confirm n2@4`},
+		{"an assigned channel ignores later reports", `
+			channels a
+			node n1 n2
+			assign a n1 4 assigned
+			opened a n1 4 err=broken
+			at 1h
+			decide => none`},
+		{"open timeout: never opened, or open failed, moves after OpenTimeout", `
+			channels a b
+			node n1 n2
+			assign a n1 1 assigning
+			assign b n1 1 assigning
+			opened b n1 1 err=boom
+			at 29s
+			decide => none
+			status => assigning=2 overdue=[]
+			at 30s
+			status => assigning=2 overdue=[a b]
+			step => a: open_timeout n1@1 -> n2@2; b: open_timeout n1@1 -> n2@2
+			show a => n2@2 assigning prev=[n1@1]
+			status => assigning=2 overdue=[]`},
+		{"open timeout with no other node: stays, reported overdue", `
+			channels a
+			node n1
+			assign a n1 1 assigning
+			at 1m
+			decide => none
+			status => assigning=1 overdue=[a]
+			node n2
+			step => a: open_timeout n1@1 -> n2@2`},
+		{"load counts assignments of unmanaged channels on live nodes only", `
+			channels a b
+			node n1 n2
+			assign x n1 1 assigned
+			assign y n3 1 assigned
+			step => a: new n2@1; b: new n1@1
+			show x => n1@1 assigned`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newDecideModel()
+			for i, line := range strings.Split(strings.TrimSpace(tc.script), "\n") {
+				line = strings.TrimSpace(line)
+				cmd, want, expect := strings.Cut(line, "=>")
+				got := m.run(t, strings.Fields(cmd))
+				if expect {
+					require.Equal(t, strings.TrimSpace(want), got, "line %d: %s", i+1, line)
+				} else {
+					require.Empty(t, got, "line %d: %s", i+1, line)
+				}
+			}
+		})
+	}
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// decideModel is a cluster in memory: the writes decide asks for apply to
+// it as a successful transaction would, with etcd-like revisions.
+type decideModel struct {
+	rules    rules
+	snap     cluster.Snapshot
+	rev      int64
+	channels []string
+	now      time.Time
+}
+
+func newDecideModel() *decideModel {
+	return &decideModel{
+		rules: rules{openTimeout: 30 * time.Second},
+		snap: cluster.Snapshot{
+			Nodes:       map[string]cluster.Versioned[cluster.NodeInfo]{},
+			Assignments: map[string]cluster.Versioned[cluster.Assignment]{},
+			Opened:      map[string]cluster.Versioned[cluster.Opened]{},
+			Moves:       map[string]cluster.Versioned[cluster.MoveRequest]{},
+			Drains:      map[string]cluster.Versioned[cluster.DrainRequest]{},
+		},
+		now: epoch,
+	}
+}
+
+func (m *decideModel) next() int64 { m.rev++; m.snap.Revision = m.rev; return m.rev }
+
+// run executes one command:
+//
+//	channels NAME...               the managed channels
+//	node ID...                     register nodes
+//	gone ID                        a node's key goes (its lease expired)
+//	drain ID / undrain ID          add or delete a drain request
+//	assign CH NODE TERM STATE [prev=N@T,...]   write an assignment (TERM may be max)
+//	opened CH NODE TERM [err=MSG]  a node's open report
+//	move CH NODE|-                 a move request (- for any node)
+//	at DURATION                    the clock, from the epoch (assignments are made at the epoch)
+//	decide                         the changes decided, without applying them
+//	step                           decide and apply the changes
+//	show CH / loads / moves / status
+func (m *decideModel) run(t *testing.T, args []string) string {
+	t.Helper()
+	switch args[0] {
+	case "channels":
+		m.channels = args[1:]
+	case "node":
+		for _, id := range args[1:] {
+			m.snap.Nodes[id] = cluster.Versioned[cluster.NodeInfo]{Value: cluster.NodeInfo{ID: id}, Revision: m.next()}
+		}
+	case "gone":
+		delete(m.snap.Nodes, args[1])
+		m.next()
+	case "drain":
+		m.snap.Drains[args[1]] = cluster.Versioned[cluster.DrainRequest]{Revision: m.next()}
+	case "undrain":
+		delete(m.snap.Drains, args[1])
+		m.next()
+	case "assign":
+		term := int64(math.MaxInt64)
+		if args[3] != "max" {
+			term = atoi(t, args[3])
+		}
+		a := cluster.Assignment{Channel: args[1], Node: args[2], Term: term, State: cluster.State(args[4]), Since: epoch}
+		for _, opt := range args[5:] {
+			list, ok := strings.CutPrefix(opt, "prev=")
+			require.True(t, ok, "option %q", opt)
+			for _, o := range strings.Split(list, ",") {
+				n, tm, _ := strings.Cut(o, "@")
+				a.Previous = append(a.Previous, cluster.Owner{Node: n, Term: atoi(t, tm)})
+			}
+		}
+		m.snap.Assignments[args[1]] = cluster.Versioned[cluster.Assignment]{Value: a, Revision: m.next()}
+	case "opened":
+		o := cluster.Opened{Channel: args[1], Node: args[2], Term: atoi(t, args[3])}
+		if len(args) > 4 {
+			o.Error = strings.TrimPrefix(args[4], "err=")
+		}
+		m.snap.Opened[args[1]] = cluster.Versioned[cluster.Opened]{Value: o, Revision: m.next()}
+	case "move":
+		to := args[2]
+		if to == "-" {
+			to = ""
+		}
+		m.snap.Moves[args[1]] = cluster.Versioned[cluster.MoveRequest]{Value: cluster.MoveRequest{To: to}, Revision: m.next()}
+	case "at":
+		d, err := time.ParseDuration(args[1])
+		require.NoError(t, err)
+		m.now = epoch.Add(d)
+	case "decide", "step":
+		changes := m.rules.decide(m.snap, m.channels, m.now)
+		var out []string
+		for _, c := range changes {
+			out = append(out, formatChange(c))
+			if args[0] == "step" {
+				m.apply(t, c)
+			}
+		}
+		if len(out) == 0 {
+			return "none"
+		}
+		return strings.Join(out, "; ")
+	case "show":
+		a, ok := m.snap.Assignments[args[1]]
+		if !ok {
+			return "none"
+		}
+		s := fmt.Sprintf("%s@%d %s", a.Value.Node, a.Value.Term, a.Value.State)
+		if len(a.Value.Previous) > 0 {
+			var prev []string
+			for _, o := range a.Value.Previous {
+				prev = append(prev, fmt.Sprintf("%s@%d", o.Node, o.Term))
+			}
+			s += " prev=[" + strings.Join(prev, " ") + "]"
+		}
+		return s
+	case "loads":
+		d := newDecision(m.snap, m.rules, m.now)
+		var out []string
+		for _, n := range d.live {
+			out = append(out, fmt.Sprintf("%s=%d", n, d.load[n]))
+		}
+		return strings.Join(out, " ")
+	case "moves":
+		if len(m.snap.Moves) == 0 {
+			return "none"
+		}
+		return fmt.Sprint(len(m.snap.Moves))
+	case "status":
+		assigning, overdue := m.rules.status(m.snap, m.channels, m.now)
+		return fmt.Sprintf("assigning=%d overdue=[%s]", assigning, strings.Join(overdue, " "))
+	default:
+		t.Fatalf("unknown command %q", args[0])
+	}
+	return ""
+}
+
+// apply performs c as the doer's transaction would, checking its
+// conditions against the model first: a decision must only ever ask for
+// writes whose conditions hold on the snapshot it read.
+func (m *decideModel) apply(t *testing.T, c change) {
+	t.Helper()
+	if c.moveRev != 0 {
+		require.Equal(t, c.moveRev, m.snap.Moves[c.channel].Revision, "move request revision of %s", c.channel)
+	}
+	switch c.kind {
+	case changeAssign, changeConfirm:
+		cur, ok := m.snap.Assignments[c.channel]
+		if c.rev == 0 {
+			require.False(t, ok, "create of %s over an existing assignment", c.channel)
+		} else {
+			require.Equal(t, c.rev, cur.Revision, "assignment revision of %s", c.channel)
+		}
+		if c.kind == changeConfirm {
+			require.Equal(t, c.openedRev, m.snap.Opened[c.channel].Revision)
+			require.Equal(t, cur.Value.Term, c.next.Term)
+		} else {
+			require.Equal(t, cur.Value.Term+1, c.next.Term, "a move bumps the term once")
+			require.NotEqual(t, cur.Value.Node, c.next.Node, "a move changes the owner")
+		}
+		for _, g := range c.guards {
+			var rev int64
+			if g.kind == guardNode {
+				rev = m.snap.Nodes[g.name].Revision
+			} else {
+				rev = m.snap.Drains[g.name].Revision
+			}
+			require.Equal(t, g.rev, rev, "guard %+v of %s", g, c.channel)
+		}
+		m.snap.Assignments[c.channel] = cluster.Versioned[cluster.Assignment]{Value: c.next, Revision: m.next()}
+	}
+	if c.moveRev != 0 {
+		delete(m.snap.Moves, c.channel)
+	}
+}
+
+func formatChange(c change) string {
+	var s string
+	switch c.kind {
+	case changeAssign:
+		if c.rev == 0 {
+			s = fmt.Sprintf("%s: %s %s@%d", c.channel, c.reason, c.next.Node, c.next.Term)
+		} else {
+			s = fmt.Sprintf("%s: %s %s@%d -> %s@%d", c.channel, c.reason, c.prev.Node, c.prev.Term, c.next.Node, c.next.Term)
+		}
+	case changeConfirm:
+		s = fmt.Sprintf("%s: confirm %s@%d", c.channel, c.next.Node, c.next.Term)
+	case changeDropMove:
+		return fmt.Sprintf("%s: drop-move (%s)", c.channel, c.note)
+	}
+	if c.moveRev != 0 {
+		s += " +del-move"
+	}
+	return s
+}
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err)
+	return n
+}
+
+// TestDecideNewAssignmentFields pins what a decision writes beyond owner
+// and term.
+func TestDecideNewAssignmentFields(t *testing.T) {
+	m := newDecideModel()
+	m.run(t, []string{"channels", "a"})
+	m.run(t, []string{"node", "n1", "n2"})
+	m.run(t, []string{"assign", "a", "n1", "3", "assigned", "prev=n0@2"})
+	m.run(t, []string{"gone", "n1"})
+	m.now = epoch.Add(time.Hour)
+	changes := m.rules.decide(m.snap, m.channels, m.now)
+	require.Len(t, changes, 1)
+	c := changes[0]
+	require.Equal(t, cluster.Assignment{
+		Channel: "a", Node: "n2", Term: 4, State: cluster.Assigning,
+		Previous: []cluster.Owner{{Node: "n0", Term: 2}, {Node: "n1", Term: 3}},
+		Since:    m.now,
+	}, c.next)
+	require.Equal(t, m.snap.Assignments["a"].Revision, c.rev)
+	// The decision does not alias the snapshot's Previous.
+	require.Len(t, m.snap.Assignments["a"].Value.Previous, 1)
+	require.True(t, slices.Equal([]string{"a"}, sortedUnique([]string{"a", "a"})))
+}
+
+// TestDecideGuards pins the conditions a move carries beyond the
+// assignment's revision: the target registered as seen and not drained,
+// a lost owner still gone, a drain still there.
+func TestDecideGuards(t *testing.T) {
+	m := newDecideModel()
+	for _, line := range []string{"channels a b", "node n1 n2 n3", "assign a n1 1 assigned", "assign b n3 1 assigned", "drain n3", "gone n1"} {
+		m.run(t, strings.Fields(line))
+	}
+	changes := m.rules.decide(m.snap, m.channels, m.now)
+	require.Len(t, changes, 2)
+	n2 := m.snap.Nodes["n2"].Revision
+	require.Equal(t, []guard{{guardNode, "n2", n2}, {guardDrain, "n2", 0}, {guardNode, "n1", 0}}, changes[0].guards)
+	require.Equal(t, []guard{{guardNode, "n2", n2}, {guardDrain, "n2", 0}, {guardDrain, "n3", m.snap.Drains["n3"].Revision}}, changes[1].guards)
+}
