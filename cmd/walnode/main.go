@@ -1,0 +1,272 @@
+// Command walnode runs a streamwal node: it hosts the channels a cluster's
+// coordinator assigns to it and serves the client API (Connect, gRPC and
+// gRPC-Web on one port), with /metrics and /healthz. It also runs a
+// coordinator candidate, so any node can lead the cluster.
+//
+// With no flags it is a one-node cluster on this machine: the local backend
+// in ./walnode-data, an etcd member embedded in the same process, the API on
+// 127.0.0.1:7070:
+//
+//	go run ./cmd/walnode
+//
+// Several nodes need a backend they share (Kafka or Pulsar) and one etcd.
+// To try that on one machine, the first node can run an in-memory
+// Kafka-protocol broker for the others (for trying only: its data lives in
+// that process):
+//
+//	go run ./cmd/walnode -id n1 -listen 127.0.0.1:7071 -dev-kafka 127.0.0.1:9092
+//	go run ./cmd/walnode -id n2 -listen 127.0.0.1:7072 -etcd http://127.0.0.1:2379 -kafka 127.0.0.1:9092
+//	go run ./cmd/walnode -id n3 -listen 127.0.0.1:7073 -etcd http://127.0.0.1:2379 -kafka 127.0.0.1:9092
+//
+// SIGTERM or SIGINT stops it gracefully: no new appends, those in flight
+// drain, the WALs close, the lease is revoked (its channels move at once),
+// bounded by -shutdown-timeout.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/coordinator"
+	"github.com/streamwal/streamwal/meta/etcdstore"
+	"github.com/streamwal/streamwal/node"
+	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/selector"
+)
+
+type params struct {
+	id, listen, advertise string
+	config, data          string
+	etcd, etcdListen      string
+	devKafka, kafka       string
+	root                  string
+	sessionTTL            time.Duration
+	shutdownTimeout       time.Duration
+	coordinate            bool
+	logLevel              string
+}
+
+func main() {
+	var p params
+	flag.StringVar(&p.id, "id", "n1", "this node's ID in the cluster (keep it across restarts)")
+	flag.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address the API listens on")
+	flag.StringVar(&p.advertise, "advertise", "", "address clients reach the API at (default: the listen address)")
+	flag.StringVar(&p.config, "config", "", "YAML configuration: backend, meta and pool sections (see package selector)")
+	flag.StringVar(&p.data, "data", "./walnode-data", "data directory (the local backend's log, the embedded etcd member)")
+	flag.StringVar(&p.etcd, "etcd", "", "etcd endpoints, comma-separated; empty embeds an etcd member in -data")
+	flag.StringVar(&p.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd member")
+	flag.StringVar(&p.devKafka, "dev-kafka", "", "run an in-memory Kafka-protocol broker (kfake) on this address and use it (for trying only)")
+	flag.StringVar(&p.kafka, "kafka", "", "use the Kafka backend on these seed brokers, comma-separated (a shortcut for -config)")
+	flag.StringVar(&p.root, "root", cluster.DefaultRoot, "the cluster's root in etcd")
+	flag.DurationVar(&p.sessionTTL, "session-ttl", 10*time.Second, "lease TTL: how long after this node stops the coordinator moves its channels")
+	flag.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown")
+	flag.BoolVar(&p.coordinate, "coordinator", true, "run a coordinator candidate in this process")
+	flag.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
+	flag.Parse()
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(p.logLevel)); err != nil {
+		fmt.Fprintln(os.Stderr, "walnode: -log-level:", err)
+		os.Exit(2)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, p, logger); err != nil {
+		logger.Error("walnode failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, p params, logger *slog.Logger) error {
+	cfg, err := backendConfig(p)
+	if err != nil {
+		return err
+	}
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+
+	if p.devKafka != "" {
+		broker, err := startDevKafka(p.devKafka)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, broker.Close)
+		logger.Warn("running an in-memory Kafka-protocol broker: for trying only, its data lives in this process", "addr", p.devKafka)
+	}
+	endpoints := splitList(p.etcd)
+	if len(endpoints) == 0 {
+		member, err := startEtcd(filepath.Join(p.data, "etcd"), p.etcdListen, p.id)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, member.Close)
+		endpoints = []string{"http://" + p.etcdListen}
+		logger.Info("embedded etcd member serving", "endpoint", endpoints[0])
+	}
+	cli, err := etcdstore.Dial(ctx, etcdstore.Config{Endpoints: endpoints})
+	if err != nil {
+		return errors.Wrap(err, "walnode: etcd")
+	}
+	closers = append(closers, func() { _ = cli.Close() })
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opener, err := selector.Build(ctx, cfg, selector.Deps{Logger: logger, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func() { _ = opener.Close() })
+	store, err := etcdstore.New(cli, etcdstore.Options{Prefix: strings.TrimSuffix(p.root, "/") + "-meta/"})
+	if err != nil {
+		return errors.Wrap(err, "walnode: meta store")
+	}
+	closers = append(closers, func() { _ = store.Close() })
+	pl, err := selector.OpenPool(ctx, cfg, store, opener, pool.Options{Logger: logger})
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func() { _ = pl.Close() })
+
+	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root,
+		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg})
+	if err != nil {
+		return err
+	}
+	if err := n.Start(ctx); err != nil {
+		return err
+	}
+	coordDone := make(chan error, 1)
+	coordCtx, stopCoord := context.WithCancel(context.Background())
+	if p.coordinate {
+		co, err := coordinator.New(cli, coordinator.Config{ID: p.id, Root: p.root, Logger: logger, Registerer: reg,
+			Channels: func(ctx context.Context) ([]string, error) {
+				if err := pl.Refresh(ctx); err != nil {
+					return nil, err
+				}
+				return pl.PChannels(), nil
+			}})
+		if err != nil {
+			stopCoord()
+			_ = n.Shutdown(context.Background())
+			return err
+		}
+		go func() { coordDone <- co.Run(coordCtx) }()
+	} else {
+		coordDone <- nil
+	}
+	logger.Info("walnode ready", "id", p.id, "api", n.Addr(), "backend", cfg.Chosen(), "pchannels", len(pl.PChannels()))
+	fmt.Printf("walnode %s serving on %s\n", p.id, n.Addr())
+
+	<-ctx.Done()
+	logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), p.shutdownTimeout)
+	defer cancel()
+	err = n.Shutdown(sctx)
+	stopCoord()
+	if cerr := <-coordDone; cerr != nil && !errors.Is(cerr, context.Canceled) {
+		err = errors.CombineErrors(err, cerr)
+	}
+	return err
+}
+
+// backendConfig is the configuration file, or what the shortcut flags say.
+func backendConfig(p params) (selector.Config, error) {
+	var text string
+	switch {
+	case p.config != "":
+		data, err := os.ReadFile(p.config)
+		if err != nil {
+			return selector.Config{}, errors.Wrapf(err, "walnode: read %s", p.config)
+		}
+		text = string(data)
+	case p.devKafka != "" || p.kafka != "":
+		brokers := splitList(p.kafka)
+		if len(brokers) == 0 {
+			brokers = []string{p.devKafka}
+		}
+		// A short metadata age: topic creation waits on refreshed metadata.
+		text = fmt.Sprintf("backend: kafka\nkafka:\n  seedBrokers: [%s]\n  metadataMinAge: 100ms\npool:\n  size: 6\n  prefix: pch-\n", strings.Join(brokers, ", "))
+	default:
+		text = fmt.Sprintf("backend: local\nlocal:\n  dir: %q\npool:\n  size: 4\n", filepath.Join(p.data, "wal"))
+	}
+	return selector.Parse([]byte(text))
+}
+
+// startDevKafka runs kfake on addr.
+func startDevKafka(addr string) (*kfake.Cluster, error) {
+	u, err := url.Parse("tcp://" + addr)
+	if err != nil || u.Port() == "" {
+		return nil, errors.Newf("walnode: -dev-kafka %q is not host:port", addr)
+	}
+	var port int
+	if _, err := fmt.Sscan(u.Port(), &port); err != nil {
+		return nil, errors.Newf("walnode: -dev-kafka %q: port", addr)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port))
+	if err != nil {
+		return nil, errors.Wrap(err, "walnode: dev kafka")
+	}
+	return c, nil
+}
+
+// startEtcd runs a single etcd member with its data in dir.
+func startEtcd(dir, clientAddr, name string) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = dir
+	cfg.LogLevel = "fatal" // its shutdown logs harmless "server closed" errors; real failures come through e.Err()
+	curl, err := url.Parse("http://" + clientAddr)
+	if err != nil {
+		return nil, errors.Wrapf(err, "walnode: -etcd-listen %q", clientAddr)
+	}
+	purl, _ := url.Parse("http://127.0.0.1:0")
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, errors.Wrap(err, "walnode: embedded etcd")
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, errors.Wrap(err, "walnode: embedded etcd")
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, errors.New("walnode: embedded etcd did not start in 60s")
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
