@@ -269,4 +269,3 @@ func splitList(s string) []string {
 	}
 	return out
 }
-
