@@ -18,16 +18,16 @@ func (n *Node) follow() {
 	defer n.wg.Done()
 	for {
 		snap, changed := n.view.Snapshot()
-		want := map[string]int64{}
+		want := map[string]cluster.Versioned[cluster.Assignment]{}
 		for ch, a := range snap.Assignments {
 			if a.Value.Node == n.cfg.ID {
-				want[ch] = a.Value.Term
+				want[ch] = a
 			}
 		}
-		for ch, term := range want {
-			if n.held[ch] != term {
-				n.held[ch] = term
-				n.startOpen(ch, term)
+		for ch, a := range want {
+			if n.held[ch] != a.Value.Term {
+				n.held[ch] = a.Value.Term
+				n.startOpen(ch, a.Value.Term, a.Revision)
 			}
 		}
 		for ch, term := range n.held {
@@ -45,8 +45,10 @@ func (n *Node) follow() {
 }
 
 // startOpen opens ch at term and reports the outcome under the node's
-// lease, unless a newer request overtook it.
-func (n *Node) startOpen(ch string, term int64) {
+// lease, unless a newer request overtook it. The report is written only if
+// the assignment is still the one acted on (revision rev): a late report of
+// an old owner never overwrites the new owner's.
+func (n *Node) startOpen(ch string, term, rev int64) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -70,8 +72,15 @@ func (n *Node) startOpen(ch string, term int64) {
 		sess := n.session()
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTTL)
 		defer cancel()
-		if _, perr := n.cli.Put(ctx, n.layout.Opened(ch), string(cluster.Encode(report)), clientv3.WithLease(sess.Lease())); perr != nil && n.ctx.Err() == nil {
+		resp, perr := n.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(n.layout.Assignment(ch)), "=", rev)).
+			Then(clientv3.OpPut(n.layout.Opened(ch), string(cluster.Encode(report)), clientv3.WithLease(sess.Lease()))).
+			Commit()
+		switch {
+		case perr != nil && n.ctx.Err() == nil:
 			n.log.Warn("open report not written", "channel", ch, "term", term, "error", perr)
+		case perr == nil && !resp.Succeeded:
+			n.log.Debug("open report dropped: the assignment moved on", "channel", ch, "term", term)
 		}
 	}()
 }
