@@ -63,35 +63,45 @@ type params struct {
 }
 
 func main() {
-	var p params
-	flag.StringVar(&p.id, "id", "n1", "this node's ID in the cluster (keep it across restarts)")
-	flag.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address the API listens on")
-	flag.StringVar(&p.advertise, "advertise", "", "address clients reach the API at (default: the listen address)")
-	flag.StringVar(&p.config, "config", "", "YAML configuration: backend, meta and pool sections (see package selector)")
-	flag.StringVar(&p.data, "data", "./walnode-data", "data directory (the local backend's log, the embedded etcd member)")
-	flag.StringVar(&p.etcd, "etcd", "", "etcd endpoints, comma-separated; empty embeds an etcd member in -data")
-	flag.StringVar(&p.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd member")
-	flag.StringVar(&p.devKafka, "dev-kafka", "", "run an in-memory Kafka-protocol broker (kfake) on this address and use it (for trying only)")
-	flag.StringVar(&p.kafka, "kafka", "", "use the Kafka backend on these seed brokers, comma-separated (a shortcut for -config)")
-	flag.StringVar(&p.root, "root", cluster.DefaultRoot, "the cluster's root in etcd")
-	flag.DurationVar(&p.sessionTTL, "session-ttl", 10*time.Second, "lease TTL: how long after this node stops the coordinator moves its channels")
-	flag.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown")
-	flag.BoolVar(&p.coordinate, "coordinator", true, "run a coordinator candidate in this process")
-	flag.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
-	flag.Parse()
-
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(p.logLevel)); err != nil {
-		fmt.Fprintln(os.Stderr, "walnode: -log-level:", err)
+	p, logger, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "walnode:", err)
 		os.Exit(2)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, p, logger); err != nil {
 		logger.Error("walnode failed", "error", err)
 		os.Exit(1)
 	}
+}
+
+// parseFlags reads walnode's flags and makes its logger.
+func parseFlags(args []string) (params, *slog.Logger, error) {
+	var p params
+	fs := flag.NewFlagSet("walnode", flag.ContinueOnError)
+	fs.StringVar(&p.id, "id", "n1", "this node's ID in the cluster (keep it across restarts)")
+	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address the API listens on")
+	fs.StringVar(&p.advertise, "advertise", "", "address clients reach the API at (default: the listen address)")
+	fs.StringVar(&p.config, "config", "", "YAML configuration: backend, meta and pool sections (see package selector)")
+	fs.StringVar(&p.data, "data", "./walnode-data", "data directory (the local backend's log, the embedded etcd member)")
+	fs.StringVar(&p.etcd, "etcd", "", "etcd endpoints, comma-separated; empty embeds an etcd member in -data")
+	fs.StringVar(&p.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd member")
+	fs.StringVar(&p.devKafka, "dev-kafka", "", "run an in-memory Kafka-protocol broker (kfake) on this address and use it (for trying only)")
+	fs.StringVar(&p.kafka, "kafka", "", "use the Kafka backend on these seed brokers, comma-separated (a shortcut for -config)")
+	fs.StringVar(&p.root, "root", cluster.DefaultRoot, "the cluster's root in etcd")
+	fs.DurationVar(&p.sessionTTL, "session-ttl", 10*time.Second, "lease TTL: how long after this node stops the coordinator moves its channels")
+	fs.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown")
+	fs.BoolVar(&p.coordinate, "coordinator", true, "run a coordinator candidate in this process")
+	fs.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return params{}, nil, err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(p.logLevel)); err != nil {
+		return params{}, nil, errors.Wrap(err, "-log-level")
+	}
+	return p, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), nil
 }
 
 func run(ctx context.Context, p params, logger *slog.Logger) error {
@@ -159,7 +169,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	coordDone := make(chan error, 1)
 	coordCtx, stopCoord := context.WithCancel(context.Background())
 	if p.coordinate {
-		co, err := coordinator.New(cli, coordinator.Config{ID: p.id, Root: p.root, Logger: logger, Registerer: reg,
+		co, err := coordinator.New(cli, coordinator.Config{ID: p.id, Root: p.root, Logger: logger, Registerer: reg, SessionTTL: p.sessionTTL,
 			Channels: func(ctx context.Context) ([]string, error) {
 				if err := pl.Refresh(ctx); err != nil {
 					return nil, err
