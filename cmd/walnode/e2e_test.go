@@ -231,7 +231,7 @@ func TestKillNodes(t *testing.T) {
 	defer cancel()
 	var (
 		mu    sync.Mutex
-		acks  = map[string][]ack{}   // per channel, in order
+		acks  = map[string][]ack{}    // per channel, in order
 		acked = map[string][]string{} // per channel, payloads in order
 		wg    sync.WaitGroup
 		fails = make(chan error, channels)
@@ -356,4 +356,3 @@ func (c *e2eCluster) readAll(ch string, want []string) []string {
 	// gives up at the end.
 	return got
 }
-
