@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,11 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
+	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/etcdtest"
@@ -355,4 +358,65 @@ func (c *e2eCluster) readAll(ch string, want []string) []string {
 	// there are none: each channel has one sequential appender that only
 	// gives up at the end.
 	return got
+}
+
+// A partitioned owner: a node is stopped (SIGSTOP) until its lease expires
+// and its channel moves, then continued. Appends sent straight to it for
+// the channel it lost are never acknowledged, and it drops the channel.
+func TestPartitionedOwner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three walnode processes")
+	}
+	c := newE2ECluster(t, 3, time.Second)
+	snap := c.waitAssigned(6)
+	var ch, victim string
+	var term int64
+	for name, a := range snap.Assignments {
+		ch, victim, term = name, a.Value.Node, a.Value.Term
+		break
+	}
+	addr := snap.Nodes[victim].Value.Addr
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte("before")}, client.Options{})
+	require.NoError(t, err)
+
+	proc := c.nodes[victim].cmd.Process
+	require.NoError(t, proc.Signal(syscall.SIGSTOP))
+	_, err = c.view.WaitFor(ctx, func(s cluster.Snapshot) bool {
+		a, ok := s.Assignments[ch]
+		return ok && a.Value.Node != victim && a.Value.Term > term && a.Value.State == cluster.Assigned
+	})
+	require.NoError(t, err, "the stopped owner's channel never moved")
+	r, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte("on the new owner")}, client.Options{})
+	require.NoError(t, err)
+	require.Greater(t, r.Term, term)
+	require.NoError(t, proc.Signal(syscall.SIGCONT))
+
+	// Straight to the old owner, bypassing the client's owner lookup: no
+	// append is acknowledged, until (and after) it drops the channel.
+	raw := streamwalv1connect.NewWALServiceClient(http.DefaultClient, "http://"+addr)
+	dropped := false
+	for i := 0; !dropped; i++ {
+		_, err := raw.Append(ctx, connect.NewRequest(&streamwalv1.AppendRequest{Channel: ch,
+			Message: &streamwalv1.Message{Payload: []byte(fmt.Sprintf("stale-%d", i))}}))
+		require.Errorf(t, err, "the old owner acknowledged append %d of a channel it lost", i)
+		st, serr := raw.Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
+		if serr == nil {
+			dropped = true
+			for _, cs := range st.Msg.GetChannels() {
+				if cs.GetName() == ch && cs.GetState() == "available" {
+					dropped = false
+				}
+			}
+		}
+		require.NoError(t, ctx.Err(), "the old owner never dropped the channel")
+	}
+	// A marker after all of it: nothing the old owner was sent is read
+	// before it.
+	_, err = c.cli.Append(ctx, ch, client.Message{Payload: []byte("marker")}, client.Options{})
+	require.NoError(t, err)
+	want := []string{"before", "on the new owner", "marker"}
+	got := c.readAll(ch, want)
+	require.Equal(t, want, got, "nothing sent to the old owner after the move is delivered")
 }
