@@ -96,7 +96,7 @@ func mustOpened(c *testCluster, channel string) cluster.Opened {
 	return s.Opened[channel].Value
 }
 
-func client(n *node.Node) streamwalv1connect.WALServiceClient {
+func apiClient(n *node.Node) streamwalv1connect.WALServiceClient {
 	return streamwalv1connect.NewWALServiceClient(http.DefaultClient, "http://"+n.Addr())
 }
 
@@ -131,13 +131,13 @@ func TestOwnershipFollowsAssignments(t *testing.T) {
 	n1, n2 := c.startNode("n1"), c.startNode("n2")
 	c.assign("orders", "n1", 1)
 
-	res, err := client(n1).Append(ctx, appendReq("orders", "first", "k1"))
+	res, err := apiClient(n1).Append(ctx, appendReq("orders", "first", "k1"))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res.Msg.GetTerm())
 	first := res.Msg
 
 	// n2 does not own it: a refusal naming the owner.
-	_, err = client(n2).Append(ctx, appendReq("orders", "wrong", ""))
+	_, err = apiClient(n2).Append(ctx, appendReq("orders", "wrong", ""))
 	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
 	wn, oc := outcome(t, err)
 	require.Equal(t, "n1", wn.GetOwner())
@@ -145,7 +145,7 @@ func TestOwnershipFollowsAssignments(t *testing.T) {
 	require.True(t, oc.GetNotStored())
 
 	// The same key again on the same owner: answered from memory.
-	again, err := client(n1).Append(ctx, appendReq("orders", "first", "k1"))
+	again, err := apiClient(n1).Append(ctx, appendReq("orders", "first", "k1"))
 	require.NoError(t, err)
 	require.True(t, again.Msg.GetDuplicate())
 	require.Equal(t, first.GetId(), again.Msg.GetId())
@@ -153,24 +153,24 @@ func TestOwnershipFollowsAssignments(t *testing.T) {
 	// The channel moves to n2 at term 2; the old owner refuses, the new one
 	// takes appends, and a retry of k1 there finds the copy n1 stored.
 	c.assign("orders", "n2", 2)
-	_, err = client(n1).Append(ctx, appendReq("orders", "late", ""))
+	_, err = apiClient(n1).Append(ctx, appendReq("orders", "late", ""))
 	require.Contains(t, []connect.Code{connect.CodeFailedPrecondition, connect.CodeAborted}, connect.CodeOf(err))
 	retry := appendReq("orders", "first", "k1")
 	retry.Msg.Retry = true
-	res, err = client(n2).Append(ctx, retry)
+	res, err = apiClient(n2).Append(ctx, retry)
 	require.NoError(t, err)
 	require.True(t, res.Msg.GetDuplicate(), "the retry found the earlier copy")
 	require.Equal(t, first.GetId(), res.Msg.GetId())
 	fresh := appendReq("orders", "second", "k2")
 	fresh.Msg.Retry = true
 	fresh.Msg.ResolveFrom = first.GetResolveFrom()
-	res, err = client(n2).Append(ctx, fresh)
+	res, err = apiClient(n2).Append(ctx, fresh)
 	require.NoError(t, err)
 	require.False(t, res.Msg.GetDuplicate(), "a retry whose first attempt stored nothing is stored")
 	require.EqualValues(t, 2, res.Msg.GetTerm())
 
 	// Every message once, in order, with keys.
-	stream, err := client(n2).Read(ctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "orders"}))
+	stream, err := apiClient(n2).Read(ctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "orders"}))
 	require.NoError(t, err)
 	var got []string
 	for len(got) < 2 && stream.Receive() {
@@ -182,13 +182,13 @@ func TestOwnershipFollowsAssignments(t *testing.T) {
 	require.Equal(t, []string{"first/k1", "second/k2"}, got)
 
 	// Bad input.
-	_, err = client(n2).Append(ctx, connect.NewRequest(&streamwalv1.AppendRequest{Channel: "orders",
+	_, err = apiClient(n2).Append(ctx, connect.NewRequest(&streamwalv1.AppendRequest{Channel: "orders",
 		Message: &streamwalv1.Message{Properties: map[string]string{"_t": "9"}}}))
 	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
-	_, err = client(n2).Append(ctx, appendReq("not a channel", "x", ""))
+	_, err = apiClient(n2).Append(ctx, appendReq("not a channel", "x", ""))
 	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
 
-	st, err := client(n2).Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
+	st, err := apiClient(n2).Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
 	require.NoError(t, err)
 	require.Equal(t, "n2", st.Msg.GetNode())
 	require.Len(t, st.Msg.GetChannels(), 1)
