@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,4 +202,65 @@ func TestOwnershipFollowsAssignments(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	_ = resp.Body.Close()
+}
+
+// Bad requests get the right code, say nothing was stored, and change
+// nothing.
+func TestBadRequests(t *testing.T) {
+	c := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	n1 := c.startNode("n1")
+	c.assign("ch", "n1", 4)
+	api := apiClient(n1)
+	before, err := api.Append(ctx, appendReq("ch", "kept", ""))
+	require.NoError(t, err)
+
+	cases := []struct {
+		name string
+		req  *streamwalv1.AppendRequest
+		code connect.Code
+	}{
+		{"unknown channel", &streamwalv1.AppendRequest{Channel: "nobody-owns-this", Message: &streamwalv1.Message{}}, connect.CodeFailedPrecondition},
+		{"stale term", &streamwalv1.AppendRequest{Channel: "ch", Term: 3, Message: &streamwalv1.Message{}}, connect.CodeFailedPrecondition},
+		{"oversized", &streamwalv1.AppendRequest{Channel: "ch", Message: &streamwalv1.Message{Payload: make([]byte, 17<<20)}}, connect.CodeResourceExhausted},
+		{"reserved property", &streamwalv1.AppendRequest{Channel: "ch", Message: &streamwalv1.Message{Properties: map[string]string{"_tt": "1"}}}, connect.CodeInvalidArgument},
+		{"invalid channel", &streamwalv1.AppendRequest{Channel: "a/b", Message: &streamwalv1.Message{}}, connect.CodeInvalidArgument},
+		{"invalid vchannel", &streamwalv1.AppendRequest{Channel: "ch", Message: &streamwalv1.Message{Vchannel: "x y"}}, connect.CodeInvalidArgument},
+		{"retry without a key", &streamwalv1.AppendRequest{Channel: "ch", Retry: true, Message: &streamwalv1.Message{}}, connect.CodeInvalidArgument},
+		{"corrupt resolve position", &streamwalv1.AppendRequest{Channel: "ch", Key: "k", Retry: true, ResolveFrom: "not-a-checkpoint", Message: &streamwalv1.Message{}}, connect.CodeInvalidArgument},
+	}
+	for _, tc := range cases {
+		_, err := api.Append(ctx, connect.NewRequest(tc.req))
+		require.Equalf(t, tc.code, connect.CodeOf(err), "%s: %v", tc.name, err)
+		_, oc := outcome(t, err)
+		require.NotNilf(t, oc, "%s: an Outcome detail", tc.name)
+		require.Truef(t, oc.GetNotStored(), "%s: nothing stored", tc.name)
+	}
+	bad, err := api.Read(ctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "ch",
+		Start: &streamwalv1.ReadRequest_StartFrom{StartFrom: "-1"}}))
+	require.NoError(t, err, "a stream's error comes with its first receive")
+	require.False(t, bad.Receive())
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(bad.Err()), "a malformed read position: %v", bad.Err())
+	require.NoError(t, bad.Close())
+
+	// A malformed body: InvalidArgument from the protocol layer.
+	resp, err := http.Post("http://"+n1.Addr()+streamwalv1connect.WALServiceAppendProcedure, "application/proto", strings.NewReader("\xff\xff\xff"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	_ = resp.Body.Close()
+
+	// Nothing of it was stored: the next append follows the first.
+	after, err := api.Append(ctx, appendReq("ch", "next", ""))
+	require.NoError(t, err)
+	stream, err := api.Read(ctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "ch"}))
+	require.NoError(t, err)
+	var got []string
+	for len(got) < 2 && stream.Receive() {
+		for _, d := range stream.Msg().GetMessages() {
+			got = append(got, d.GetId())
+		}
+	}
+	require.NoError(t, stream.Close())
+	require.Equal(t, []string{before.Msg.GetId(), after.Msg.GetId()}, got)
 }
