@@ -420,3 +420,52 @@ func TestPartitionedOwner(t *testing.T) {
 	got := c.readAll(ch, want)
 	require.Equal(t, want, got, "nothing sent to the old owner after the move is delivered")
 }
+
+// SIGTERM is a graceful shutdown: the node drains, closes its WALs and
+// revokes its lease, so its channels move at once - well before its lease
+// (10 s here) would have expired - and nothing acknowledged is lost.
+func TestGracefulShutdown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three walnode processes")
+	}
+	const ttl = 10 * time.Second
+	c := newE2ECluster(t, 3, ttl)
+	snap := c.waitAssigned(6)
+	var victim string
+	lost := map[string]int64{}
+	for ch, a := range snap.Assignments {
+		if victim == "" || a.Value.Node == victim {
+			victim = a.Value.Node
+			lost[ch] = a.Value.Term
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var acked []string
+	for ch := range lost {
+		p := "before-" + ch
+		_, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte(p)}, client.Options{})
+		require.NoError(t, err)
+		acked = append(acked, p)
+	}
+	start := time.Now()
+	c.stop(victim, syscall.SIGTERM)
+	_, err := c.view.WaitFor(ctx, func(s cluster.Snapshot) bool {
+		for ch, term := range lost {
+			a := s.Assignments[ch].Value
+			if a.Node == victim || a.Term <= term {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	moved := time.Since(start)
+	t.Logf("SIGTERM of %s: its %d channels moved after %s (lease TTL %s)", victim, len(lost), moved.Round(time.Millisecond), ttl)
+	require.Lessf(t, moved, ttl, "the channels moved only when the lease expired: the shutdown did not revoke it")
+	for ch := range lost {
+		_, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte("after-" + ch)}, client.Options{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"before-" + ch, "after-" + ch}, c.readAll(ch, []string{"before-" + ch, "after-" + ch}))
+	}
+}
