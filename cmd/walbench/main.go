@@ -7,6 +7,7 @@
 //
 //	go run ./cmd/walbench                      # local backend in ./streamwal-data
 //	go run ./cmd/walbench -config node.yaml    # any backend (see package selector)
+//	go run ./cmd/walbench -cluster http://127.0.0.1:2379   # through the client, against running walnodes
 package main
 
 import (
@@ -38,6 +39,8 @@ type params struct {
 	size      int
 	term      int64
 	verbose   bool
+	cluster   string // etcd endpoints of a running cluster: cluster mode
+	root      string
 }
 
 func main() {
@@ -50,6 +53,8 @@ func main() {
 	flag.IntVar(&p.size, "size", 1024, "payload bytes per record")
 	flag.Int64Var(&p.term, "term", time.Now().Unix(), "term to open the channels at (a later run must use a higher one)")
 	flag.BoolVar(&p.verbose, "v", false, "log what the WAL layers do")
+	flag.StringVar(&p.cluster, "cluster", "", "etcd endpoints of a running cluster: append through the client to its walnodes instead")
+	flag.StringVar(&p.root, "root", "", "the cluster's root in etcd (cluster mode; default the cluster default)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -63,6 +68,9 @@ func main() {
 func run(ctx context.Context, p params, out io.Writer) error {
 	if p.channels < 1 || p.appenders < 1 || p.records < 1 || p.size < 0 {
 		return errors.New("channels, appenders and records must be positive, size not negative")
+	}
+	if p.cluster != "" {
+		return runCluster(ctx, p, out)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if p.verbose {
