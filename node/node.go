@@ -42,8 +42,9 @@ type Node struct {
 	accepting atomic.Bool
 	appends   sync.WaitGroup // appends in flight
 
-	sessMu sync.Mutex
-	sess   *concurrency.Session // the current registration; renewed when lost
+	sessMu   sync.Mutex
+	sess     *concurrency.Session // the current registration; renewed when lost
+	stopping bool                 // Shutdown began: no new registration
 
 	keysMu sync.Mutex
 	keys   map[string]*keys // per channel
@@ -148,10 +149,11 @@ func (n *Node) Addr() string { return n.addr }
 // ID is the node's ID.
 func (n *Node) ID() string { return n.cfg.ID }
 
-// register creates a session and puts the node's key under its lease.
+// register creates a session and puts the node's key under its lease. The
+// session is not bound to the node's context: Shutdown cancels that, and
+// must still revoke the lease.
 func (n *Node) register(ctx context.Context) error {
-	sess, err := concurrency.NewSession(n.cli, concurrency.WithTTL(int(n.cfg.SessionTTL.Round(time.Second)/time.Second)),
-		concurrency.WithContext(n.ctx))
+	sess, err := concurrency.NewSession(n.cli, concurrency.WithTTL(int(n.cfg.SessionTTL.Round(time.Second)/time.Second)))
 	if err != nil {
 		return errors.Wrapf(err, "node %s: etcd session", n.cfg.ID)
 	}
@@ -161,6 +163,11 @@ func (n *Node) register(ctx context.Context) error {
 		return errors.Wrapf(err, "node %s: register", n.cfg.ID)
 	}
 	n.sessMu.Lock()
+	if n.stopping {
+		n.sessMu.Unlock()
+		_ = sess.Close() // Shutdown began meanwhile: leave nothing behind
+		return errors.Newf("node %s: shutting down", n.cfg.ID)
+	}
 	n.sess = sess
 	n.sessMu.Unlock()
 	n.log.Info("registered", "lease", int64(sess.Lease()))
@@ -186,6 +193,12 @@ func (n *Node) keepSession() {
 		case <-n.ctx.Done():
 			return
 		case <-sess.Done():
+		}
+		n.sessMu.Lock()
+		stopping := n.stopping
+		n.sessMu.Unlock()
+		if stopping {
+			return // Shutdown revoked it
 		}
 		n.metrics.sessionsLost.Inc()
 		n.log.Warn("lease lost; registering again")
@@ -254,8 +267,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if err := n.mgr.Close(ctx); err != nil {
 		errs = errors.CombineErrors(errs, errors.Wrap(err, "node: close wals"))
 	}
-	if sess := n.session(); sess != nil {
-		if err := sess.Close(); err != nil {
+	n.sessMu.Lock()
+	n.stopping = true
+	sess := n.sess
+	n.sessMu.Unlock()
+	if sess != nil {
+		if err := sess.Close(); err != nil { // revokes the lease: the coordinator moves the channels at once
 			errs = errors.CombineErrors(errs, errors.Wrap(err, "node: revoke lease"))
 		}
 	}
