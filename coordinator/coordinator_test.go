@@ -605,9 +605,9 @@ func TestLostAnswer(t *testing.T) {
 			return false
 		}
 	})
-	s := e.waitSettled()
+	e.waitSettled()
 	require.NoError(t, RequestMove(e.ctx, e.cli, e.layout, "a", ""))
-	s = e.waitFor("a moved", func(s cluster.Snapshot) bool {
+	s := e.waitFor("a moved", func(s cluster.Snapshot) bool {
 		return s.Assignments["a"].Value.Term == 2 && len(s.Moves) == 0 && e.settled(s)
 	})
 	mu.Lock()
