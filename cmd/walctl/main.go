@@ -5,6 +5,7 @@
 //	walctl move <channel> [<node>]     move a channel (to the least loaded other node)
 //	walctl drain <node>                move every channel off a node, and keep it empty
 //	walctl undrain <node>              let a drained node take channels again
+//	walctl rebalance                   move channels until live nodes' counts differ by at most one
 //	walctl append <channel> [msg...]   append the arguments, or stdin's lines
 //	walctl tail <channel>              follow a channel's messages
 //
@@ -53,7 +54,7 @@ func main() {
 	asJSON := flag.Bool("json", false, "print JSON, one object per line")
 	timeout := flag.Duration("timeout", 30*time.Second, "bound on each command but tail")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: walctl [flags] nodes|channels|move|drain|undrain|append|tail [args]")
+		fmt.Fprintln(os.Stderr, "usage: walctl [flags] nodes|channels|move|drain|undrain|rebalance|append|tail [args]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -112,6 +113,8 @@ func run(ctx context.Context, etcd, root string, asJSON bool, timeout time.Durat
 			return c.done(coordinator.RequestDrain(ctx, cli, layout, rest[0]), "drain requested", map[string]string{"node": rest[0]})
 		}
 		return c.done(coordinator.Undrain(ctx, cli, layout, rest[0]), "undrained", map[string]string{"node": rest[0]})
+	case "rebalance":
+		return c.rebalance(ctx)
 	case "append":
 		if len(rest) < 1 {
 			return errors.New("usage: walctl append <channel> [message...]  (no messages: stdin's lines)")
@@ -123,7 +126,7 @@ func run(ctx context.Context, etcd, root string, asJSON bool, timeout time.Durat
 		}
 		return c.tail(ctx, rest[0])
 	}
-	return errors.Newf("unknown command %q (nodes, channels, move, drain, undrain, append, tail)", cmd)
+	return errors.Newf("unknown command %q (nodes, channels, move, drain, undrain, rebalance, append, tail)", cmd)
 }
 
 // done reports a steering command's outcome.
@@ -212,6 +215,76 @@ func (c *ctl) channels(ctx context.Context) error {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", name, a.Node, a.Term, state, a.Since.Format(time.RFC3339))
 	}
 	return w.Flush()
+}
+
+// rebalance requests the moves that bring the live, undrained nodes'
+// channel counts within one of each other: each from a most loaded node to
+// a least loaded one (every move is a planned move: term + 1).
+func (c *ctl) rebalance(ctx context.Context) error {
+	s, err := c.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	moves := planRebalance(s)
+	for _, m := range moves {
+		if err := coordinator.RequestMove(ctx, c.cli, c.layout, m.channel, m.to); err != nil {
+			return err
+		}
+		if c.json {
+			if err := json.NewEncoder(c.out).Encode(map[string]string{"channel": m.channel, "from": m.from, "to": m.to}); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(c.out, "move %s: %s -> %s\n", m.channel, m.from, m.to)
+	}
+	if len(moves) == 0 && !c.json {
+		fmt.Fprintln(c.out, "balanced")
+	}
+	return nil
+}
+
+type plannedMove struct{ channel, from, to string }
+
+// planRebalance moves channels from the most to the least loaded live,
+// undrained node until their counts differ by at most one; ties by ID.
+func planRebalance(s cluster.Snapshot) []plannedMove {
+	owned := map[string][]string{}
+	var nodes []string
+	for id := range s.Nodes {
+		if _, drained := s.Drains[id]; !drained {
+			nodes = append(nodes, id)
+			owned[id] = nil
+		}
+	}
+	if len(nodes) < 2 {
+		return nil
+	}
+	for _, ch := range sortedKeys(s.Assignments) {
+		if a := s.Assignments[ch].Value; owned[a.Node] != nil || slices.Contains(nodes, a.Node) {
+			owned[a.Node] = append(owned[a.Node], ch)
+		}
+	}
+	slices.Sort(nodes)
+	var moves []plannedMove
+	for {
+		most, least := nodes[0], nodes[0]
+		for _, id := range nodes {
+			if len(owned[id]) > len(owned[most]) {
+				most = id
+			}
+			if len(owned[id]) < len(owned[least]) {
+				least = id
+			}
+		}
+		if len(owned[most])-len(owned[least]) <= 1 {
+			return moves
+		}
+		ch := owned[most][len(owned[most])-1]
+		owned[most] = owned[most][:len(owned[most])-1]
+		owned[least] = append(owned[least], ch)
+		moves = append(moves, plannedMove{channel: ch, from: most, to: least})
+	}
 }
 
 // append appends the arguments, or stdin's lines, one message each, with a
