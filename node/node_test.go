@@ -137,13 +137,15 @@ func TestOwnershipFollowsAssignments(t *testing.T) {
 	require.EqualValues(t, 1, res.Msg.GetTerm())
 	first := res.Msg
 
-	// n2 does not own it: a refusal naming the owner.
-	_, err = apiClient(n2).Append(ctx, appendReq("orders", "wrong", ""))
-	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
-	wn, oc := outcome(t, err)
-	require.Equal(t, "n1", wn.GetOwner())
-	require.Equal(t, n1.Addr(), wn.GetOwnerAddr())
-	require.True(t, oc.GetNotStored())
+	// n2 does not own it: a refusal naming the owner, once n2's view has
+	// caught up with the assignment.
+	require.Eventually(t, func() bool {
+		_, err = apiClient(n2).Append(ctx, appendReq("orders", "wrong", ""))
+		require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
+		wn, oc := outcome(t, err)
+		require.True(t, oc.GetNotStored())
+		return wn.GetOwner() == "n1" && wn.GetOwnerAddr() == n1.Addr()
+	}, testTimeout, time.Millisecond, "n2 never named the owner")
 
 	// The same key again on the same owner: answered from memory.
 	again, err := apiClient(n1).Append(ctx, appendReq("orders", "first", "k1"))
