@@ -74,7 +74,11 @@
 // (StartFrom) or strictly after it (StartAfter). DeliverAll starts at the
 // first message still kept; DeliverLatest delivers exactly the messages
 // appended after Read returned (an append that starts after Read returned
-// is delivered).
+// is delivered); DeliverTail(n) starts where at least the last n messages
+// stored when Read was called are delivered (all kept ones when fewer are
+// kept; a backend may start earlier, never later, and the start is never
+// gone). It lets a reader look at the end of a long log without reading
+// all of it.
 //
 // Truncate(id) removes every message before id and keeps id itself. Its
 // boundaries are exact:

@@ -13,12 +13,14 @@ const (
 	deliverLatest
 	deliverStartFrom
 	deliverStartAfter
+	deliverTail
 )
 
 // DeliverPolicy says where a scanner starts. The zero value is DeliverAll.
 type DeliverPolicy struct {
 	kind deliverKind
 	id   message.ID
+	n    int // DeliverTail
 }
 
 // DeliverAll starts at the first message still kept.
@@ -36,6 +38,15 @@ func DeliverStartFrom(id message.ID) DeliverPolicy {
 func DeliverStartAfter(id message.ID) DeliverPolicy {
 	return DeliverPolicy{kind: deliverStartAfter, id: id}
 }
+
+// DeliverTail starts near the end: at a position from which at least the
+// last n messages stored when Read is called are delivered (every message
+// kept, when fewer are kept). A backend may start earlier than exactly n
+// messages from the end, never later. n must be at least 1.
+func DeliverTail(n int) DeliverPolicy { return DeliverPolicy{kind: deliverTail, n: n} }
+
+// Tail returns n and true for a DeliverTail policy.
+func (p DeliverPolicy) Tail() (n int, ok bool) { return p.n, p.kind == deliverTail }
 
 // IsAll reports whether p is DeliverAll.
 func (p DeliverPolicy) IsAll() bool { return p.kind == deliverAll }
@@ -65,6 +76,8 @@ func (p DeliverPolicy) String() string {
 		return "start-from(" + p.id.String() + ")"
 	case deliverStartAfter:
 		return "start-after(" + p.id.String() + ")"
+	case deliverTail:
+		return fmt.Sprintf("tail(%d)", p.n)
 	}
 	return fmt.Sprintf("policy(%d)", p.kind)
 }

@@ -194,6 +194,12 @@ func (w *wal) startSeq(p walimpls.DeliverPolicy) (int64, error) {
 	case p.IsLatest():
 		return l.next(), nil
 	}
+	if n, ok := p.Tail(); ok {
+		if n < 1 {
+			return 0, errors.Wrapf(walimpls.ErrInvalidPosition, "memory: read %s from %s: n must be at least 1", w.ch, p)
+		}
+		return max(l.first, l.next()-int64(n)), nil
+	}
 	id, inclusive, _ := p.StartID()
 	seq, err := message.SeqOf(Name, id)
 	if err != nil {
