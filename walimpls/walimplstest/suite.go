@@ -62,6 +62,7 @@ var parts = []struct {
 	{"CanonicalIDs", testCanonicalIDs},
 	{"Last", testLast},
 	{"DeliverPolicies", testDeliverPolicies},
+	{"DeliverTail", testDeliverTail},
 	{"LatestStartsAtRead", testLatestStartsAtRead},
 	{"IdleTail", testIdleTail},
 	{"Truncate", testTruncate},

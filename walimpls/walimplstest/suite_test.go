@@ -51,6 +51,11 @@ var breakages = []struct {
 	{"overtaken-skips", []string{"TruncateOvertakesScanner"}},
 	{"future-clamps", []string{"FuturePosition"}},
 	{"lazy-latest", []string{"LatestStartsAtRead"}},
+	{"tail-starts-late", []string{"DeliverTail"}},
+	{"tail-from-latest", []string{"DeliverTail"}},
+	{"tail-ignores-truncation", []string{"DeliverTail"}},
+	{"tail-accepts-zero", []string{"DeliverTail"}},
+	{"tail-not-tailing", []string{"DeliverTail"}},
 	{"polling-tail", []string{"IdleTail"}},
 	{"scanner-bound-to-read-ctx", []string{"ScannerOutlivesReadContext"}},
 	{"size-payload-only", []string{"SizeLimit"}},
@@ -353,6 +358,36 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 		opt.DeliverPolicy = walimpls.DeliverAll()
 	case "unbounded-read-ahead":
 		opt.ReadAheadBytes = 1 << 30
+	case "tail-starts-late", "tail-ignores-truncation":
+		if n, ok := p.Tail(); ok && n >= 1 {
+			opt.DeliverPolicy = w.brokenTail(ctx, n, p)
+		}
+	case "tail-from-latest":
+		// Reads "the end" as "after the end".
+		if n, ok := p.Tail(); ok && n >= 1 {
+			opt.DeliverPolicy = walimpls.DeliverLatest()
+		}
+	case "tail-accepts-zero":
+		// Takes n < 1 as 1 instead of refusing it.
+		if n, ok := p.Tail(); ok && n < 1 {
+			opt.DeliverPolicy = walimpls.DeliverTail(1)
+		}
+	case "tail-not-tailing":
+		// Delivers the tail stored at Read and ends, like a bounded read.
+		if n, ok := p.Tail(); ok && n >= 1 {
+			last, err := w.WALImpl.Last(ctx)
+			if err != nil {
+				return nil, err
+			}
+			inner, err := w.WALImpl.Read(ctx, opt)
+			if err != nil {
+				return nil, err
+			}
+			bs := newBrokenScanner(w, opt, nil)
+			bs.stopAt = last
+			bs.start(inner, nil)
+			return bs, nil
+		}
 	case "future-clamps":
 		// A start beyond the end is taken as "the end".
 		if id, _, ok := p.StartID(); ok {
@@ -375,6 +410,40 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 	return w.wrapScanner(ctx, opt, s, err)
 }
 
+// brokenTail resolves DeliverTail(n) from Last, as a backend that counts
+// positions back from the end would, and gets it wrong on purpose:
+//
+//   - tail-ignores-truncation starts exactly n messages back from the
+//     last, even below the first message kept (a gone position);
+//   - tail-starts-late starts one message later than that when the log
+//     holds more than n, so the tail misses its oldest message.
+//
+// Where the breakage does not apply it returns p unchanged.
+func (w *brokenWAL) brokenTail(ctx context.Context, n int, p walimpls.DeliverPolicy) walimpls.DeliverPolicy {
+	last, err := w.WALImpl.Last(ctx)
+	if err != nil || last.IsZero() {
+		return p
+	}
+	lastSeq, err := message.SeqOf(memory.Name, last)
+	if err != nil {
+		return p
+	}
+	start := max(0, lastSeq+1-int64(n)) // memory's first sequence is 0
+	if w.broken == "tail-ignores-truncation" {
+		return walimpls.DeliverStartFrom(message.NewSeqID(memory.Name, start))
+	}
+	if start == 0 {
+		return p // the log holds n messages or fewer
+	}
+	// The log holds more than n when the message before start is kept.
+	probe, err := w.WALImpl.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(message.NewSeqID(memory.Name, start-1))})
+	if err != nil {
+		return p
+	}
+	_ = probe.Close()
+	return walimpls.DeliverStartFrom(message.NewSeqID(memory.Name, start+1))
+}
+
 func (w *brokenWAL) wrapScanner(ctx context.Context, opt walimpls.ReadOption, s walimpls.Scanner, err error) (walimpls.Scanner, error) {
 	if err != nil {
 		return nil, err
@@ -393,6 +462,7 @@ type brokenScanner struct {
 	w       *brokenWAL
 	opt     walimpls.ReadOption
 	readCtx context.Context // scanner-bound-to-read-ctx: ends with it
+	stopAt  message.ID      // tail-not-tailing: ends after delivering it
 
 	mu    sync.Mutex
 	inner walimpls.Scanner // nil until started
@@ -464,6 +534,9 @@ func (s *brokenScanner) run() {
 			}
 		}
 		if !ok {
+			// Error is valid only once Done is closed: read earlier, it
+			// may still be nil, and the breakage would not happen.
+			<-inner.Done()
 			if s.w.broken == "overtaken-skips" && errors.Is(inner.Error(), walimpls.ErrPositionGone) {
 				// Carries on from the first message still kept.
 				next, err := s.w.WALImpl.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
@@ -487,6 +560,10 @@ func (s *brokenScanner) run() {
 		select {
 		case s.out <- m:
 		case <-s.stop:
+			return
+		}
+		if !s.stopAt.IsZero() && s.stopAt.LTE(m.ID()) {
+			_ = inner.Close()
 			return
 		}
 	}
