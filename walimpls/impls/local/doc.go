@@ -312,7 +312,10 @@
 // # Reading
 //
 // A scanner finds its messages in the channel's index and reads their
-// frames with pread, never through the journal. Its goroutine reads up to
+// frames with pread, never through the journal. A DeliverTail(n) read
+// starts at the n-th last entry of the index (the first kept when fewer
+// are): one lookup, whatever the channel's length, so reading the end of
+// a long channel reads no more than its end. Its goroutine reads up to
 // its read-ahead budget (ReadOption.ReadAheadBytes, else
 // Config.ReadAheadBytes) at a time, with one pread per run of neighbouring
 // frames of a segment, so catching up on a busy channel costs few system

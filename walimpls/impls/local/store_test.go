@@ -257,3 +257,64 @@ func TestTailingScannerWakesOnAppend(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliverTailStartsExactlyNFromTheEnd checks local's DeliverTail beyond
+// what the suite asks (which allows an earlier start): the start is exactly
+// the n-th last message of the channel, counted in the channel's index and
+// not in sequence numbers, which the channels of a store share; the first
+// message kept when fewer are kept, also after truncation deleted the
+// oldest segments and after a reopen rebuilt the index.
+func TestDeliverTailStartsExactlyNFromTheEnd(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentBytes = 64 << 10
+	cfg.MaxMessageBytes = 8 << 10
+	s := openStore(t, cfg)
+	a := openWAL(t, s, "a", 1)
+	b := openWAL(t, s, "b", 1)
+	big := strings.Repeat("x", 2000)
+	var idsA []message.ID
+	for i := 0; i < 200; i++ {
+		id, err := a.Append(context.Background(), msg(t, big+strconv.Itoa(i)))
+		require.NoError(t, err)
+		idsA = append(idsA, id)
+		// b's messages between a's make a's sequence numbers sparse.
+		_, err = b.Append(context.Background(), msg(t, "b"+strconv.Itoa(i)))
+		require.NoError(t, err)
+	}
+	segs := func() int {
+		s.segMu.RLock()
+		defer s.segMu.RUnlock()
+		return len(s.segments)
+	}
+	require.Greater(t, segs(), 5, "precondition: the channel spans many segments")
+
+	check := func(w walimpls.WALImpl, first int, when string) {
+		t.Helper()
+		kept := len(idsA) - first
+		for _, n := range []int{1, 2, 17, kept - 1, kept, kept + 1, 1 << 30} {
+			want := idsA[max(first, len(idsA)-n)]
+			got := readN(t, w, walimpls.DeliverTail(n), 1)
+			require.Truef(t, got[0].ID().EQ(want), "%s: DeliverTail(%d) starts at %s, want %s", when, n, got[0].ID(), want)
+		}
+		for _, n := range []int{0, -1} {
+			_, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverTail(n)})
+			require.ErrorIsf(t, err, walimpls.ErrInvalidPosition, "%s: DeliverTail(%d)", when, n)
+		}
+	}
+	check(a, 0, "untruncated")
+
+	// Truncating both channels lets the oldest segments go.
+	n := segs()
+	require.NoError(t, a.Truncate(context.Background(), idsA[150]))
+	bLast, err := b.Last(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, b.Truncate(context.Background(), bLast))
+	require.Eventually(t, func() bool { return segs() < n }, 5*time.Second, 10*time.Millisecond)
+	check(a, 150, "truncated")
+
+	// The index a reopen rebuilds gives the same starts.
+	require.NoError(t, s.Close())
+	s = openStore(t, cfg)
+	a = openWAL(t, s, "a", 1)
+	check(a, 150, "reopened")
+}

@@ -278,6 +278,11 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		// After the last message framed: with SyncNone it may have been
 		// acknowledged before it was published.
 		cursor = w.s.j.framedLastSeq(ch) + 1
+	} else if n, ok := p.Tail(); ok {
+		if n < 1 {
+			return nil, errors.Wrapf(walimpls.ErrInvalidPosition, "local: read %s from %s: n must be at least 1", w.info, p)
+		}
+		cursor = ch.tailStart(n)
 	} else {
 		cursor = ch.keep.Load()
 	}
@@ -291,6 +296,23 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	}
 	go sc.run()
 	return sc, nil
+}
+
+// tailStart returns where a DeliverTail(n) read starts: the n-th last
+// published message, found in the index in constant time, so that reading
+// the end of a long channel costs the same as reading the end of a short
+// one; the first message kept when fewer are kept. With SyncNone, messages
+// acknowledged but not yet published follow it: the scanner then delivers
+// more than the last n stored, never fewer, as the contract allows.
+func (ch *channel) tailStart(n int) uint64 {
+	ch.mu.RLock()
+	defer ch.mu.RUnlock()
+	if n >= len(ch.entries) {
+		// Every entry is at or after keep, and keep is never gone: like
+		// DeliverAll.
+		return ch.keep.Load()
+	}
+	return ch.entries[len(ch.entries)-n].seq
 }
 
 // Close implements walimpls.WALImpl: it ends the WAL's scanners and waits
