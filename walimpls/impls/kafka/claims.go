@@ -181,7 +181,13 @@ func listBounds(ctx context.Context, adm *kadm.Client, topic string, part int32,
 // fetchRaw issues one Fetch for a partition at offset to its leader and
 // returns the decoded records and the offset to fetch next.
 func (o *Opener) fetchRaw(ctx context.Context, topic string, part int32, offset int64, maxBytes int32, committed bool) (kgo.FetchPartition, int64, error) {
-	md, err := o.adm.Metadata(ctx, topic)
+	return fetchRaw(ctx, o.admin, o.adm, topic, part, offset, maxBytes, committed)
+}
+
+// fetchRaw is Opener.fetchRaw over the given client (adm wraps cl), so that
+// a scanner fetches over connections it owns.
+func fetchRaw(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topic string, part int32, offset int64, maxBytes int32, committed bool) (kgo.FetchPartition, int64, error) {
+	md, err := adm.Metadata(ctx, topic)
 	if err != nil {
 		return kgo.FetchPartition{}, 0, err
 	}
@@ -193,7 +199,7 @@ func (o *Opener) fetchRaw(ctx context.Context, topic string, part int32, offset 
 	if !ok || pd.Err != nil || pd.Leader < 0 {
 		return kgo.FetchPartition{}, 0, errors.Wrapf(errorOr(pd.Err), "kafka: no leader for %s/%d", topic, part)
 	}
-	b := o.admin.Broker(int(pd.Leader))
+	b := cl.Broker(int(pd.Leader))
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0

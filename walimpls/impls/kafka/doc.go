@@ -204,6 +204,28 @@
 // scanner with ErrPositionGone (Read itself checks the start first), and a
 // position beyond the end is waited for.
 //
+// DeliverTail(n) cannot start at the last stable offset minus n: offsets
+// are not message counts (a commit marker follows every transaction, aborted
+// records take offsets and are never delivered). Read counts instead, with
+// read_committed fetches of the scanner's client, the messages in windows of
+// offsets backwards from the last stable offset it listed: the first window
+// is 2n offsets wide (n appends of one message each with transactions fill
+// exactly that; without transactions or with batches it holds more), each
+// next one twice the last, until the windows hold n messages; the scanner
+// starts at the lowest window's first offset. When a window would reach the
+// log start, the scanner starts at the log start without reading further
+// (it delivers every message kept, and a log shorter than 2n offsets is not
+// read at all). What Read fetches is bounded by the offsets the last n
+// messages span, never by the log's length, and a start is never below the
+// log start. A scanner therefore delivers at least the last n messages,
+// often a few more (up to about 2n without transactions, more after
+// aborted transactions). Messages of a transaction acknowledged before Read
+// whose commit markers were not written yet lie above the last stable
+// offset; they are not counted, but are delivered, being above the start.
+// A truncation that overtakes the search makes it look again from the new
+// log start; one that overtakes the scanner after Read ends it with
+// ErrPositionGone, as for any start.
+//
 // # Last
 //
 // Last is the offset of the last record a read_committed scanner delivers.

@@ -32,6 +32,11 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	if readAhead == 0 {
 		readAhead = w.o.cfg.ReadAheadBytes
 	}
+	p := opt.DeliverPolicy
+	tailN, tail := p.Tail()
+	if tail && tailN < 1 {
+		return nil, errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: read channel %q from %s: n must be at least 1", w.ch.Name, p)
+	}
 	// The scanner's own client lists the offsets too: everything a scanner
 	// does goes over connections it owns and closes.
 	cl, err := w.newConsumer(readAhead)
@@ -48,12 +53,16 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		return nil, errors.Wrapf(err, "kafka: read channel %q", w.ch.Name)
 	}
 	s := &scanner{Run: lifecycle.NewRun(), w: w, name: opt.Name, cl: cl, adm: adm, out: make(chan message.Immutable)}
-	p := opt.DeliverPolicy
 	switch id, inclusive, ok := p.StartID(); {
 	case p.IsAll():
 		s.next, s.all = start, true
 	case p.IsLatest():
 		s.next = end
+	case tail:
+		if s.next, err = w.tailStart(ctx, s, tailN, start, end); err != nil {
+			cl.Close()
+			return nil, err
+		}
 	case ok:
 		seq, err := message.SeqOf(Name, id)
 		if err != nil {
