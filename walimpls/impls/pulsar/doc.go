@@ -208,6 +208,25 @@
 // size in messages): the broker may keep such entries until retention
 // runs, but they are never delivered after the truncation is known.
 //
+// DeliverTail(n) asks the broker for the last message id first (as Last
+// does), then takes the truncation point, and starts without reading
+// anything: GET_LAST_MESSAGE_ID names the last message by its batch index,
+// so the last entry holds that index + 1 messages, and every entry before
+// it at least one (entries are consecutive within a ledger, a batch is
+// never empty, and this backend's producers do not chunk). A tail within
+// the last entry starts at the exact batch index; a longer one at the first
+// message of the entry as many entries back as messages are still missing
+// (exact when the entries hold one message each, earlier when appends
+// shared entries). When the ledger of the last message holds fewer entries
+// than that (the topic was reloaded or rolled its ledger shortly before the
+// last appends), the ledgers before it cannot be found from the client:
+// ledger ids are not consecutive, and the protocol names no ledger's last
+// entry. The scanner then starts where DeliverAll does, which delivers
+// every message kept and costs a read of the whole log. A start that would
+// lie below the truncation point starts at it instead (never at a removed
+// position). Appends made between the request and the reader's creation
+// are delivered too.
+//
 // pulsar-client-go v0.19.0 loses messages when a reader reconnects with a
 // backlog (after an unload or a dropped connection): it resumes after the
 // first message still in its receive queue, and the message its dispatcher
@@ -220,9 +239,9 @@
 // it again (a genuine jump, or a position beyond the end), or ends with
 // ErrPositionGone if the broker deleted what lies between. Duplicates (a
 // reconnected reader restarting too early) are dropped. Before the first
-// delivery the scanner expects the start position itself (StartFrom), its
-// successor (StartAfter, Latest) or an entry 0 (DeliverAll from the
-// earliest), and verifies anything else the same way.
+// delivery the scanner expects the start position itself (StartFrom,
+// Tail), its successor (StartAfter, Latest) or an entry 0 (DeliverAll from
+// the earliest), and verifies anything else the same way.
 //
 // # Truncate and Last
 //
@@ -287,6 +306,9 @@
 //
 // # Known limits
 //
+//   - DeliverTail(n) reads the whole kept log when the ledger of the last
+//     message has fewer than about n entries (see Reads): right after a
+//     topic reload or a ledger rollover followed by only a few appends.
 //   - The meta topic grows by one small record per ReadWrite open and per
 //     Truncate that advances the point, and every open and every Truncate
 //     reads it whole.

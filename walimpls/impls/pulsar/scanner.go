@@ -54,9 +54,23 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	if readAhead == 0 {
 		readAhead = w.o.cfg.ReadAheadBytes
 	}
+	p := opt.DeliverPolicy
+	tailN, tail := p.Tail()
+	var last msgID
+	var hasLast bool
+	if tail {
+		if tailN < 1 {
+			return nil, errors.Wrapf(walimpls.ErrInvalidPosition, "pulsar: read channel %q from %s: n must be at least 1", w.ch.Name, p)
+		}
+		// Before the truncation point is taken: a truncation recorded
+		// meanwhile is then known, and a start below it is never chosen.
+		var err error
+		if last, hasLast, err = w.lastStored(ctx); err != nil {
+			return nil, errors.Wrapf(err, "pulsar: read channel %q from %s", w.ch.Name, p)
+		}
+	}
 	trunc, hasTrunc := w.truncPoint()
 	var st start
-	p := opt.DeliverPolicy
 	switch pid, inclusive, ok := p.StartID(); {
 	case p.IsAll() && hasTrunc:
 		st = start{id: trunc, inclusive: true}
@@ -64,6 +78,8 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		st = start{earliest: true}
 	case p.IsLatest():
 		st = start{latest: true}
+	case tail:
+		st = tailStart(tailN, last, hasLast, trunc, hasTrunc)
 	case ok:
 		id, isOurs := idOf(pid)
 		if !isOurs {
@@ -107,6 +123,44 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	}
 	go s.run()
 	return s, nil
+}
+
+// tailStart returns where a DeliverTail(n) scanner starts, given the last
+// message stored (hasLast false when there is none) and the truncation
+// point. GET_LAST_MESSAGE_ID names the last message by its batch index, so
+// the last entry holds batch+1 messages (a message sent without batching is
+// index 0); every entry before it holds at least one, and entry ids are
+// consecutive within a ledger from 0. A tail within the last entry starts
+// at its exact batch index; a longer one at the first message of the entry
+// as many entries back as messages are still missing: at or before the
+// exact start, found without a read. When the ledger of the last message
+// has fewer entries, the client protocol cannot tell where the ledgers
+// before it end (their ids are not consecutive), and the scanner starts
+// where DeliverAll does. A start below the truncation point moves up to
+// it: the first message kept is at or before the exact start, or fewer
+// than n messages are kept and it delivers them all.
+func tailStart(n int, last msgID, hasLast bool, trunc msgID, hasTrunc bool) start {
+	all := start{earliest: true}
+	if hasTrunc {
+		all = start{id: trunc, inclusive: true}
+	}
+	if !hasLast {
+		return all
+	}
+	inLast := int64(max(last.batch, 0)) + 1
+	id := msgID{ledger: last.ledger, partition: last.partition}
+	switch missing := int64(n) - inLast; {
+	case missing <= 0:
+		id.entry, id.batch = last.entry, int32(-missing)
+	case missing <= last.entry:
+		id.entry, id.batch = last.entry-missing, 0
+	default:
+		return all
+	}
+	if hasTrunc && id.compare(trunc) < 0 {
+		return all
+	}
+	return start{id: id, inclusive: true}
 }
 
 // justBefore reports whether a start right after id needs nothing below

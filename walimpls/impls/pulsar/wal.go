@@ -262,6 +262,21 @@ func (w *wal) Last(ctx context.Context) (message.ID, error) {
 	if err := ctx.Err(); err != nil {
 		return message.ID{}, err
 	}
+	id, ok, err := w.lastStored(ctx)
+	switch {
+	case err != nil:
+		return message.ID{}, err
+	case !ok:
+		return message.ID{}, nil
+	}
+	return message.NewID(id), nil
+}
+
+// lastStored asks the broker for the log topic's last message id (see
+// Last); ok is false when the topic holds no message. The client's calls
+// take no context: the request runs on a goroutine the opener waits for on
+// Close, and lastStored returns ctx's error when ctx ends first.
+func (w *wal) lastStored(ctx context.Context) (id msgID, ok bool, err error) {
 	type result struct {
 		id  msgID
 		ok  bool
@@ -272,21 +287,19 @@ func (w *wal) Last(ctx context.Context) (message.ID, error) {
 		id, ok, err := w.o.lastMessage(w.topic)
 		res <- result{id, ok, err}
 	}) {
-		return message.ID{}, w.closedErr()
+		return msgID{}, false, w.closedErr()
 	}
 	select {
 	case r := <-res:
 		switch {
 		case w.isClosed():
-			return message.ID{}, w.closedErr()
+			return msgID{}, false, w.closedErr()
 		case r.err != nil:
-			return message.ID{}, errors.Wrapf(r.err, "pulsar: last message of channel %q", w.ch.Name)
-		case !r.ok:
-			return message.ID{}, nil
+			return msgID{}, false, errors.Wrapf(r.err, "pulsar: last message of channel %q", w.ch.Name)
 		}
-		return message.NewID(r.id), nil
+		return r.id, r.ok, nil
 	case <-ctx.Done():
-		return message.ID{}, ctx.Err()
+		return msgID{}, false, ctx.Err()
 	}
 }
 
