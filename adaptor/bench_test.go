@@ -184,9 +184,9 @@ func reportPair(b *testing.B, records float64, raw, adaptor cost) {
 
 // fillLog appends n records through the adaptor (so the log holds what a
 // real one does: term-begin, timeticks, watermarks) and closes the writer.
-func fillLog(b *testing.B, o walimpls.Opener, n int) {
+func fillLog(b *testing.B, o walimpls.Opener, name string, n int) {
 	ctx := context.Background()
-	w, err := Open(ctx, o, Channel{Name: "bench", Term: 1}, benchOptions())
+	w, err := Open(ctx, o, Channel{Name: name, Term: 1}, benchOptions())
 	require.NoError(b, err)
 	defer func() { require.NoError(b, w.Close()) }()
 	m := benchMessage(b)
@@ -220,7 +220,7 @@ func BenchmarkScan(b *testing.B) {
 	for _, be := range benchBackends(false) {
 		b.Run(be.name, func(b *testing.B) {
 			o := be.open(b)
-			fillLog(b, o, benchScanLog)
+			fillLog(b, o, "bench", benchScanLog)
 			ctx := context.Background()
 			impl, err := o.Open(ctx, walimpls.Channel{Name: "bench", Mode: walimpls.ReadOnly})
 			require.NoError(b, err)
@@ -266,4 +266,45 @@ func scanOnce(b *testing.B, read func() (walimpls.Scanner, error), isRecord func
 	})
 	require.NoError(b, s.Close())
 	return took
+}
+
+// BenchmarkOpen: how long a read-write Open (a takeover at the next term)
+// takes on a channel retaining 10 MiB and on one retaining 1 GiB of 1 KiB
+// records, alternating in each op on one local store (no fsync, so the
+// figure is the adaptor's recovery and the backend's open, not the disk).
+// Reports both times, their ratio (goal ≤ 1.5×) and how many messages each
+// open read. Filling takes a while: use -benchtime Nx.
+//
+//	go test -run '^$' -bench Open -benchtime 20x ./adaptor/
+func BenchmarkOpen(b *testing.B) {
+	o := localBackend(local.SyncNone)(b)
+	sizes := []struct {
+		name    string
+		records int
+	}{{"10MiB", 10 << 10}, {"1GiB", 1 << 20}}
+	for _, sz := range sizes {
+		fillLog(b, o, sz.name, sz.records)
+	}
+	ctx := context.Background()
+	took := make([]time.Duration, len(sizes))
+	read := make([]int, len(sizes))
+	b.ResetTimer()
+	for i := range b.N {
+		for k := range sizes {
+			j := (i + k) % len(sizes) // neither size always goes first
+			sz := sizes[j]
+			start := time.Now()
+			w, err := Open(ctx, o, Channel{Name: sz.name, Term: int64(2 + i)}, benchOptions())
+			require.NoError(b, err)
+			took[j] += time.Since(start)
+			read[j] = w.(*wal).recoveredMessages
+			require.NoError(b, w.Close())
+		}
+	}
+	b.StopTimer()
+	for j, sz := range sizes {
+		b.ReportMetric(float64(took[j].Microseconds())/float64(b.N)/1000, "open-"+sz.name+"-ms")
+		b.ReportMetric(float64(read[j]), "read-"+sz.name+"-msgs")
+	}
+	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "ratio")
 }

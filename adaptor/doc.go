@@ -42,6 +42,19 @@
 // that cannot fence. It then appends its term-begin and reads on to it, to
 // recover the highest timetick.
 //
+// On a backend that fences, that read covers only the end of the log
+// (walimpls.DeliverTail): 64 messages, then 8 times more, until the window
+// proves that nothing before it holds a higher timetick or term — a
+// term-begin followed by a timetick of its owner, or two watermarks of one
+// owner (every message stored before the first has a timetick below the
+// second). Open time then depends on the watermark spacing
+// (WatermarkBytes, TimeTickInterval), not on how much the log retains. It
+// relies on what fencing guarantees (once an open succeeds, earlier writers
+// store nothing more, so each owner's stretch of the log follows its
+// term-begin) and on each writer's appends being stored in the order they
+// were made. On a backend that cannot fence, a stale writer's messages may
+// follow a newer term-begin anywhere, and Open reads the whole kept log.
+//
 // A term-begin carries no timetick: it is a position. Scanners learn the
 // highest term that began before their start position from what the WAL has
 // read (the log up to its own term-begin when it opened read-write, and

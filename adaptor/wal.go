@@ -49,6 +49,11 @@ type wal struct {
 	// no term-begin that fences this WAL comes before it in the log (readers
 	// would drop it).
 	confirm bool
+	fencing bool // the backend fences (Capabilities.Fencing)
+	// recoveredMessages is how many messages the open read before its
+	// term-begin (tests check that it does not grow with the log).
+	recoveredMessages int
+	recoveredTT       uint64 // the highest timetick found there
 
 	// learnedMu guards what reading the log taught the WAL (recovery, then
 	// the tail reader).
@@ -73,10 +78,12 @@ type wal struct {
 var _ WAL = (*wal)(nil)
 
 // Open opens a channel's WAL on a backend. Read-write (the default), it
-// appends the term-begin message that fences lower terms in the log, recovers
-// the last timetick by reading the log up to it, writes a first watermark and
-// starts the periodic ones. Opening costs one read of the log's kept part:
-// truncate what you no longer need.
+// recovers the highest timetick and term from the end of the log, appends
+// the term-begin message that fences lower terms in the log, writes a first
+// watermark and starts the periodic ones. On a backend that fences, opening
+// reads a bounded window from the end of the log (about two watermarks'
+// worth of messages), whatever the log's length; on one that cannot fence
+// it reads the whole kept log.
 func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options) (WAL, error) {
 	if opener == nil {
 		return nil, errors.Wrap(ErrInvalidOptions, "nil opener")
@@ -111,6 +118,7 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		available: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		confirm:   !caps.Fencing && !opts.ReadOnly,
+		fencing:   caps.Fencing,
 		tailMoved: make(chan struct{}),
 
 		watermarked: make(chan struct{}),
@@ -156,21 +164,11 @@ func (w *wal) start(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(err, "find the end of the log")
 	}
-	rec, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverAll(),
-		ReadAheadBytes: w.opts.ScannerBufferBytes / 4})
+	rec, r, err := w.recoverEnd(ctx, last)
 	if err != nil {
 		return errors.Wrap(err, "recover the log")
 	}
 	defer func() { _ = rec.Close() }()
-	var r recovered
-	if !last.IsZero() {
-		if err := w.recover(ctx, rec, &r, func(id message.ID) (bool, error) {
-			c, err := id.Compare(last)
-			return c >= 0, err
-		}, true); err != nil {
-			return errors.Wrap(err, "recover the log")
-		}
-	}
 	if r.maxTerm > w.ch.Term {
 		w.fence(walimpls.MarkNotStored(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: r.maxTerm}))
 		return w.reason
@@ -221,6 +219,218 @@ func (w *wal) start(ctx context.Context) error {
 type recovered struct {
 	maxTT   uint64
 	maxTerm int64
+	read    int // messages read
+}
+
+// firstTailWindow is how many messages from the end an open reads first;
+// each window that proves too short is followed by one tailWindowGrowth
+// times longer.
+const (
+	firstTailWindow  = 64
+	tailWindowGrowth = 8
+)
+
+// recoverEnd reads the log up to last (its last message when the open
+// began) and returns the scanner positioned right after it, with the
+// highest timetick and term found.
+//
+// On a backend that fences, only the end of the log is read: windows of
+// growing length from the end (walimpls.DeliverTail) until one proves that
+// nothing before it holds a higher timetick or term (see endWindow), so the
+// cost of an open does not grow with the retained log. On a backend that
+// cannot fence, a stale owner's messages may follow a newer term-begin
+// anywhere, and only the whole log tells the highest term: it is read from
+// the start.
+func (w *wal) recoverEnd(ctx context.Context, last message.ID) (walimpls.Scanner, recovered, error) {
+	readAhead := w.opts.ScannerBufferBytes / 4
+	if !w.fencing {
+		s, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverAll(), ReadAheadBytes: readAhead})
+		if err != nil {
+			return nil, recovered{}, err
+		}
+		var r recovered
+		if !last.IsZero() {
+			err = w.recover(ctx, s, &r, func(id message.ID) (bool, error) {
+				c, err := id.Compare(last)
+				return c >= 0, err
+			}, true)
+		}
+		if err != nil {
+			_ = s.Close()
+			return nil, recovered{}, err
+		}
+		w.recoveredMessages, w.recoveredTT = r.read, r.maxTT
+		return s, r, nil
+	}
+	// The first window's scanner stays open: it ends at last, where the
+	// open reads on. Longer windows read only what lies before the
+	// previous one.
+	s, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverTail(firstTailWindow), ReadAheadBytes: readAhead})
+	if err != nil {
+		return nil, recovered{}, err
+	}
+	var entries []endEntry
+	if !last.IsZero() {
+		entries, err = readEntries(ctx, s, func(id message.ID) (bool, bool, error) {
+			c, err := id.Compare(last)
+			return c >= 0, true, err
+		})
+	}
+	for n := firstTailWindow; err == nil; n *= tailWindowGrowth {
+		win := summarize(entries)
+		// A window shorter than n holds every kept message.
+		if win.enough || len(entries) < n {
+			// The term of the window's first message began before it.
+			if !win.first.id.IsZero() {
+				w.noteTermBegin(win.first.id, win.first.term)
+			}
+			for _, tb := range win.begins {
+				w.noteTermBegin(tb.id, tb.term)
+			}
+			w.recoveredMessages, w.recoveredTT = len(entries), win.maxTT
+			return s, recovered{maxTT: win.maxTT, maxTerm: win.maxTerm, read: len(entries)}, nil
+		}
+		var before []endEntry
+		before, err = w.readBefore(ctx, n*tailWindowGrowth, entries[0].id)
+		if err == nil && len(before) == 0 {
+			n = len(entries) + 1 // nothing before: the whole log is read
+		}
+		entries = append(before, entries...)
+	}
+	_ = s.Close()
+	return nil, recovered{}, err
+}
+
+// readBefore reads the messages of the last n that lie before end.
+func (w *wal) readBefore(ctx context.Context, n int, end message.ID) ([]endEntry, error) {
+	s, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverTail(n), ReadAheadBytes: w.opts.ScannerBufferBytes / 4})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = s.Close() }()
+	return readEntries(ctx, s, func(id message.ID) (bool, bool, error) {
+		c, err := id.Compare(end)
+		return c >= 0, c < 0, err
+	})
+}
+
+// endEntry is what recovery keeps of a message: not its payload.
+type endEntry struct {
+	id      message.ID
+	kind    message.Kind
+	term    int64
+	tt      uint64
+	hasTerm bool
+	hasTT   bool
+}
+
+// readEntries reads s until stop says a message is the last one to look at;
+// include says whether that message is kept.
+func readEntries(ctx context.Context, s walimpls.Scanner, stop func(message.ID) (stop, include bool, err error)) ([]endEntry, error) {
+	var entries []endEntry
+	for {
+		select {
+		case m, ok := <-s.Chan():
+			if !ok {
+				<-s.Done() // Error is valid once Done is closed
+				return nil, errors.WithSecondaryError(errors.New("log ended before its end was read"), s.Error())
+			}
+			end, include, err := stop(m.ID())
+			if err != nil {
+				return nil, err
+			}
+			if include {
+				e := endEntry{id: m.ID(), kind: m.Kind()}
+				e.term, e.hasTerm = m.Term()
+				e.tt, e.hasTT = m.TimeTick()
+				entries = append(entries, e)
+			}
+			if end {
+				return entries, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// endWindow is what an open learns from a suffix of the log, and whether
+// that suffix is enough: whether every message before it has a lower
+// timetick and a term no higher than the highest the window holds.
+//
+// On a backend that fences, the log is a sequence of owners' stretches,
+// each starting with the owner's term-begin: once an open succeeds, no
+// earlier writer stores anything, so everything before a term-begin was
+// written by that owner's predecessors, and the owner, which read all of it
+// when it opened, allocates every timetick above theirs. An owner's
+// watermarks are written one at a time, each once the previous one's
+// append returned, and one writer's appends are stored in the order they
+// were made. Two proofs follow, either of which makes the window enough:
+//
+//   - a term-begin followed, before the next term-begin, by a message of
+//     its term with a timetick: that timetick is above everything before
+//     the term-begin;
+//   - two watermarks of one term with no term-begin between them: the
+//     second was allocated after the first was stored, so after every
+//     message stored before the first, and its timetick is above all of
+//     theirs.
+//
+// Terms only grow along the log on such a backend (a lower open is refused,
+// and a fenced writer stores nothing after the fencing open), so no message
+// before the window has a term above the window's.
+type endWindow struct {
+	maxTT   uint64
+	maxTerm int64
+	begins  []termBegin
+	enough  bool
+	first   termBegin // the first message with a term, unless a term-begin
+
+	// The current stretch: its term-begin's term when it began inside the
+	// window, and the term and count of its watermarks.
+	begun       bool
+	beginTerm   int64
+	wmTerm      int64
+	wmInStretch int
+}
+
+// summarize looks at entries in log order.
+func summarize(entries []endEntry) endWindow {
+	var e endWindow
+	for _, m := range entries {
+		e.add(m)
+	}
+	return e
+}
+
+func (e *endWindow) add(m endEntry) {
+	if m.hasTT {
+		e.maxTT = max(e.maxTT, m.tt)
+	}
+	if !m.hasTerm {
+		return
+	}
+	e.maxTerm = max(e.maxTerm, m.term)
+	if e.first.id.IsZero() && m.kind != message.KindTermBegin {
+		e.first = termBegin{id: m.id, term: m.term}
+	}
+	if m.kind == message.KindTermBegin {
+		e.begins = append(e.begins, termBegin{id: m.id, term: m.term})
+		e.begun, e.beginTerm, e.wmInStretch = true, m.term, 0
+		return
+	}
+	if !m.hasTT {
+		return
+	}
+	if e.begun && m.term == e.beginTerm {
+		e.enough = true
+	}
+	if m.kind == message.KindTimeTick {
+		if e.wmInStretch > 0 && m.term == e.wmTerm {
+			e.enough = true
+		}
+		e.wmTerm = m.term
+		e.wmInStretch++
+	}
 }
 
 // recover reads s until done says a message ID is the end, noting the
@@ -241,6 +451,7 @@ func (w *wal) recover(ctx context.Context, s walimpls.Scanner, r *recovered, don
 			if end && !inclusive {
 				return nil
 			}
+			r.read++
 			if tt, ok := m.TimeTick(); ok {
 				r.maxTT = max(r.maxTT, tt)
 			}
