@@ -464,3 +464,37 @@ func TestLimitSizedMessageIsReadable(t *testing.T) {
 	_, err := w.Append(context.Background(), big)
 	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 }
+
+// TestTooLargeNamesTheLimit: every refusal for size is a TooLargeError
+// (errors.Is ErrTooLarge, nothing stored) that names the limit applied.
+func TestTooLargeNamesTheLimit(t *testing.T) {
+	ctx := context.Background()
+	c := memory.NewCluster()
+	w := openWAL(t, memOpener(t, c, memory.Config{MaxMessageBytes: 4 << 10}), "too-large", 1,
+		Options{TimeTickInterval: time.Hour, MaxMessageBytes: 64 << 10})
+	big, err := message.New(make([]byte, 65<<10), nil)
+	require.NoError(t, err)
+	props := map[string]string{"k": strings.Repeat("v", 5<<10)}
+	fatProps, err := message.New([]byte("x"), props)
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		m    message.Message
+		what string
+	}{
+		"above MaxMessageBytes":     {big, "MaxMessageBytes"},
+		"properties above one part": {fatProps, "PartBytes"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := w.Append(ctx, tc.m)
+			require.ErrorIs(t, err, walimpls.ErrTooLarge)
+			require.True(t, walimpls.NotStored(err))
+			var tl *walimpls.TooLargeError
+			require.ErrorAs(t, err, &tl)
+			require.Contains(t, tl.Error(), tc.what)
+			require.Equal(t, 1, strings.Count(err.Error(), "too-large"), "the channel is named once: %v", err)
+		})
+	}
+	last, err := w.impl.Last(ctx)
+	require.NoError(t, err)
+	require.Equal(t, w.lastWatermark, last, "nothing was stored after the first watermark")
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
 )
 
 // A split message is written as n parts, in order, by one appender. Every
@@ -28,7 +29,7 @@ func splitMessage(m message.Message, partBytes int) ([]message.Message, error) {
 	first := partBytes - propBytes - partOverhead
 	rest := partBytes - partOverhead
 	if first <= 0 {
-		return nil, errors.Newf("properties of %d bytes leave no room in parts of %d bytes", propBytes, partBytes)
+		return nil, &walimpls.TooLargeError{Size: propBytes + partOverhead, Limit: partBytes, What: "a part (PartBytes; the properties must fit in the first part)"}
 	}
 	payload := m.Payload()
 	n := 1

@@ -896,8 +896,8 @@ func (p prepared) end(w *wal) {
 func (w *wal) prepare(ctx context.Context, msgs []message.Message) (prepared, error) {
 	for i, m := range msgs {
 		if size := m.Size(); size > w.opts.MaxMessageBytes {
-			return prepared{}, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.opts.MaxMessageBytes},
-				"adaptor: append to %s: message %d (the WAL's MaxMessageBytes)", w.ch.Name, i)
+			return prepared{}, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.opts.MaxMessageBytes, What: "the WAL's MaxMessageBytes"},
+				"adaptor: append to %s: message %d", w.ch.Name, i)
 		}
 	}
 	if err := w.waitForWatermark(ctx); err != nil {
@@ -917,7 +917,7 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (prepared, er
 			parts, err := splitMessage(msg, w.partBytes)
 			if err != nil {
 				p.end(w)
-				return prepared{}, errors.Wrapf(walimpls.ErrTooLarge, "adaptor: append to %s: message %d: %v", w.ch.Name, i, err)
+				return prepared{}, errors.Wrapf(err, "adaptor: append to %s: message %d", w.ch.Name, i)
 			}
 			p.records = append(p.records, parts...)
 			continue

@@ -60,15 +60,22 @@ func (e *FencedError) Error() string {
 // Is makes errors.Is(err, ErrFenced) hold.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
-// TooLargeError details a message above the backend's limit. It matches
+// TooLargeError details a message above a size limit. It matches
 // ErrTooLarge.
 type TooLargeError struct {
 	Size  int
 	Limit int
+	// What names the limit when it is not the backend's own (the
+	// adaptor's MaxMessageBytes, the room properties leave in a part).
+	What string
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("message of %d bytes exceeds the backend limit of %d bytes", e.Size, e.Limit)
+	what := e.What
+	if what == "" {
+		what = "the backend limit"
+	}
+	return fmt.Sprintf("message of %d bytes exceeds %s of %d bytes", e.Size, what, e.Limit)
 }
 
 // Is makes errors.Is(err, ErrTooLarge) hold.
