@@ -20,13 +20,11 @@ func (w ownedWAL) Close() error {
 	return errors.Wrapf(ErrNotOwner, "close of channel %q at term %d: remove it through the manager", ch.Name, ch.Term)
 }
 
-// unavailableCause is why w's Available channel closed: the WAL's own
-// Err() when it has one, a generic reason otherwise.
+// unavailableCause is why w's Available channel closed: the WAL's Err(),
+// or a generic reason when it reports none (yet).
 func unavailableCause(w adaptor.WAL) error {
-	if e, ok := w.(interface{ Err() error }); ok {
-		if err := e.Err(); err != nil {
-			return err
-		}
+	if err := w.Err(); err != nil {
+		return err
 	}
 	return errWALUnavailable
 }
