@@ -2,6 +2,7 @@ package adaptor
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -337,7 +338,7 @@ func (s *scanner) admit(term int64, tt uint64, hasTT bool) bool {
 // does not follow the previous one's.
 func (s *scanner) buffer(m message.Immutable, tt uint64, size int) error {
 	if _, err := s.buf.Push(reorder.Item[message.Immutable]{TimeTick: tt, Size: size + 64, Value: m}); err != nil {
-		return errors.Wrapf(ErrScannerBufferFull, "%v", err)
+		return errors.WithStack(fmt.Errorf("%w: %w", err, ErrScannerBufferFull))
 	}
 	return s.checkBudget()
 }

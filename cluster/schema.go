@@ -128,7 +128,7 @@ func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest](v T) 
 func Decode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest](key string, data []byte) (T, error) {
 	var e envelope[T]
 	if err := json.Unmarshal(data, &e); err != nil {
-		return e.Value, errors.Wrapf(ErrCorrupt, "%s: %v", key, err)
+		return e.Value, errors.WithStack(fmt.Errorf("%s: %w: %w", key, err, ErrCorrupt))
 	}
 	if e.V != formatVersion {
 		return e.Value, errors.Wrapf(ErrCorrupt, "%s: format version %d (this streamwal reads %d)", key, e.V, formatVersion)

@@ -1,6 +1,7 @@
 package message
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/cockroachdb/errors"
@@ -141,7 +142,7 @@ func UnmarshalSeqID(backend, s string) (ID, error) {
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return ID{}, errors.Wrapf(ErrCorruptID, "%s id %q: %v", backend, s, err)
+		return ID{}, errors.WithStack(fmt.Errorf("%s id %q: %w: %w", backend, s, err, ErrCorruptID))
 	}
 	return NewSeqID(backend, v), nil
 }

@@ -1,6 +1,8 @@
 package message_test
 
 import (
+	stderrors "errors"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -99,4 +101,13 @@ func TestSeqID(t *testing.T) {
 	require.ErrorIs(t, err, message.ErrIncomparableID)
 	_, err = message.SeqOf("y", message.ID{})
 	require.ErrorIs(t, err, message.ErrIncomparableID)
+}
+
+// TestCorruptIDKeepsItsCause: both the sentinel and the parser's error are
+// found by the standard library's errors.Is, and the message says each once.
+func TestCorruptIDKeepsItsCause(t *testing.T) {
+	_, err := message.UnmarshalSeqID("memory", "9999999999999999999")
+	require.True(t, stderrors.Is(err, message.ErrCorruptID))
+	require.True(t, stderrors.Is(err, strconv.ErrRange))
+	require.Equal(t, `memory id "9999999999999999999": strconv.ParseInt: parsing "9999999999999999999": value out of range: `+message.ErrCorruptID.Error(), err.Error())
 }

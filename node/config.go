@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -58,7 +59,7 @@ const (
 // Validate reports settings no node can run with.
 func (c Config) Validate() error {
 	if err := cluster.ValidateNodeID(c.ID); err != nil {
-		return errors.Wrapf(ErrInvalidConfig, "%v", err)
+		return errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
 	}
 	if c.SessionTTL < 0 || (c.SessionTTL > 0 && c.SessionTTL < time.Second) {
 		return errors.Wrapf(ErrInvalidConfig, "SessionTTL %s (at least 1s)", c.SessionTTL)
@@ -70,10 +71,10 @@ func (c Config) Validate() error {
 		return errors.Wrap(ErrInvalidConfig, "a Registerer of your own needs its Gatherer to serve /metrics")
 	}
 	if _, err := cluster.NewLayout(c.Root); err != nil {
-		return errors.Wrapf(ErrInvalidConfig, "%v", err)
+		return errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
 	}
 	if err := c.WAL.Validate(); err != nil {
-		return errors.Wrapf(ErrInvalidConfig, "WAL: %v", err)
+		return errors.WithStack(fmt.Errorf("WAL: %w: %w", err, ErrInvalidConfig))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -73,7 +74,7 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 		keys: map[string]*keys{}, held: map[string]int64{}}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
-		return nil, errors.Wrapf(ErrInvalidConfig, "metrics: %v", err)
+		return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
 	}
 	n.metrics = m
 	walOpts := cfg.WAL
@@ -82,14 +83,14 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 	}
 	if walOpts.Metrics == nil {
 		if walOpts.Metrics, err = adaptor.NewMetrics(cfg.Registerer); err != nil {
-			return nil, errors.Wrapf(ErrInvalidConfig, "metrics: %v", err)
+			return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
 		}
 	}
 	n.mgr, err = walmanager.New(walmanager.WALOpenerFunc(func(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, error) {
 		return adaptor.Open(ctx, opener, ch, walOpts)
 	}), walmanager.Options{Logger: n.log, Registerer: cfg.Registerer})
 	if err != nil {
-		return nil, errors.Wrapf(ErrInvalidConfig, "%v", err)
+		return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
 	}
 	return n, nil
 }

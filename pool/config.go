@@ -65,13 +65,13 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	if err := walimpls.ValidateChannelName(c.Name); err != nil {
-		return errors.Wrapf(ErrInvalidConfig, "pool name: %v", err)
+		return errors.WithStack(fmt.Errorf("pool name: %w: %w", err, ErrInvalidConfig))
 	}
 	if c.Size < 1 || c.Size > MaxSize {
 		return errors.Wrapf(ErrInvalidConfig, "pool %q: size %d (1 to %d)", c.Name, c.Size, MaxSize)
 	}
 	if err := walimpls.ValidateChannelName(pchannelName(c.Prefix, c.Size-1)); err != nil {
-		return errors.Wrapf(ErrInvalidConfig, "pool %q: prefix %q does not make valid channel names: %v", c.Name, c.Prefix, err)
+		return errors.WithStack(fmt.Errorf("pool %q: prefix %q does not make valid channel names: %w: %w", c.Name, c.Prefix, err, ErrInvalidConfig))
 	}
 	switch c.Strategy {
 	case RoundRobin, LeastLoaded:

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"github.com/cockroachdb/errors"
 
@@ -40,7 +41,7 @@ func (o WALOptions) Encode() string {
 func DecodeWALOptions(s string) (WALOptions, error) {
 	var v walOptionsValue
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return WALOptions{}, errors.Wrapf(ErrCorruptWALOptions, "%q: %v", clip(s), err)
+		return WALOptions{}, errors.WithStack(fmt.Errorf("%q: %w: %w", clip(s), err, ErrCorruptWALOptions))
 	}
 	if v.V != formatVersion {
 		return WALOptions{}, errors.Wrapf(ErrCorruptWALOptions, "%q: version %d (this streamwal reads %d)", clip(s), v.V, formatVersion)
@@ -51,7 +52,7 @@ func DecodeWALOptions(s string) (WALOptions, error) {
 	}
 	for _, name := range []string{o.Pool, o.PChannel, o.VChannel} {
 		if err := walimpls.ValidateChannelName(name); err != nil {
-			return WALOptions{}, errors.Wrapf(ErrCorruptWALOptions, "%q: %v", clip(s), err)
+			return WALOptions{}, errors.WithStack(fmt.Errorf("%q: %w: %w", clip(s), err, ErrCorruptWALOptions))
 		}
 	}
 	return o, nil

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -538,7 +539,7 @@ func validateBatch(vchannels []string) error {
 	}
 	for _, v := range vchannels {
 		if err := walimpls.ValidateChannelName(v); err != nil {
-			return errors.Wrapf(ErrInvalidVChannel, "vchannel %q: %v", v, err)
+			return errors.WithStack(fmt.Errorf("vchannel %q: %w: %w", v, err, ErrInvalidVChannel))
 		}
 	}
 	return nil

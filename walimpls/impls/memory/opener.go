@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -139,7 +140,7 @@ func (b Builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Op
 	var cfg Config
 	if p.Config != nil {
 		if err := p.Config(&cfg); err != nil {
-			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "memory: decode config: %v", err)
+			return nil, errors.WithStack(fmt.Errorf("memory: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
 		}
 	}
 	return NewOpener(b.cluster, cfg)

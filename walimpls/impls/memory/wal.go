@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -129,7 +130,7 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	}
 	seq, err := message.SeqOf(Name, upTo)
 	if err != nil {
-		return errors.Wrapf(walimpls.ErrInvalidPosition, "memory: truncate %s: %v", w.ch, err)
+		return errors.WithStack(fmt.Errorf("memory: truncate %s: %w: %w", w.ch, err, walimpls.ErrInvalidPosition))
 	}
 	l := w.log
 	l.mu.Lock()
@@ -203,7 +204,7 @@ func (w *wal) startSeq(p walimpls.DeliverPolicy) (int64, error) {
 	id, inclusive, _ := p.StartID()
 	seq, err := message.SeqOf(Name, id)
 	if err != nil {
-		return 0, errors.Wrapf(walimpls.ErrInvalidPosition, "memory: read %s from %s: %v", w.ch, p, err)
+		return 0, errors.WithStack(fmt.Errorf("memory: read %s from %s: %w: %w", w.ch, p, err, walimpls.ErrInvalidPosition))
 	}
 	if !inclusive {
 		seq++
