@@ -46,7 +46,7 @@ type MetaConfig struct {
 func (c Config) Meta() (MetaConfig, error) {
 	var mc MetaConfig
 	if err := c.decoder("meta", nil)(&mc); err != nil {
-		return MetaConfig{}, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: meta: %v", err)
+		return MetaConfig{}, err
 	}
 	if mc.Store == "" {
 		mc.Store = MetaBolt
@@ -63,10 +63,10 @@ func (c Config) Meta() (MetaConfig, error) {
 		}
 	case MetaEtcd:
 		if len(mc.Endpoints) == 0 {
-			return MetaConfig{}, errors.Wrap(walimpls.ErrInvalidConfig, "selector: meta: store etcd needs endpoints")
+			return MetaConfig{}, c.refused("meta", errors.New("store etcd needs endpoints"))
 		}
 	default:
-		return MetaConfig{}, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: meta: store %q (%s or %s)", mc.Store, MetaBolt, MetaEtcd)
+		return MetaConfig{}, c.refused("meta", errors.Newf("store %q is not %s or %s", mc.Store, MetaBolt, MetaEtcd))
 	}
 	return mc, nil
 }
@@ -125,22 +125,16 @@ func (c Config) PoolConfig() (cfg pool.Config, ok bool, err error) {
 		return pool.Config{}, false, nil
 	}
 	if err := c.decoder("pool", nil)(&cfg); err != nil {
-		return pool.Config{}, true, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: pool: %v", err)
+		return pool.Config{}, true, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return pool.Config{}, true, &invalidConfigError{cause: errors.Wrap(err, "selector")}
+		// A ConfigError: it matches walimpls.ErrInvalidConfig, like every
+		// configuration error of the selector, and pool.ErrInvalidConfig
+		// through its cause.
+		return pool.Config{}, true, c.refused("pool", err)
 	}
 	return cfg, true, nil
 }
-
-// invalidConfigError is a configuration error of another package (the
-// pool's): it matches walimpls.ErrInvalidConfig, like every configuration
-// error of the selector, and unwraps to the cause.
-type invalidConfigError struct{ cause error }
-
-func (e *invalidConfigError) Error() string        { return e.cause.Error() }
-func (e *invalidConfigError) Unwrap() error        { return e.cause }
-func (e *invalidConfigError) Is(target error) bool { return target == walimpls.ErrInvalidConfig }
 
 // OpenPool opens the pool the "pool" section describes (the defaults of
 // pool.Config when there is none) in store, on the chosen backend, whose

@@ -17,17 +17,37 @@
 //	pool:                 # the channel pool (see PoolConfig)
 //	  size: 16
 //
-// Sections of backends that are not chosen are ignored; an unknown backend
-// name is an error listing the registered ones; an unknown key in the chosen
-// section, or in the meta and pool sections, is an error, not a silent
-// default.
+// Parse and Load check the whole file, strictly: an unknown key at the top
+// level or at any level of any section (also a backend's that is not
+// chosen), a key given twice, and a value of the wrong type are errors, not
+// silent defaults. Each error names the file (for Load), the line of the
+// offending key or value, and its key path, and suggests the known key a
+// near miss was meant to be:
+//
+//	selector: node.yaml:1: bakend: unknown key (did you mean "backend"?)
+//	selector: node.yaml:4: local.segmentByte: unknown key (did you mean "segmentBytes"?)
+//	selector: node.yaml:4: local.segmentBytes: want an integer, got "big"
+//
+// Every such error is a *ConfigError and matches walimpls.ErrInvalidConfig;
+// a file with several problems reports them all, one per line. Values a
+// backend, the meta store or the pool refuses when it is built (a sync
+// policy it does not know, a size out of range) are reported the same way,
+// at the line of the key the refusal names. An unknown backend name is an
+// ErrUnknownBackend error listing the registered ones.
+//
+// Sections of backends that are not chosen are checked but not used. The
+// sections a file may hold are those of the backends compiled in (see
+// Registry), besides backend, meta and pool.
 package selector
 
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,39 +71,68 @@ const DefaultLocalDir = "./streamwal-data"
 type Config struct {
 	// Backend names the backend; empty selects DefaultBackend.
 	Backend string `yaml:"backend"`
-	// sections holds every backend's section, decoded on demand.
-	sections map[string]yaml.Node
+	// file is the name of the file the configuration was loaded from.
+	file string
+	// backendNode is the "backend" value, for the line of its errors.
+	backendNode *yaml.Node
+	// sections holds every section, checked by Parse, decoded on demand;
+	// its nodes keep the lines of the original text.
+	sections map[string]*yaml.Node
 }
 
-// Parse reads a YAML configuration. Empty input is a valid configuration
-// that selects every default.
-func Parse(data []byte) (Config, error) {
-	var raw map[string]yaml.Node
-	if len(bytes.TrimSpace(data)) > 0 {
-		if err := yaml.Unmarshal(data, &raw); err != nil {
-			return Config{}, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: parse: %v", err)
-		}
-	}
-	cfg := Config{sections: map[string]yaml.Node{}}
-	for k, v := range raw {
-		if k == "backend" {
-			if err := v.Decode(&cfg.Backend); err != nil {
-				return Config{}, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: backend: %v", err)
-			}
-			continue
-		}
-		cfg.sections[k] = v
-	}
-	return cfg, nil
-}
+// Parse reads a YAML configuration and checks it, strictly (see the package
+// documentation). Empty input is a valid configuration that selects every
+// default. Its errors are *ConfigError values (joined when there are
+// several) and match walimpls.ErrInvalidConfig.
+func Parse(data []byte) (Config, error) { return parse("", data) }
 
-// Load reads and parses a configuration file.
+// Load reads, parses and checks a configuration file, like Parse; its
+// errors name the file.
 func Load(path string) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, errors.Wrapf(err, "selector: read %s", path)
 	}
-	return Parse(data)
+	return parse(path, data)
+}
+
+func parse(file string, data []byte) (Config, error) {
+	cfg := Config{file: file, sections: map[string]*yaml.Node{}}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return cfg, nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return Config{}, syntaxError(file, err)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	if root = resolve(root); root == nil || root.Kind == 0 || root.Kind == yaml.DocumentNode || isNull(root) {
+		return cfg, nil // comments only, or null
+	}
+	ch := checker{file: file}
+	ch.check(root, reflect.TypeFor[fileShape](), "")
+	if err := ch.err(); err != nil {
+		return Config{}, err
+	}
+	// Checked: this decode resolves merge keys and aliases only.
+	var raw map[string]yaml.Node
+	if err := root.Decode(&raw); err != nil {
+		return Config{}, &ConfigError{File: file, Line: root.Line, Msg: yamlMessage(err), Err: err}
+	}
+	for k, v := range raw {
+		if k == "backend" {
+			if err := v.Decode(&cfg.Backend); err != nil {
+				return Config{}, &ConfigError{File: file, Line: v.Line, Path: k, Msg: yamlMessage(err), Err: err}
+			}
+			cfg.backendNode = &v
+			continue
+		}
+		cfg.sections[k] = &v
+	}
+	return cfg, nil
 }
 
 // Chosen returns the backend the configuration selects.
@@ -94,7 +143,8 @@ func (c Config) Chosen() string {
 	return c.Backend
 }
 
-// decoder decodes the chosen backend's section, strictly.
+// decoder decodes the section name, strictly, straight from its node, so
+// that errors keep the file's lines.
 func (c Config) decoder(name string, defaults func(any)) walimpls.ConfigDecoder {
 	return func(into any) error {
 		if defaults != nil {
@@ -104,15 +154,94 @@ func (c Config) decoder(name string, defaults func(any)) walimpls.ConfigDecoder 
 		if !ok {
 			return nil
 		}
-		var buf bytes.Buffer
-		enc := yaml.NewEncoder(&buf)
-		if err := enc.Encode(&node); err != nil {
+		ch := checker{file: c.file}
+		ch.check(node, reflect.TypeOf(into), name)
+		if err := ch.err(); err != nil {
 			return err
 		}
-		dec := yaml.NewDecoder(&buf)
-		dec.KnownFields(true)
-		return dec.Decode(into)
+		if err := node.Decode(into); err != nil {
+			return &ConfigError{File: c.file, Line: node.Line, Path: name, Msg: yamlMessage(err), Err: err}
+		}
+		return nil
 	}
+}
+
+// refused turns an error a layer returned for the section name's values
+// into a ConfigError at the line of the key it names (the section's line
+// when it names none of the keys present), keeping err as the cause.
+func (c Config) refused(name string, err error) error {
+	node := c.sections[name]
+	line, path := 0, name
+	if node != nil {
+		line = node.Line
+		if k := namedKey(resolve(node), err.Error()); k != nil {
+			line, path = k.Line, name+"."+k.Value
+		}
+	}
+	return &ConfigError{File: c.file, Line: line, Path: path, Msg: err.Error(), Err: err}
+}
+
+// namedKey returns the key of mapping n whose name occurs first in msg as a
+// whole word outside double quotes (where messages quote values), or nil.
+func namedKey(n *yaml.Node, msg string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	quoted := make([]bool, len(msg))
+	for i, in := 0, false; i < len(msg); i++ {
+		switch {
+		case msg[i] == '\\' && in:
+			quoted[i] = true
+			if i+1 < len(msg) {
+				i++
+				quoted[i] = true
+			}
+			continue
+		case msg[i] == '"':
+			in = !in
+		}
+		quoted[i] = in
+	}
+	var best *yaml.Node
+	bestAt := len(msg)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode || k.Value == "" {
+			continue
+		}
+		for off := 0; ; {
+			at := strings.Index(msg[off:], k.Value)
+			if at < 0 {
+				break
+			}
+			at += off
+			end := at + len(k.Value)
+			if !quoted[at] && !isWordByte(msg, at-1) && !isWordByte(msg, end) {
+				if at < bestAt {
+					best, bestAt = k, at
+				}
+				break
+			}
+			off = at + 1
+		}
+	}
+	return best
+}
+
+func isWordByte(s string, i int) bool {
+	if i < 0 || i >= len(s) {
+		return false
+	}
+	b := s[i]
+	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+}
+
+// line is the line of n, or 0.
+func line(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	return n.Line
 }
 
 // Registry returns a registry holding every compiled-in backend. memCluster
@@ -150,7 +279,7 @@ func Build(ctx context.Context, c Config, d Deps) (walimpls.Opener, error) {
 	name := c.Chosen()
 	b, err := reg.Lookup(name)
 	if err != nil {
-		return nil, errors.Wrap(err, "selector")
+		return nil, c.unknownBackend(name, reg)
 	}
 	var defaults func(any)
 	if name == local.Name {
@@ -160,9 +289,43 @@ func Build(ctx context.Context, c Config, d Deps) (walimpls.Opener, error) {
 			}
 		}
 	}
-	o, err := b.Build(ctx, walimpls.BuildParams{Config: c.decoder(name, defaults), Logger: d.Logger, Registerer: d.Registerer})
+	// decodeErr keeps the decoder's own error, which the builder flattens
+	// into its text.
+	var decodeErr error
+	decode := c.decoder(name, defaults)
+	o, err := b.Build(ctx, walimpls.BuildParams{Config: func(into any) error {
+		decodeErr = decode(into)
+		return decodeErr
+	}, Logger: d.Logger, Registerer: d.Registerer})
 	if err != nil {
+		if decodeErr != nil {
+			return nil, decodeErr
+		}
+		if errors.Is(err, walimpls.ErrInvalidConfig) {
+			return nil, c.refused(name, err)
+		}
 		return nil, errors.Wrapf(err, "selector: build %s", name)
 	}
 	return o, nil
+}
+
+// unknownBackend is the error for a backend name reg does not hold: at the
+// line of the backend key, with a near miss and the registered names.
+func (c Config) unknownBackend(name string, reg *walimpls.Registry) error {
+	where := "selector"
+	switch l := line(c.backendNode); {
+	case c.file != "" && l > 0:
+		where = fmt.Sprintf("selector: %s:%d", c.file, l)
+	case l > 0:
+		where = fmt.Sprintf("selector: line %d", l)
+	}
+	hint := ""
+	if s := suggest(name, reg.Names()); strings.HasPrefix(s, " (did you mean") {
+		hint = ": " + strings.TrimSuffix(strings.TrimPrefix(s, " ("), ")")
+	}
+	names := strings.Join(reg.Names(), ", ")
+	if names == "" {
+		names = "none"
+	}
+	return errors.Wrapf(walimpls.ErrUnknownBackend, "%s: backend %q%s (registered: %s)", where, name, hint, names)
 }

@@ -202,14 +202,12 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 
 // backendConfig is the configuration file, or what the shortcut flags say.
 func backendConfig(p params) (selector.Config, error) {
+	if p.config != "" {
+		// Load, not Parse: its errors name the file beside the line.
+		return selector.Load(p.config)
+	}
 	var text string
 	switch {
-	case p.config != "":
-		data, err := os.ReadFile(p.config)
-		if err != nil {
-			return selector.Config{}, errors.Wrapf(err, "walnode: read %s", p.config)
-		}
-		text = string(data)
 	case p.devKafka != "" || p.kafka != "":
 		brokers := splitList(p.kafka)
 		if len(brokers) == 0 {
