@@ -33,6 +33,22 @@
 // counted as late. A retried append keeps its timetick, so a duplicate
 // stored by an ambiguous retry is dropped too.
 //
+// # Local releases
+//
+// On a backend that fences, the scanners of the writing WAL do not wait for
+// a watermark in the log: the writer knows which appends have ended, and
+// releases a timetick L to them once every append at or below L has ended
+// and each one that may be delivered is in the write-ahead buffer (its
+// last record read by the tail reader). What they deliver below L is then
+// what every other reader delivers below it at the next watermark. An
+// append whose outcome is unknown may still be stored before that
+// watermark, where others would deliver it: the release point stops below
+// it until a watermark above it is written. Local releases stop when the
+// WAL is fenced (what the tail reader reads next may be another writer's).
+// Other readers — read-only WALs, other processes, and every reader on a
+// backend that cannot fence — follow watermarks only: their lag is up to
+// Options.TimeTickInterval, or until Sync.
+//
 // # Terms in the log
 //
 // A read-write Open reads the log up to its last message (walimpls

@@ -23,7 +23,10 @@ type Options struct {
 	// appends fail with walimpls.ErrReadOnly, and nobody is fenced.
 	ReadOnly bool
 	// TimeTickInterval is how often a watermark is appended while the
-	// channel is not idle. Default 200ms.
+	// channel is not idle. Default 200ms. It bounds how far readers other
+	// than this WAL's own scanners lag behind (see Local releases in the
+	// package documentation): lower it for followers that must see appends
+	// sooner, at one small record per interval on a busy channel.
 	TimeTickInterval time.Duration
 	// WatermarkBytes appends a watermark as soon as this many bytes were
 	// appended since the last one, and holds appends back while twice as

@@ -60,7 +60,8 @@ type scanner struct {
 	join      *joiner
 	started   bool   // the first message was handled
 	maxTerm   int64  // highest term-begin seen (or known before the start)
-	released  uint64 // highest watermark applied
+	released  uint64 // highest watermark or local release applied
+	emittedTT uint64 // highest watermark delivered (Filter.Kinds)
 	delivered uint64 // timetick of the last data message delivered
 	bufBytes  int    // what the buffer gauge was last told
 	// released and resume are scratch slices reused at every watermark.
@@ -247,37 +248,16 @@ func (s *scanner) handle(e *logEntry) error {
 		}
 		return nil
 	case message.KindTimeTick:
-		if !hasTT || term < s.maxTerm || tt <= s.released {
+		if !hasTT || term < s.maxTerm {
 			return nil
 		}
-		if n := s.join.dropUpTo(tt, s.maxTerm); n > 0 {
-			s.w.m.dropped(dropPartOrphan).Add(float64(n))
+		if tt > s.released {
+			s.release(tt, term, m.ID())
 		}
-		released := s.buf.PopUpToAppend(s.releasedScratch[:0], tt)
-		low := m.ID()
-		if pl := s.join.pendingLow(); !pl.IsZero() && pl.LT(low) {
-			low = pl
-		}
-		resume := resumePositions(s.resumeScratch[:0], released, s.buf, low)
-		// The scratch slices are kept for the next watermark, cleared so
-		// that they do not pin delivered messages.
-		defer func() {
-			clear(released)
-			s.releasedScratch, s.resumeScratch = released[:0], resume[:0]
-		}()
-		for i, it := range released {
-			// Parsing every released message's term was a sixth of a
-			// catch-up scan's CPU; only a waiting term-begin needs it.
-			if len(s.termBegins) > 0 {
-				t, _ := it.Value.Term()
-				s.flushTermBegins(t)
-			}
-			s.deliver(it.Value, it.TimeTick, it.Size, resume[i])
-		}
-		s.flushTermBegins(term)
-		s.released = tt
-		s.updateBytes(true)
-		if s.kind.has(message.KindTimeTick) && s.passesTimeTick(tt) {
+		// A local release may have gone past it already; it is delivered
+		// all the same (once: a retried watermark is stored twice).
+		if tt > s.emittedTT && s.kind.has(message.KindTimeTick) && s.passesTimeTick(tt) {
+			s.emittedTT = tt
 			s.emit(m, len(m.Payload())+64)
 		}
 		return nil
@@ -306,6 +286,51 @@ func (s *scanner) handle(e *logEntry) error {
 		s.w.m.dropped(dropMalformed).Inc()
 		return nil
 	}
+}
+
+// release delivers, in timetick order, every buffered message up to tt: a
+// watermark of term read at low, or a local release (localRelease).
+func (s *scanner) release(tt uint64, term int64, low message.ID) {
+	if n := s.join.dropUpTo(tt, s.maxTerm); n > 0 {
+		s.w.m.dropped(dropPartOrphan).Add(float64(n))
+	}
+	released := s.buf.PopUpToAppend(s.releasedScratch[:0], tt)
+	if pl := s.join.pendingLow(); !pl.IsZero() && pl.LT(low) {
+		low = pl
+	}
+	resume := resumePositions(s.resumeScratch[:0], released, s.buf, low)
+	for i, it := range released {
+		// Parsing every released message's term was a sixth of a
+		// catch-up scan's CPU; only a waiting term-begin needs it.
+		if len(s.termBegins) > 0 {
+			t, _ := it.Value.Term()
+			s.flushTermBegins(t)
+		}
+		s.deliver(it.Value, it.TimeTick, it.Size, resume[i])
+	}
+	// The scratch slices are kept for the next release, cleared so that
+	// they do not pin delivered messages.
+	clear(released)
+	s.releasedScratch, s.resumeScratch = released[:0], resume[:0]
+	s.flushTermBegins(term)
+	s.released = tt
+	s.updateBytes(true)
+}
+
+// localRelease applies the writer's local release point (see
+// timeticks.covered) once the scanner has read the write-ahead buffer up
+// to where it was published: no watermark in the log needed. It applies
+// only while the scanner has seen no term above the writer's.
+func (s *scanner) localRelease() {
+	if !s.w.localRelease || !s.started || s.maxTerm > s.w.ch.Term {
+		return
+	}
+	tt, index, at := s.w.wab.releasePoint()
+	if tt <= s.released || s.cursor <= index {
+		return
+	}
+	s.release(tt, s.w.ch.Term, at)
+	s.box.flush()
 }
 
 // flushTermBegins delivers the waiting term-begins of terms up to term.

@@ -75,6 +75,7 @@ func (s *scanner) next() (message.Immutable, error) {
 			s.resume = walimpls.DeliverStartAfter(m.ID())
 			return m, nil
 		}
+		s.localRelease()
 		msgs, evicted, wait, closed := s.w.wab.readAppend(s.pending[:0], s.cursor, wabBatch)
 		s.pending, s.pendAt = msgs, 0
 		switch {

@@ -33,6 +33,15 @@ type writeAheadBuffer struct {
 	closed  bool
 	changed chan struct{} // closed and replaced on push (if waited on) and close
 	waiting bool          // a reader holds changed; push must close it
+
+	// The writer's local release point (wal.offerRelease): offered, and
+	// published once the buffer holds what it needs.
+	offer struct {
+		tt   uint64
+		need message.ID
+	}
+	released  localRelease
+	noRelease bool
 }
 
 type wabEntry struct {
@@ -81,13 +90,74 @@ func (b *writeAheadBuffer) push(msgs ...message.Immutable) int {
 		b.entries = b.entries[:n]
 		b.head = 0
 	}
-	// Waking costs a channel per push; only pay it when a scanner waits.
+	b.publishLocked()
+	b.wakeLocked()
+	return b.bytes
+}
+
+// wakeLocked wakes waiting scanners. Waking costs a channel; only pay it
+// when a scanner waits. Assumes b.mu is held.
+func (b *writeAheadBuffer) wakeLocked() {
 	if b.waiting && !b.closed {
 		b.waiting = false
 		close(b.changed)
 		b.changed = make(chan struct{})
 	}
-	return b.bytes
+}
+
+// localRelease is the writer's release point as published to its tailing
+// scanners: timetick tt applies to a scanner that has read up to index
+// (whose message has ID at).
+type localRelease struct {
+	tt    uint64
+	index int64
+	at    message.ID
+}
+
+// offerRelease offers the writer's release point tt, which applies once
+// the buffer holds need (zero: nothing to wait for). It is published at
+// the newest buffered message as soon as that is at or past need.
+func (b *writeAheadBuffer) offerRelease(tt uint64, need message.ID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.noRelease || tt <= b.offer.tt {
+		return
+	}
+	b.offer.tt, b.offer.need = tt, need
+	b.publishLocked()
+	b.wakeLocked()
+}
+
+// stopReleases ends local releases for good: the writer is fenced, and
+// what the tail reader pushes from now on may be another writer's.
+func (b *writeAheadBuffer) stopReleases() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.noRelease = true
+}
+
+// publishLocked publishes the offered release point if the buffer holds
+// what it needs. Assumes b.mu is held.
+func (b *writeAheadBuffer) publishLocked() {
+	if b.noRelease || b.offer.tt <= b.released.tt {
+		return
+	}
+	live := b.entries[b.head:]
+	if len(live) == 0 {
+		return
+	}
+	newest := live[len(live)-1].m.ID()
+	if !b.offer.need.IsZero() && newest.LT(b.offer.need) {
+		return
+	}
+	b.released = localRelease{tt: b.offer.tt, index: b.base + int64(len(live)) - 1, at: newest}
+}
+
+// releasePoint returns the published local release point.
+func (b *writeAheadBuffer) releasePoint() (tt uint64, index int64, at message.ID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.released.tt, b.released.index, b.released.at
 }
 
 // close wakes every waiting scanner for good.

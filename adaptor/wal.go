@@ -50,6 +50,10 @@ type wal struct {
 	// would drop it).
 	confirm bool
 	fencing bool // the backend fences (Capabilities.Fencing)
+	// localRelease: tailing scanners follow the writer's local release
+	// point, not only watermarks (timeticks.covered). Set before the tail
+	// reader starts.
+	localRelease bool
 	// recoveredMessages is how many messages the open read before its
 	// term-begin (tests check that it does not grow with the log).
 	recoveredMessages int
@@ -199,6 +203,13 @@ func (w *wal) start(ctx context.Context) error {
 		alloc = clock
 	}
 	w.ticks = newTimeticks(alloc, r.maxTT)
+	if w.fencing {
+		// Where the backend fences, no other writer's message can come
+		// between this writer's appends, and its scanners can be released
+		// without waiting for a watermark in the log.
+		w.ticks.trackReleases()
+		w.localRelease = true
+	}
 	s, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartFrom(beginID)})
 	if err != nil {
 		return errors.Wrap(err, "start tail reader")
@@ -735,6 +746,7 @@ func (w *wal) usable() error {
 
 // fence makes the WAL unavailable for good.
 func (w *wal) fence(cause error) {
+	w.wab.stopReleases()
 	w.unavailable.Do(func() {
 		w.reason = cause
 		close(w.available)
@@ -884,10 +896,47 @@ type prepared struct {
 }
 
 // end marks the batch's timeticks finished (acknowledged or not).
+// end ends the timeticks of a batch that was not handed to the backend.
 func (p prepared) end(w *wal) {
-	for _, tt := range p.ticks {
-		w.ticks.end(tt)
+	outcome := make([]flightState, len(p.ticks))
+	for i := range outcome {
+		outcome[i] = notStoredFlight
 	}
+	if w.ticks.finish(p.ticks, outcome, nil) {
+		w.offerRelease()
+	}
+}
+
+// finish ends the batch's timeticks with each message's outcome: stored
+// whole (ids covers its last record), certainly not stored, or unknown.
+func (p prepared) finish(w *wal, ids []message.ID, err error) {
+	outcome := make([]flightState, len(p.ticks))
+	last := make([]message.ID, len(p.ticks))
+	notStored := err != nil && walimpls.NotStored(err)
+	for i := range p.first {
+		end := len(p.records) // one past the message's last record
+		if i+1 < len(p.first) {
+			end = p.first[i+1]
+		}
+		switch {
+		case end <= len(ids):
+			outcome[i], last[i] = ackedFlight, ids[end-1]
+		case notStored:
+			outcome[i] = notStoredFlight
+		default:
+			outcome[i] = unknownFlight
+		}
+	}
+	if w.ticks.finish(p.ticks, outcome, last) {
+		w.offerRelease()
+	}
+}
+
+// offerRelease hands the writer's local release point to the write-ahead
+// buffer, which publishes it to tailing scanners (timeticks.covered).
+func (w *wal) offerRelease() {
+	tt, need := w.ticks.releasePoint()
+	w.wab.offerRelease(tt, need)
 }
 
 // prepare checks msgs, waits while too much is unreleased, takes their
@@ -932,8 +981,8 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (prepared, er
 // the messages known stored whole (a prefix, on a backend without atomic
 // batches) come with the error.
 func (w *wal) store(ctx context.Context, p prepared) ([]AppendResult, error) {
-	defer p.end(w)
 	ids, err := w.appendBatchRetry(ctx, p.records)
+	defer func() { p.finish(w, ids, err) }()
 	if err == nil && w.confirm {
 		if err = w.confirmAck(ctx, ids[len(ids)-1]); err != nil {
 			ids = nil // stored, but no reader delivers them
@@ -1128,6 +1177,9 @@ func (w *wal) watermarkNow(ctx context.Context) (Checkpoint, error) {
 		before = w.beginID
 	}
 	w.lastWatermark = id
+	if w.ticks.covered(wm, id) {
+		w.offerRelease()
+	}
 	w.dirtyBytes.Sub(covered)
 	w.m.watermarks.Inc()
 	w.watermarkedMu.Lock()
