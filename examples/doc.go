@@ -14,6 +14,8 @@
 //   - Example_twoNodes: two nodes on one local store; opening a higher term
 //     fences the earlier owner, whose appends then fail with
 //     walimpls.ErrFenced.
+//   - TestPublisher (publisher_test.go): a unit test of user code that takes
+//     an adaptor.WAL, run against the generated mock of mocks/adaptor.
 //
 // Every example keeps its data in a temporary directory it removes, waits
 // for what it prints with Sync or by reading up to a known message (never
