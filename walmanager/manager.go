@@ -93,10 +93,18 @@ func New(opener WALOpener, opts Options) (*Manager, error) {
 }
 
 // Open makes ch.Name owned at ch.Term on this node and returns once a WAL of
-// that term is open: nil on success, the open's error (with its cause)
-// if it failed, ErrSuperseded if a newer request overtook it, ErrStaleTerm
-// if an equal or newer state was already requested, ErrManagerClosed after
-// Close, or ctx's error (the request stays recorded).
+// that term is open. It returns:
+//   - nil on success, and for a repeated Open of the term already open (or
+//     being opened, whose outcome it then shares): retries are idempotent;
+//   - the open's error (with its cause) if it failed; an Open of the same
+//     term retries it;
+//   - ErrSuperseded if a newer request overtook it before the WAL opened;
+//   - ErrStaleTerm if a newer state was already requested: a higher term,
+//     or a Remove of this term;
+//   - an error matching ErrChannelNotAvailable (and the fence's cause) when
+//     the WAL of this term is open but was fenced;
+//   - ErrManagerClosed after Close, or ctx's error (the request stays
+//     recorded).
 func (m *Manager) Open(ctx context.Context, ch Channel) error {
 	if err := (walimpls.Channel{Name: ch.Name, Term: ch.Term}).Validate(); err != nil {
 		return errors.Wrap(err, "walmanager: open")
