@@ -69,7 +69,10 @@ type Config struct {
 	SegmentBytes int64 `yaml:"segmentBytes" json:"segmentBytes"`
 	// Sync is the sync policy: "always" (default), "interval" or "none".
 	Sync SyncPolicy `yaml:"sync" json:"sync"`
-	// SyncInterval is the period of SyncInterval (default 10ms).
+	// SyncInterval is how often, with the "interval" sync policy, the
+	// flusher fdatasyncs what it has written since the last sync: appends
+	// are acknowledged once written, and a machine crash may lose those of
+	// about the last interval. Other policies ignore it. Default 10ms.
 	SyncInterval time.Duration `yaml:"syncInterval" json:"syncInterval"`
 	// MaxMessageBytes is the largest Message.Size accepted (default 8 MiB).
 	MaxMessageBytes int `yaml:"maxMessageBytes" json:"maxMessageBytes"`

@@ -19,6 +19,10 @@
 //	<root>/spare-N.tmp              up to two next segments, prepared ahead of
 //	                                need (zero-filled, or recycled)
 //
+// A segment file is named after its number in hexadecimal, zero-padded to
+// 16 digits: segment 26 is wal-000000000000001a.log, so the names sort in
+// segment order. (A spare's N is a counter, not a segment number.)
+//
 // Segment numbers are contiguous: a gap is corruption. Only the oldest
 // segments are ever deleted (see Truncation), never the last one. Every
 // segment but the last ends with a seal frame naming the next one, so the
