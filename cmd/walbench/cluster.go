@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/client"
@@ -21,20 +23,32 @@ import (
 // walnodes of a running cluster, on its channels, then every channel read
 // back through the client to check each acknowledged record once, in each
 // appender's order.
-func runCluster(ctx context.Context, p params, out io.Writer) error {
-	cli, err := etcdstore.Dial(ctx, etcdstore.Config{Endpoints: strings.Split(p.cluster, ",")})
+func runCluster(ctx context.Context, p params, out, errOut io.Writer) error {
+	b := &bench{p: p, out: out, errOut: errOut, backend: "cluster", target: p.cluster,
+		verifyMsg: "every channel is read back through the client to check each acknowledged record arrives once, in each appender's order"}
+	c := &connector{timeout: p.connectTimeout, errOut: errOut}
+	var cli *clientv3.Client
+	err := c.wait(ctx, "etcd at "+p.cluster, "answer", true, func(ctx context.Context) (err error) {
+		cli, err = etcdstore.Dial(ctx, etcdstore.Config{Endpoints: strings.Split(p.cluster, ",")})
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	c, err := client.New(ctx, client.Config{Etcd: cli, Root: p.root})
+	cl, err := client.New(ctx, client.Config{Etcd: cli, Root: p.root})
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	snap, err := c.View().WaitFor(ctx, func(s cluster.Snapshot) bool { return len(s.Assignments) > 0 })
+	defer cl.Close()
+	wctx, cancel := context.WithTimeout(ctx, cmp.Or(p.connectTimeout, DefaultConnectTimeout))
+	snap, err := cl.View().WaitFor(wctx, func(s cluster.Snapshot) bool { return len(s.Assignments) > 0 })
+	cancel()
 	if err != nil {
-		return errors.Wrap(err, "no channel assigned in the cluster")
+		if ctx.Err() != nil {
+			return interrupted("while waiting for a channel assignment")
+		}
+		return errors.Wrapf(err, "no channel assigned in the cluster within %s (-connect-timeout)", cmp.Or(p.connectTimeout, DefaultConnectTimeout))
 	}
 	var names []string
 	for ch := range snap.Assignments {
@@ -44,8 +58,9 @@ func runCluster(ctx context.Context, p params, out io.Writer) error {
 	if len(names) > p.channels {
 		names = names[:p.channels]
 	}
-	fmt.Fprintf(out, "cluster %s: %d channels × %d appenders × %d records of %d B through the client (%d nodes)\n",
-		p.cluster, len(names), p.appenders, p.records, p.size, len(snap.Nodes))
+	b.channels = len(names)
+	b.detail = plural(len(snap.Nodes), "node")
+	b.header()
 
 	run := fmt.Sprintf("%x", time.Now().UnixNano())
 	var (
@@ -55,7 +70,11 @@ func runCluster(ctx context.Context, p params, out io.Writer) error {
 		wg    sync.WaitGroup
 		errs  = make(chan error, len(names)*p.appenders)
 	)
-	start := time.Now()
+	b.start = time.Now()
+	stopProgress := b.progress()
+	defer stopProgress()
+	actx, stopAppends := context.WithCancel(ctx)
+	defer stopAppends()
 	pad := strings.Repeat("x", max(p.size-32, 0))
 	for _, ch := range names {
 		for g := range p.appenders {
@@ -67,10 +86,16 @@ func runCluster(ctx context.Context, p params, out io.Writer) error {
 			go func() {
 				defer wg.Done()
 				for i := range n {
+					if actx.Err() != nil {
+						return
+					}
 					payload := fmt.Sprintf("%s/%d/%08d/%s", run, g, i, pad)
 					t0 := time.Now()
-					if _, err := c.Append(ctx, ch, client.Message{Payload: []byte(payload)}, client.Options{}); err != nil {
-						errs <- errors.Wrapf(err, "%s", ch)
+					if _, err := cl.Append(actx, ch, client.Message{Payload: []byte(payload)}, client.Options{}); err != nil {
+						if actx.Err() == nil {
+							errs <- errors.Wrapf(err, "%s", ch)
+							stopAppends()
+						}
 						return
 					}
 					d := time.Since(t0)
@@ -78,20 +103,29 @@ func runCluster(ctx context.Context, p params, out io.Writer) error {
 					lat = append(lat, d)
 					acked[ch+" "+payload] = true
 					mu.Unlock()
+					b.appended.Inc()
 				}
 			}()
 		}
 	}
 	wg.Wait()
 	close(errs)
-	for err := range errs {
+	if err := <-errs; err != nil && ctx.Err() == nil {
 		return err
 	}
-	elapsed := time.Since(start)
-	slices.Sort(lat)
-	pct := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
-	fmt.Fprintf(out, "appended %d records in %s: %.0f records/s, append latency p50 %s, p99 %s, max %s\n",
-		len(lat), elapsed.Round(time.Millisecond), float64(len(lat))/elapsed.Seconds(), pct(0.5), pct(0.99), lat[len(lat)-1])
+	// The appends' time, for their rate.
+	elapsed := time.Since(b.start)
+	// partial reports what was done when ctx ended.
+	partial := func() error {
+		stopProgress()
+		if err := b.report(outcome{elapsed: elapsed, latencies: lat, interrupted: true}); err != nil {
+			return err
+		}
+		return interrupted("after %s of %s records were appended", commas(b.appended.Load()), commas(b.total()))
+	}
+	if ctx.Err() != nil {
+		return partial()
+	}
 
 	// Read back this run's records.
 	for _, ch := range names {
@@ -104,7 +138,7 @@ func runCluster(ctx context.Context, p params, out io.Writer) error {
 		seen := map[string]bool{}
 		last := map[string]string{}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		err := c.Read(rctx, ch, client.ReadOptions{}, func(d *streamwalv1.Delivered) error {
+		err := cl.Read(rctx, ch, client.ReadOptions{}, func(d *streamwalv1.Delivered) error {
 			p := string(d.GetPayload())
 			if !strings.HasPrefix(p, run+"/") {
 				return nil // an earlier run's
@@ -113,6 +147,7 @@ func runCluster(ctx context.Context, p params, out io.Writer) error {
 				return errors.Newf("%s: %.40s delivered twice", ch, p)
 			}
 			seen[p] = true
+			b.delivered.Inc()
 			parts := strings.SplitN(p, "/", 4) // run, appender, sequence, padding
 			if len(parts) < 3 {
 				return errors.Newf("%s: malformed record %.40q", ch, p)
@@ -128,6 +163,9 @@ func runCluster(ctx context.Context, p params, out io.Writer) error {
 			return nil
 		})
 		cancel()
+		if ctx.Err() != nil {
+			return partial()
+		}
 		if err != nil {
 			return err
 		}
@@ -135,6 +173,6 @@ func runCluster(ctx context.Context, p params, out io.Writer) error {
 			return errors.Newf("%s: read back %d of %d acknowledged records", ch, len(seen), want)
 		}
 	}
-	fmt.Fprintln(out, "every acknowledged record was read back exactly once, in each appender's order")
-	return nil
+	stopProgress()
+	return b.report(outcome{elapsed: elapsed, latencies: lat, verified: true})
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -50,11 +52,19 @@ func TestRunOnCluster(t *testing.T) {
 
 	var out bytes.Buffer
 	p := params{cluster: strings.Join(srv.Endpoints(), ","), root: root, channels: 2, appenders: 3, records: 60, size: 100}
-	require.NoError(t, run(ctx, p, &out))
-	require.Contains(t, out.String(), "2 channels × 3 appenders × 60 records")
+	require.NoError(t, run(ctx, p, &out, io.Discard))
+	require.Contains(t, out.String(), "2 channels × 3 appenders, 120 records of 100 B in all, cluster "+p.cluster+" (2 nodes), through the client")
 	require.Contains(t, out.String(), "read back exactly once")
+	require.Regexp(t, `append latency +p50 +p90 +p99 +p99.9 +max`, out.String())
 	// A second run reads past the first's records.
 	out.Reset()
-	require.NoError(t, run(ctx, p, &out))
-	require.Contains(t, out.String(), "read back exactly once")
+	p.json = true
+	require.NoError(t, run(ctx, p, &out, io.Discard))
+	var s Summary
+	require.NoError(t, json.Unmarshal(out.Bytes(), &s), out.String())
+	require.Equal(t, "cluster", s.Backend)
+	require.Equal(t, 2, s.Channels)
+	require.EqualValues(t, 120, s.Appended)
+	require.EqualValues(t, 120, s.Delivered)
+	require.True(t, s.Verified)
 }

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/utility/backoff"
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/impls/kafka"
+	"github.com/streamwal/streamwal/walimpls/impls/local"
+	"github.com/streamwal/streamwal/walimpls/impls/memory"
+	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+)
+
+// Addresses a -backend kafka or pulsar uses when -addr is not given.
+const (
+	defaultKafkaAddr  = "127.0.0.1:9092"
+	defaultPulsarAddr = "pulsar://127.0.0.1:6650"
+)
+
+// DefaultConnectTimeout is how long walbench waits for a Kafka or Pulsar
+// cluster (or the cluster mode's etcd) before it gives up.
+const DefaultConnectTimeout = 30 * time.Second
+
+// stillWaitingEvery is the period of the "still waiting" lines while a
+// cluster does not answer.
+const stillWaitingEvery = 5 * time.Second
+
+// flagConfig is the backend configuration the flags describe, as the
+// backend's own Config struct (nothing passes through YAML text, so a -dir
+// of any spelling is the directory used).
+func flagConfig(p params) (name string, cfg any, err error) {
+	name = p.backend
+	if name == "" {
+		name = local.Name
+	}
+	addr := p.addr
+	switch name {
+	case local.Name:
+		if addr != "" {
+			return "", nil, errors.New("-addr is for -backend kafka or pulsar; the local backend takes -dir")
+		}
+		return name, &local.Config{Dir: p.dir}, nil
+	case memory.Name:
+		if addr != "" {
+			return "", nil, errors.New("-addr is for -backend kafka or pulsar")
+		}
+		return name, &memory.Config{}, nil
+	case kafka.Name:
+		if addr == "" {
+			addr = defaultKafkaAddr
+		}
+		return name, &kafka.Config{SeedBrokers: strings.Split(addr, ",")}, nil
+	case pulsar.Name:
+		if addr == "" {
+			addr = defaultPulsarAddr
+		}
+		if !strings.Contains(addr, "://") {
+			addr = "pulsar://" + addr
+		}
+		return name, &pulsar.Config{ServiceURL: addr}, nil
+	}
+	return "", nil, errors.Wrapf(walimpls.ErrUnknownBackend, "-backend %q (want local, memory, kafka or pulsar)", name)
+}
+
+// newConfig returns a pointer to a zero Config of the named backend, nil
+// for a backend walbench does not know the configuration of.
+func newConfig(name string) any {
+	switch name {
+	case local.Name:
+		return &local.Config{}
+	case memory.Name:
+		return &memory.Config{}
+	case kafka.Name:
+		return &kafka.Config{}
+	case pulsar.Name:
+		return &pulsar.Config{}
+	}
+	return nil
+}
+
+// describe says where a backend's configuration points: the directory or
+// the address, more about it, and whether it is a remote cluster that
+// walbench waits for.
+func describe(cfg any) (target, detail string, remote bool) {
+	switch c := cfg.(type) {
+	case *local.Config:
+		sync := c.Sync
+		if sync == "" {
+			sync = local.SyncAlways
+		}
+		return c.Dir, "sync " + string(sync), false
+	case *memory.Config:
+		return "", "in this process", false
+	case *kafka.Config:
+		return strings.Join(c.SeedBrokers, ","), "", true
+	case *pulsar.Config:
+		return c.ServiceURL, "", true
+	}
+	return "", "", false
+}
+
+// assign is a walimpls.ConfigDecoder that hands a builder the ready
+// Config cfg points to.
+func assign(cfg any) walimpls.ConfigDecoder {
+	return func(into any) error {
+		dst, src := reflect.ValueOf(into), reflect.ValueOf(cfg)
+		if dst.Kind() != reflect.Pointer || dst.Type() != src.Type() {
+			return errors.Newf("walbench: config %T does not decode into %T", cfg, into)
+		}
+		dst.Elem().Set(src.Elem())
+		return nil
+	}
+}
+
+// connector builds a backend from its Config: it announces the run (the
+// header, once the target is known), and waits for a remote cluster,
+// saying so, up to the connect timeout.
+type connector struct {
+	logger  *slog.Logger
+	timeout time.Duration
+	errOut  io.Writer
+	// announce is called once the backend's configuration is known and
+	// valid, before connecting.
+	announce func(name string, cfg any)
+}
+
+// build builds the backend inner with configuration cfg (a pointer to its
+// Config).
+func (c *connector) build(ctx context.Context, inner walimpls.Builder, cfg any, bp walimpls.BuildParams) (walimpls.Opener, error) {
+	if v, ok := cfg.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	c.announce(inner.Name(), cfg)
+	bp.Config = assign(cfg)
+	target, _, remote := describe(cfg)
+	if !remote {
+		return inner.Build(ctx, bp)
+	}
+	var o walimpls.Opener
+	err := c.wait(ctx, inner.Name()+" at "+target, "answer", true, func(ctx context.Context) (err error) {
+		o, err = inner.Build(ctx, bp)
+		return err
+	})
+	return o, err
+}
+
+// wait waits up to the connect timeout for what (such as "kafka at
+// 127.0.0.1:9092") to do until ("answer", "open 4 channels"): attempt is
+// given a context that ends then. With retry, a failed attempt is repeated
+// (but not a configuration error), and a line saying what it waits for is
+// printed at once; without, one attempt runs. While it waits, a line every
+// few seconds says so, with the last error.
+func (c *connector) wait(ctx context.Context, what, until string, retry bool, attempt func(context.Context) error) error {
+	timeout := c.timeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	if retry {
+		fmt.Fprintf(c.errOut, "waiting for %s to %s (giving up after %s, -connect-timeout)\n", what, until, timeout)
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	var (
+		mu   sync.Mutex
+		last error
+		done = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(stillWaitingEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				mu.Lock()
+				why := ""
+				if last != nil {
+					why = ": " + last.Error()
+				}
+				mu.Unlock()
+				fmt.Fprintf(c.errOut, "still waiting for %s to %s after %s of %s%s\n",
+					what, until, now.Sub(start).Round(time.Second), timeout, why)
+			}
+		}
+	}()
+	defer func() { close(done); wg.Wait() }()
+
+	bo := backoff.Config{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+	for n := 0; ; n++ {
+		err := attempt(cctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return interrupted("while waiting for %s to %s", what, until)
+		}
+		if errors.Is(err, walimpls.ErrInvalidConfig) || (!retry && cctx.Err() == nil) {
+			return err
+		}
+		mu.Lock()
+		last = err
+		mu.Unlock()
+		if !retry || bo.Wait(cctx, n) != nil {
+			if ctx.Err() != nil {
+				return interrupted("while waiting for %s to %s", what, until)
+			}
+			return errors.Newf("%s did not %s within %s (-connect-timeout): %v", what, until, timeout, err)
+		}
+	}
+}
+
+// openBackend builds the backend of the flags or of the -config file,
+// announcing the run through c.
+func openBackend(ctx context.Context, p params, c *connector) (walimpls.Opener, error) {
+	reg, err := selector.Registry(nil)
+	if err != nil {
+		return nil, err
+	}
+	bp := walimpls.BuildParams{Logger: c.logger}
+	if p.config == "" {
+		name, cfg, err := flagConfig(p)
+		if err != nil {
+			return nil, err
+		}
+		inner, err := reg.Lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		return c.build(ctx, inner, cfg, bp)
+	}
+	if p.backend != "" || p.addr != "" {
+		return nil, errors.New("-backend and -addr choose the backend without a -config file; the file names its own")
+	}
+	file, err := selector.Load(p.config)
+	if err != nil {
+		return nil, err
+	}
+	// The file is decoded by selector, strictly; the builders it calls
+	// are wrapped to see the decoded Config (for the header and the
+	// connect wait).
+	wrapped := walimpls.NewRegistry()
+	for _, name := range reg.Names() {
+		inner, err := reg.Lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := wrapped.Register(watched{inner: inner, c: c}); err != nil {
+			return nil, err
+		}
+	}
+	return selector.Build(ctx, file, selector.Deps{Registry: wrapped, Logger: c.logger})
+}
+
+// watched is a builder that decodes its configuration itself and builds
+// through the connector.
+type watched struct {
+	inner walimpls.Builder
+	c     *connector
+}
+
+func (w watched) Name() string { return w.inner.Name() }
+
+func (w watched) Build(ctx context.Context, bp walimpls.BuildParams) (walimpls.Opener, error) {
+	cfg := newConfig(w.inner.Name())
+	if cfg == nil {
+		w.c.announce(w.inner.Name(), nil)
+		return w.inner.Build(ctx, bp)
+	}
+	if bp.Config != nil {
+		if err := bp.Config(cfg); err != nil {
+			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "%s: decode config: %v", w.inner.Name(), err)
+		}
+	}
+	return w.c.build(ctx, w.inner, cfg, bp)
+}
