@@ -379,3 +379,35 @@ func TestLocalReleasesStopAtATakeover(t *testing.T) {
 		})
 	}
 }
+
+// TestRetriedAppendReportsTheDeliveredCopy: an attempt stored but not
+// acknowledged, then a retry that stored a second copy: the result names
+// the copy readers deliver, not the retry's.
+func TestRetriedAppendReportsTheDeliveredCopy(t *testing.T) {
+	ctx := context.Background()
+	c := memory.NewCluster()
+	var once atomic.Bool
+	faulty := &faultyOpener{Opener: memOpener(t, c, memory.Config{}), quiet: true, seen: func() uint64 { return 0 }, fault: func() fault {
+		if once.CompareAndSwap(false, true) {
+			return storeThenLoseAck
+		}
+		return noFault
+	}}
+	w := openWAL(t, faulty, "retried", 1, Options{TimeTickInterval: time.Hour})
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+	require.NoError(t, err)
+	defer s.Close()
+	faulty.setQuiet(false)
+	r, err := w.Append(ctx, payload(1, 10))
+	require.NoError(t, err)
+	faulty.setQuiet(true)
+	require.EqualValues(t, 1, faulty.injected())
+	after, err := w.Append(ctx, payload(2, 10))
+	require.NoError(t, err)
+	got := recvN(t, s, 2)
+	require.Equal(t, r.ID, got[0].ID(), "the delivered copy")
+	require.Equal(t, after.ID, got[1].ID())
+	last, err := w.impl.Last(ctx)
+	require.NoError(t, err)
+	require.True(t, r.ID.LT(last), "two copies were stored")
+}

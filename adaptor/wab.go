@@ -271,3 +271,23 @@ func (b *writeAheadBuffer) waitChanged() <-chan struct{} {
 	}
 	return b.changed
 }
+
+// firstWithTimeTick returns the ID of the first buffered data message or
+// part before id with timetick tt: the first copy of an append that was
+// retried (firstCopies). Rare, so a linear walk that parses properties.
+func (b *writeAheadBuffer) firstWithTimeTick(before message.ID, tt uint64) (message.ID, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.entries[b.head:] {
+		if !e.m.ID().LT(before) {
+			return message.ID{}, false
+		}
+		if k := e.m.Kind(); k != message.KindData && k != message.KindPart {
+			continue
+		}
+		if t, ok := e.m.TimeTick(); ok && t == tt {
+			return e.m.ID(), true
+		}
+	}
+	return message.ID{}, false
+}

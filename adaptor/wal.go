@@ -981,7 +981,7 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (prepared, er
 // the messages known stored whole (a prefix, on a backend without atomic
 // batches) come with the error.
 func (w *wal) store(ctx context.Context, p prepared) ([]AppendResult, error) {
-	ids, err := w.appendBatchRetry(ctx, p.records)
+	ids, retried, err := w.appendBatchRetry(ctx, p.records)
 	defer func() { p.finish(w, ids, err) }()
 	if err == nil && w.confirm {
 		if err = w.confirmAck(ctx, ids[len(ids)-1]); err != nil {
@@ -1002,13 +1002,51 @@ func (w *wal) store(ctx context.Context, p prepared) ([]AppendResult, error) {
 	if err != nil {
 		return res, err
 	}
+	if retried {
+		w.firstCopies(ctx, ids[len(ids)-1], res)
+	}
 	w.noteWritten(p.bytes)
 	return res, nil
 }
 
+// firstCopies points each result at the copy readers deliver. After an
+// attempt of unknown outcome, the retry that succeeded may have stored a
+// second copy: readers deliver the first (same timetick, lower ID, since
+// one writer's appends are stored in order) and drop the other. It is
+// found in the write-ahead buffer once the tail reader has read last, the
+// retry's last record; when the buffer no longer holds that stretch of the
+// log (or ctx ends first) the results keep the retry's IDs.
+func (w *wal) firstCopies(ctx context.Context, last message.ID, res []AppendResult) {
+	for {
+		_, found, behind, closed := w.wab.locate(last)
+		if found {
+			break
+		}
+		if closed || !behind {
+			return
+		}
+		wait := w.wab.waitChanged()
+		if _, found, behind, _ := w.wab.locate(last); found || !behind {
+			continue
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return
+		case <-w.ctx.Done():
+			return
+		}
+	}
+	for i := range res {
+		if id, ok := w.wab.firstWithTimeTick(res[i].ID, res[i].TimeTick); ok {
+			res[i].ID = id
+		}
+	}
+}
+
 // appendRetry appends one record (a term-begin, a watermark) with retries.
 func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, error) {
-	ids, err := w.appendBatchRetry(ctx, []message.Message{m})
+	ids, _, err := w.appendBatchRetry(ctx, []message.Message{m})
 	if err != nil {
 		return message.ID{}, err
 	}
@@ -1022,7 +1060,7 @@ func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, e
 // ErrFenced makes the WAL unavailable. Its error is NotStored only when no
 // attempt may have stored what was not reported stored; the IDs of the
 // stored prefix come with it.
-func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) ([]message.ID, error) {
+func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) (ids []message.ID, retriedUnknown bool, err error) {
 	unknown := false // an attempt failed with an unknown outcome
 	outcome := func(err error) error {
 		if unknown {
@@ -1030,10 +1068,10 @@ func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) (
 		}
 		return walimpls.MarkNotStored(err)
 	}
-	ids := make([]message.ID, 0, len(records))
+	ids = make([]message.ID, 0, len(records))
 	for attempt := 0; ; attempt++ {
 		if err := w.usable(); err != nil {
-			return ids, outcome(err)
+			return ids, unknown, outcome(err)
 		}
 		got, err := w.impl.AppendBatch(ctx, records[len(ids):])
 		if len(got) > len(records)-len(ids) {
@@ -1042,19 +1080,19 @@ func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) (
 		ids = append(ids, got...)
 		if err == nil {
 			if len(ids) != len(records) {
-				return ids, errors.AssertionFailedf("adaptor: the backend stored %d of %d records without an error", len(ids), len(records))
+				return ids, unknown, errors.AssertionFailedf("adaptor: the backend stored %d of %d records without an error", len(ids), len(records))
 			}
-			return ids, nil
+			return ids, unknown, nil
 		}
 		if !walimpls.NotStored(err) {
 			unknown = true
 		}
 		if errors.Is(err, walimpls.ErrFenced) {
 			w.fence(err)
-			return ids, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
+			return ids, unknown, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
 		}
 		if !walimpls.IsRetryable(err) {
-			return ids, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
+			return ids, unknown, outcome(errors.Wrapf(err, "adaptor: append to %s", w.ch.Name))
 		}
 		w.m.retries.Inc()
 		wctx, cancel := context.WithCancel(ctx)
@@ -1066,7 +1104,7 @@ func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) (
 			if ctx.Err() == nil {
 				werr = walimpls.ErrClosed
 			}
-			return ids, outcome(errors.Wrapf(errors.WithSecondaryError(werr, err),
+			return ids, unknown, outcome(errors.Wrapf(errors.WithSecondaryError(werr, err),
 				"adaptor: append to %s after %d attempts", w.ch.Name, attempt+1))
 		}
 	}
