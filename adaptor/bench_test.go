@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -307,4 +308,54 @@ func BenchmarkOpen(b *testing.B) {
 		b.ReportMetric(float64(read[j]), "read-"+sz.name+"-msgs")
 	}
 	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "ratio")
+}
+
+// BenchmarkFollowerLag: how long after Append returns a scanner of the
+// writing WAL (local releases) and a read-only follower (watermarks only)
+// deliver the message, one append at a time on a local store without
+// fsync, for the default TimeTickInterval and a lowered one. Reports the
+// median and the maximum of each.
+//
+//	go test -run '^$' -bench FollowerLag -benchtime 40x ./adaptor/
+func BenchmarkFollowerLag(b *testing.B) {
+	for _, interval := range []time.Duration{defaultTimeTickInterval, 10 * time.Millisecond} {
+		b.Run(interval.String(), func(b *testing.B) {
+			ctx := context.Background()
+			o := localBackend(local.SyncNone)(b)
+			opts := benchOptions()
+			opts.TimeTickInterval = interval
+			w, err := Open(ctx, o, Channel{Name: "lag", Term: 1}, opts)
+			require.NoError(b, err)
+			defer w.Close()
+			ro := benchOptions()
+			ro.ReadOnly = true
+			f, err := Open(ctx, o, Channel{Name: "lag"}, ro)
+			require.NoError(b, err)
+			defer f.Close()
+			own, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+			require.NoError(b, err)
+			defer own.Close()
+			follower, err := f.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+			require.NoError(b, err)
+			defer follower.Close()
+			m := benchMessage(b)
+			var ownLag, followerLag []time.Duration
+			b.ResetTimer()
+			for range b.N {
+				_, err := w.Append(ctx, m)
+				require.NoError(b, err)
+				acked := time.Now()
+				<-own.Chan()
+				ownLag = append(ownLag, time.Since(acked))
+				<-follower.Chan()
+				followerLag = append(followerLag, time.Since(acked))
+			}
+			b.StopTimer()
+			for name, lags := range map[string][]time.Duration{"own": ownLag, "follower": followerLag} {
+				slices.Sort(lags)
+				b.ReportMetric(float64(lags[len(lags)/2].Microseconds())/1000, name+"-p50-ms")
+				b.ReportMetric(float64(lags[len(lags)-1].Microseconds())/1000, name+"-max-ms")
+			}
+		})
+	}
 }
