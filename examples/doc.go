@@ -16,6 +16,9 @@
 //     walimpls.ErrFenced.
 //   - TestPublisher (publisher_test.go): a unit test of user code that takes
 //     an adaptor.WAL, run against the generated mock of mocks/adaptor.
+//   - TestOrderService (orders_test.go): a unit test of user code that takes
+//     a walmanager.WALManager, run against the generated mock of
+//     mocks/walmanager (handing out a mocked WAL).
 //
 // Every example keeps its data in a temporary directory it removes, waits
 // for what it prints with Sync or by reading up to a known message (never

@@ -70,4 +70,19 @@
 // (ErrCloseAbandoned) and the state moves on. Close(ctx) waits for the
 // drivers and closes every WAL, but never longer than its context allows,
 // so shutdown never hangs on a stuck backend.
+//
+// # Testing
+//
+// Code that uses a manager should take a WALManager, the interface of
+// *Manager's methods, so that its unit tests can use the generated mock
+// (mocks/walmanager, see examples/orders_test.go). A manager can itself run
+// over mocks (a MockWALOpener handing out MockWALs): it calls the opener's
+// Open, then the WAL's Available once, its Err when Available closes, and
+// its Close when the channel is removed or the manager closed. Those calls
+// run off the manager's lock and on goroutines of their own, so that a mock
+// meeting a call the test did not expect (which calls t.FailNow, ending the
+// calling goroutine) fails the test with the call named, and the manager
+// reports the call as an error that "did not return", instead of the test
+// hanging until go test's timeout. A panic in the opener or a WAL is not
+// recovered.
 package walmanager

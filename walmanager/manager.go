@@ -18,6 +18,28 @@ import (
 // Channel names a channel and the term a request is for.
 type Channel = adaptor.Channel
 
+// WALManager is what a node does with the WAL lifetimes of its channels:
+// the public methods of *Manager, which implements it. Program against it
+// so that unit tests of your code can hand it the generated mock,
+// mock_walmanager.NewMockWALManager(t) (mocks/walmanager), instead of a
+// Manager over a backend. Build the mock with its constructor and t: a call
+// the test set no expectation for then fails the test at once, naming the
+// call.
+type WALManager interface {
+	// Open: see Manager.Open.
+	Open(ctx context.Context, ch Channel) error
+	// Remove: see Manager.Remove.
+	Remove(ctx context.Context, ch Channel) error
+	// GetAvailableWAL: see Manager.GetAvailableWAL.
+	GetAvailableWAL(ch Channel) (adaptor.WAL, error)
+	// Channels: see Manager.Channels.
+	Channels() []ChannelStatus
+	// Close: see Manager.Close.
+	Close(ctx context.Context) error
+}
+
+var _ WALManager = (*Manager)(nil)
+
 // Manager owns the WAL lifetimes of a node's channels. It is safe for
 // concurrent use. See the package documentation for the rules.
 type Manager struct {
@@ -60,8 +82,11 @@ type channel struct {
 	waiters map[waiterID]chan error
 	// wal is the WAL open at m.current (nil when none); handle is the
 	// wrapper GetAvailableWAL hands out.
-	wal       adaptor.WAL
-	handle    adaptor.WAL
+	wal    adaptor.WAL
+	handle adaptor.WAL
+	// avail is wal's Available channel, fetched once when it opened (off
+	// the lock, like every call into a WAL).
+	avail     <-chan struct{}
 	abortOpen context.CancelFunc // cancels the open in flight, if any
 }
 
@@ -299,7 +324,7 @@ func (m *Manager) run(c *channel) {
 			// A WAL is open and wanted: wait for a request or a fence.
 			var fenced <-chan struct{}
 			if c.m.fenced == nil {
-				fenced = c.wal.Available()
+				fenced = c.avail
 			}
 			w, term := c.wal, c.m.current.Term
 			m.mu.Unlock()
@@ -307,7 +332,7 @@ func (m *Manager) run(c *channel) {
 			case <-c.kick:
 				m.mu.Lock()
 			case <-fenced:
-				reason := unavailableCause(w)
+				reason := unavailableCause(w, name, term)
 				m.mu.Lock()
 				if c.m.fence(term, reason) {
 					m.log.Warn("wal became unavailable", "channel", name, "term", term, "reason", reason)
@@ -318,19 +343,19 @@ func (m *Manager) run(c *channel) {
 			ctx, cancel := context.WithCancel(m.lifetime)
 			c.abortOpen = cancel
 			m.mu.Unlock()
-			w, err := m.openWAL(ctx, name, a.term)
+			w, avail, err := m.openWAL(ctx, name, a.term)
 			cancel()
 			m.mu.Lock()
 			c.abortOpen = nil
 			if err == nil {
-				c.wal, c.handle = w, ownedWAL{WAL: w}
+				c.wal, c.handle, c.avail = w, ownedWAL{WAL: w}, avail
 				m.metrics.open.Inc()
 			}
 			m.afterStep(c, before, c.m.opened(a.term, err))
 
 		case actClose:
 			w := c.wal
-			c.wal, c.handle = nil, nil
+			c.wal, c.handle, c.avail = nil, nil, nil
 			shutdown := c.m.shutdown
 			m.mu.Unlock()
 			err := m.closeWAL(name, a.term, w)
@@ -344,14 +369,34 @@ func (m *Manager) run(c *channel) {
 	}
 }
 
-// openWAL calls the opener, timing and logging it.
-func (m *Manager) openWAL(ctx context.Context, name string, term int64) (adaptor.WAL, error) {
+// openWAL calls the opener, timing and logging it, and fetches the WAL's
+// Available channel. Both calls go through callOut: one that never returns
+// (a mock's t.FailNow) is an open failure, not a dead driver.
+func (m *Manager) openWAL(ctx context.Context, name string, term int64) (adaptor.WAL, <-chan struct{}, error) {
 	start := time.Now()
-	w, err := m.opener.Open(ctx, Channel{Name: name, Term: term})
+	var (
+		w     adaptor.WAL
+		avail <-chan struct{}
+		err   error
+		call  = "the opener's Open"
+	)
+	returned := callOut(func() {
+		w, err = m.opener.Open(ctx, Channel{Name: name, Term: term})
+		if err == nil && w != nil {
+			call = "the WAL's Available()"
+			avail = w.Available()
+		}
+	})
 	m.metrics.openSeconds.Observe(time.Since(start).Seconds())
 	switch {
+	case !returned:
+		// An opened WAL whose Available did not return is not used, so it
+		// must not stay open either: err and w are both set, closed below.
+		err = didNotReturn(call, name, term)
 	case err == nil && w == nil:
 		err = errors.Newf("walmanager: opener returned no wal and no error")
+	}
+	switch {
 	case err != nil && w != nil:
 		// An opener that returns both breaks its contract; the WAL is not
 		// used, so it must not stay open.
@@ -369,7 +414,7 @@ func (m *Manager) openWAL(ctx context.Context, name string, term int64) (adaptor
 		m.metrics.transitions.WithLabelValues("open", "error").Inc()
 		m.log.Warn("wal open failed", "channel", name, "term", term, "err", err)
 	}
-	return w, err
+	return w, avail, err
 }
 
 // closeWAL closes w, giving up after the grace period: a stuck backend must
@@ -382,15 +427,26 @@ func (m *Manager) closeWAL(name string, term int64, w adaptor.WAL) error {
 	m.closers++
 	m.mu.Unlock()
 	go func() {
-		err := w.Close()
-		done <- err
-		if abandoned.Load() {
-			m.log.Warn("abandoned wal close returned", "channel", name, "term", term, "err", err)
-		}
-		m.mu.Lock()
-		m.closers--
-		m.signalDrained()
-		m.mu.Unlock()
+		var err error
+		returned := false
+		// Deferred, so that a Close that never returns (a mock's t.FailNow
+		// ends this goroutine, see callOut) fails at once instead of
+		// hanging for the grace period and staying counted in closers.
+		defer func() {
+			if !returned {
+				err = didNotReturn("the WAL's Close()", name, term)
+			}
+			done <- err
+			if abandoned.Load() {
+				m.log.Warn("abandoned wal close returned", "channel", name, "term", term, "err", err)
+			}
+			m.mu.Lock()
+			m.closers--
+			m.signalDrained()
+			m.mu.Unlock()
+		}()
+		err = w.Close()
+		returned = true
 	}()
 	grace := time.NewTimer(m.opts.CloseGracePeriod)
 	defer grace.Stop()

@@ -21,9 +21,14 @@ func (w ownedWAL) Close() error {
 }
 
 // unavailableCause is why w's Available channel closed: the WAL's Err(),
-// or a generic reason when it reports none (yet).
-func unavailableCause(w adaptor.WAL) error {
-	if err := w.Err(); err != nil {
+// or a generic reason when it reports none (yet) or its Err() did not
+// return (see callOut).
+func unavailableCause(w adaptor.WAL, name string, term int64) error {
+	var err error
+	if !callOut(func() { err = w.Err() }) {
+		return didNotReturn("the WAL's Err()", name, term)
+	}
+	if err != nil {
 		return err
 	}
 	return errWALUnavailable
