@@ -11,11 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
+	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
 	"github.com/streamwal/streamwal/message"
@@ -72,7 +72,7 @@ func runAppenders(b *testing.B, appenders, size int, appendFn func(g int, p []by
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		lats   = make([]time.Duration, 0, b.N)
-		failed atomic.Pointer[error]
+		failed atomic.Error
 	)
 	b.SetBytes(int64(size))
 	b.ResetTimer()
@@ -85,7 +85,7 @@ func runAppenders(b *testing.B, appenders, size int, appendFn func(g int, p []by
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
 				if err := appendFn(g, payloads[g]); err != nil {
-					failed.Store(&err)
+					failed.Store(err)
 					return
 				}
 				local = append(local, time.Since(t0))
@@ -99,7 +99,7 @@ func runAppenders(b *testing.B, appenders, size int, appendFn func(g int, p []by
 	elapsed := time.Since(start)
 	b.StopTimer()
 	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
+		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
 	if len(lats) > 0 {

@@ -10,6 +10,7 @@ require (
 	github.com/tidwall/wal v1.2.1
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.etcd.io/raft/v3 v3.7.0
+	go.uber.org/atomic v1.12.0
 	go.uber.org/zap v1.27.1
 	golang.org/x/sys v0.49.0
 )

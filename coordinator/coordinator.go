@@ -4,12 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/utility/backoff"

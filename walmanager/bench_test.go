@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/atomic"
 )
 
 // BenchmarkOpenRemove opens and removes 10,000 channels per iteration over a

@@ -6,10 +6,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/walimpls"

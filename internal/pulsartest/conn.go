@@ -4,8 +4,9 @@ import (
 	"bufio"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"go.uber.org/atomic"
 )
 
 // conn is one client connection. Two goroutines serve it, both owned by the

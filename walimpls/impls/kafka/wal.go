@@ -4,11 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
@@ -32,7 +32,7 @@ type wal struct {
 	endLife context.CancelFunc
 	// fenced is set once, to the *walimpls.FencedError every later Append
 	// and Truncate returns. Only a transactional writer is ever fenced.
-	fenced atomic.Pointer[error]
+	fenced atomic.Error
 
 	mu       sync.Mutex
 	closed   bool
@@ -90,21 +90,16 @@ func (w *wal) startWriter(ctx context.Context) error {
 func (w *wal) fencing() bool { return w.wr != nil && !w.o.cfg.DisableTransactions }
 
 // fencedErr returns the error of a fenced WAL, nil while it is not fenced.
-func (w *wal) fencedErr() error {
-	if e := w.fenced.Load(); e != nil {
-		return *e
-	}
-	return nil
-}
+func (w *wal) fencedErr() error { return w.fenced.Load() }
 
 // setFenced records err (a *walimpls.FencedError) as the WAL's fence, the
 // first time only, and returns the recorded one.
 func (w *wal) setFenced(err error) error {
-	if w.fenced.CompareAndSwap(nil, &err) {
+	if w.fenced.CompareAndSwap(nil, err) {
 		w.log.Warn("fenced", "err", err)
 		return err
 	}
-	return *w.fenced.Load()
+	return w.fenced.Load()
 }
 
 // checkFence reads the claims and, when this WAL's claim no longer wins,

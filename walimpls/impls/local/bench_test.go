@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -72,7 +72,7 @@ func benchAppend(b *testing.B, cfg Config, channels, perChannel, size int) {
 		wg        sync.WaitGroup
 		mu        sync.Mutex
 		latencies = make([]time.Duration, 0, b.N)
-		failed    atomic.Pointer[error]
+		failed    atomic.Error
 	)
 	b.SetBytes(int64(size))
 	b.ResetTimer()
@@ -86,7 +86,7 @@ func benchAppend(b *testing.B, cfg Config, channels, perChannel, size int) {
 				for next.Add(1) <= int64(b.N) {
 					t0 := time.Now()
 					if _, err := w.Append(ctx, m); err != nil {
-						failed.Store(&err)
+						failed.Store(err)
 						return
 					}
 					local = append(local, time.Since(t0))
@@ -101,7 +101,7 @@ func benchAppend(b *testing.B, cfg Config, channels, perChannel, size int) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
+		b.Fatal(err)
 	}
 	report(b, elapsed, latencies)
 	var h dto.Metric

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 
+	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 )
 

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"

@@ -3,9 +3,9 @@ package local
 import (
 	"context"
 	"sort"
-	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"

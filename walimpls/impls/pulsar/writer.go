@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/cockroachdb/errors"
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -78,7 +78,7 @@ type writer struct {
 	cancel  context.CancelFunc
 	// fenced is set once, to the error every later append returns;
 	// fencedCh is closed when it is set.
-	fenced   atomic.Pointer[error]
+	fenced   atomic.Error
 	fencedCh chan struct{}
 	stopOnce sync.Once
 	started  atomic.Bool // run was started
@@ -203,7 +203,7 @@ func (wr *writer) dropProducer() {
 // producer, which releases the topic to the claimant. Safe from any
 // goroutine.
 func (wr *writer) fence(err error) {
-	if wr.fenced.CompareAndSwap(nil, &err) {
+	if wr.fenced.CompareAndSwap(nil, err) {
 		wr.w.log.Warn("fenced", "err", err)
 		close(wr.fencedCh)
 	}
@@ -346,12 +346,7 @@ func (wr *writer) checkClaim(ctx context.Context) error {
 	return err
 }
 
-func (wr *writer) fencedErr() error {
-	if e := wr.fenced.Load(); e != nil {
-		return *e
-	}
-	return nil
-}
+func (wr *writer) fencedErr() error { return wr.fenced.Load() }
 
 // append queues a batch for run and waits for its outcome: the ids of
 // the stored prefix and, unless that is all of msgs, the error.
