@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/backoff"
 )
 
 // Reading the log partition backwards from its end (see Last).
@@ -86,20 +87,15 @@ func (w *wal) stableBounds(ctx context.Context) (start, end int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	backoff := 5 * time.Millisecond
-	for {
+	pace := backoff.Config{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond, NoJitter: true}
+	for attempt := 0; ; attempt++ {
 		start, end, err = w.o.bounds(ctx, w.topic, logPartition, true)
 		if err != nil || end >= hwm {
 			return start, end, err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, 0, errors.Wrapf(ctx.Err(), "waiting for the transactions below offset %d to end (last stable offset %d)", hwm, end)
-		case <-t.C:
+		if err := pace.Wait(ctx, attempt); err != nil {
+			return 0, 0, errors.Wrapf(err, "waiting for the transactions below offset %d to end (last stable offset %d)", hwm, end)
 		}
-		backoff = min(2*backoff, 100*time.Millisecond)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -351,9 +352,9 @@ func isFatalAdminErr(err error) bool {
 // retry calls fn until it returns nil, a permanent error, or ctx ends. It
 // backs off from 5ms to 250ms between attempts.
 func retry(ctx context.Context, fn func() error) error {
-	backoff := 5 * time.Millisecond
+	pace := backoff.Config{Initial: 5 * time.Millisecond, Max: 250 * time.Millisecond, NoJitter: true}
 	var last error
-	for {
+	for attempt := 0; ; attempt++ {
 		err := fn()
 		if err == nil {
 			return nil
@@ -365,18 +366,11 @@ func retry(ctx context.Context, fn func() error) error {
 		if !errors.Is(err, errRetry) {
 			last = err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if err := pace.Wait(ctx, attempt); err != nil {
 			if last != nil {
-				return errors.Wrapf(ctx.Err(), "%v", last)
+				return errors.Wrapf(err, "%v", last)
 			}
-			return ctx.Err()
-		case <-t.C:
-		}
-		if backoff *= 2; backoff > 250*time.Millisecond {
-			backoff = 250 * time.Millisecond
+			return err
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -181,8 +182,8 @@ func (s *scanner) consume() error {
 // (ErrPositionGone, or the new log start for a DeliverAll scanner that has
 // delivered nothing yet), or next is beyond the end (wait for it).
 func (s *scanner) outOfRange() error {
-	backoff := 5 * time.Millisecond
-	for {
+	pace := backoff.Config{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond, NoJitter: true}
+	for attempt := 0; ; attempt++ {
 		start, end, err := listBounds(s.Context(), s.adm, s.w.topic, logPartition, false)
 		switch {
 		case s.Stopped():
@@ -197,14 +198,9 @@ func (s *scanner) outOfRange() error {
 		case s.next <= end:
 			return errReposition
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-s.Stopping():
-			t.Stop()
+		if pace.Wait(s.Context(), attempt) != nil { // stopping
 			return nil
-		case <-t.C:
 		}
-		backoff = min(2*backoff, 100*time.Millisecond)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/utility/backoff"
 )
 
 // A channel's meta topic (topic name + "=meta") holds two kinds of records,
@@ -188,8 +190,8 @@ func (o *Opener) ensureSubscription(ctx context.Context, topic string) error {
 // retrying while another node's consumer (a concurrent truncation) holds
 // it.
 func (o *Opener) subscribe(ctx context.Context, topic string) (pulsar.Consumer, error) {
-	backoff := 10 * time.Millisecond
-	for {
+	pace := backoff.Config{Initial: 10 * time.Millisecond, Max: 500 * time.Millisecond, NoJitter: true}
+	for attempt := 0; ; attempt++ {
 		c, err := o.client.Subscribe(pulsar.ConsumerOptions{
 			Topic:                       topic,
 			SubscriptionName:            o.cfg.Subscription,
@@ -204,13 +206,8 @@ func (o *Opener) subscribe(ctx context.Context, topic string) (pulsar.Consumer, 
 		if !strings.Contains(err.Error(), "ConsumerBusy") {
 			return nil, errors.Wrapf(err, "pulsar: subscribe %s to %s", o.cfg.Subscription, topic)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := pace.Wait(ctx, attempt); err != nil {
+			return nil, err
 		}
-		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -224,21 +225,16 @@ func (s *scanner) openReader() error {
 func (s *scanner) reopen() error {
 	s.r.Close()
 	s.r = nil
-	backoff := 10 * time.Millisecond
-	for {
+	pace := backoff.Config{Initial: 10 * time.Millisecond, Max: time.Second, NoJitter: true}
+	for attempt := 0; ; attempt++ {
 		err := s.openReader()
 		if err == nil || errors.Is(err, walimpls.ErrPositionGone) || s.Stopped() {
 			return err
 		}
 		s.w.log.Debug("scanner reader", "scanner", s.name, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-s.Stopping():
-			t.Stop()
+		if pace.Wait(s.Context(), attempt) != nil { // stopping
 			return nil
-		case <-t.C:
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

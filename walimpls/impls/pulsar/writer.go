@@ -12,6 +12,7 @@ import (
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -265,8 +266,15 @@ func (wr *writer) acquire(ctx context.Context, precheck bool) (pulsar.Client, pu
 	}
 	deadline := time.NewTimer(cfg.TakeOverTimeout)
 	defer deadline.Stop()
-	backoff := cfg.TakeOverGrace
-	tick := time.NewTimer(backoff)
+	// The first tick comes after TakeOverGrace, the later ones from twice
+	// that (at least 2ms) doubling to takeOverMaxBackoff.
+	pace := backoff.Config{
+		Initial:  min(max(2*cfg.TakeOverGrace, 2*time.Millisecond), takeOverMaxBackoff),
+		Max:      takeOverMaxBackoff,
+		NoJitter: true,
+	}
+	ticks := 0
+	tick := time.NewTimer(cfg.TakeOverGrace)
 	defer tick.Stop()
 	var p pulsar.Producer
 	for p == nil {
@@ -292,8 +300,8 @@ func (wr *writer) acquire(ctx context.Context, precheck bool) (pulsar.Client, pu
 					return abandon(err)
 				}
 			}
-			backoff = min(max(2*backoff, 2*time.Millisecond), takeOverMaxBackoff)
-			tick.Reset(backoff)
+			tick.Reset(pace.Delay(ticks))
+			ticks++
 		case <-ctx.Done():
 			return abandon(ctx.Err())
 		case <-deadline.C:
