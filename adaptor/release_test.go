@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
+
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
