@@ -86,7 +86,9 @@ type Scanner interface {
 	Chan() <-chan message.Immutable
 	// Done is closed when the scanner has ended.
 	Done() <-chan struct{}
-	// Error is why the scanner ended: nil after Close.
+	// Error is why the scanner ended: nil after Close, and nil while it
+	// runs. It is valid once Done is closed, which happens before Chan
+	// closes: a reader that drained Chan can call Error.
 	Error() error
 	// Close stops the scanner and waits for it; idempotent.
 	Close() error

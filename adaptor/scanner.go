@@ -155,13 +155,15 @@ func (s *scanner) abort() {
 		_ = s.backend.Close()
 	}
 	s.setMode("")
-	close(s.out)
 	close(s.done)
+	close(s.out)
 }
 
 func (s *scanner) run() {
-	defer close(s.done)
+	// Done closes before Chan, so that a reader that ranged over Chan
+	// finds Error already valid.
 	defer close(s.out)
+	defer close(s.done)
 	// The WAL closing halts the scanner. AfterFunc's goroutine is waited
 	// for below if it started.
 	afterDone := make(chan struct{})
