@@ -5,7 +5,9 @@ import (
 	"context"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,4 +126,63 @@ func checkPowerLoss(t *testing.T, w walimpls.WALImpl, acked map[string]uint64, d
 		}
 	}
 	return end
+}
+
+// TestTermsSurviveSegmentDeletion: without fsync, deleting the oldest
+// segment must not leave the channel's term only in the last segment's
+// unsynced start frame: after a power loss that kept the deletion and none
+// of the unsynced bytes, a lower term is still refused. What holds it: only
+// a truncation frees a segment, and a truncate frame is synced whatever
+// the policy (with it the start frame before it); this test fails when
+// that sync is dropped.
+func TestTermsSurviveSegmentDeletion(t *testing.T) {
+	ctx := context.Background()
+	fs := newMemFS()
+	cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 16 << 10, Sync: SyncNone}
+	s, err := Open(cfg, WithFS(fs))
+	require.NoError(t, err)
+	w, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 5})
+	require.NoError(t, err)
+	segments := func() int {
+		s.segMu.RLock()
+		defer s.segMu.RUnlock()
+		return len(s.segments)
+	}
+	var last message.ID
+	for segments() < 2 {
+		m, _ := message.New(bytes.Repeat([]byte("x"), 4<<10), nil)
+		last, err = w.Append(ctx, m)
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.Truncate(ctx, last))
+	// Wait until the store holds one segment and its file is the only one
+	// left (it deletes the file after it forgot the segment).
+	segmentFiles := func() int {
+		names, err := fs.ReadDir("/root")
+		require.NoError(t, err)
+		n := 0
+		for _, name := range names {
+			if strings.HasPrefix(name, "wal-") {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for segments() > 1 || segmentFiles() > 1 {
+		require.True(t, time.Now().Before(deadline), "the truncated segment was never deleted")
+		runtime.Gosched()
+	}
+	// The file system commits the deletion; then the power goes, and no
+	// unsynced byte reaches the disk.
+	require.NoError(t, fs.SyncDir("/root"))
+	_, keepNone := crashExtremes()
+	crashed := fs.crash(keepNone)
+	require.NoError(t, s.Close())
+
+	s2, err := Open(cfg, WithFS(crashed))
+	require.NoError(t, err)
+	defer s2.Close()
+	_, err = s2.Open(ctx, walimpls.Channel{Name: "c", Term: 4})
+	require.ErrorIs(t, err, walimpls.ErrFenced, "term 5 was forgotten")
 }
