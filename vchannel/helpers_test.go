@@ -65,7 +65,7 @@ func kafkaOpener(t *testing.T) walimpls.Opener {
 		MetadataMinAge: 10 * time.Millisecond,
 		RetryBackoff:   10 * time.Millisecond,
 		CreateTimeout:  10 * time.Second,
-	}, nil)
+	}, nil, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = o.Close() })
 	return o

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -38,7 +39,7 @@ func (builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Open
 			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: decode config: %v", err)
 		}
 	}
-	o, err := New(ctx, cfg, p.Logger)
+	o, err := New(ctx, cfg, p.Logger, p.Registerer)
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +52,7 @@ type Opener struct {
 	cfg   Config
 	tls   *tls.Config
 	log   *slog.Logger
+	m     *metrics
 	admin *kgo.Client
 	adm   *kadm.Client
 	// limit is the batch limit learned at construction (or configured).
@@ -63,11 +65,16 @@ type Opener struct {
 
 var _ walimpls.Opener = (*Opener)(nil)
 
-// New validates cfg, connects to the cluster and returns an Opener. Unless
+// New validates cfg, connects to the cluster and returns an Opener. Its
+// metrics (streamwal_kafka_*) go to reg; nil registers none. Unless
 // cfg.MaxMessageBytes is set, it asks the brokers for their message size
 // limit, so the cluster must be reachable within ctx.
-func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Opener, error) {
+func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Opener, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -79,7 +86,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Opener, error) 
 	if err != nil {
 		return nil, err
 	}
-	o := &Opener{cfg: cfg, tls: tc, log: logger, wals: map[*wal]struct{}{}}
+	o := &Opener{cfg: cfg, tls: tc, log: logger, m: m, wals: map[*wal]struct{}{}}
 	opts := append(o.baseOpts(),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -96,6 +97,7 @@ func (w *wal) fencedErr() error { return w.fenced.Load() }
 // first time only, and returns the recorded one.
 func (w *wal) setFenced(err error) error {
 	if w.fenced.CompareAndSwap(nil, err) {
+		w.o.m.fenced.Inc()
 		w.log.Warn("fenced", "err", err)
 		return err
 	}
@@ -192,7 +194,9 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]messag
 	for i, m := range msgs {
 		recs[i] = w.record(m)
 	}
+	start := time.Now()
 	offs, err := w.wr.appendBatch(ctx, recs, sizes)
+	w.o.m.observeAppend(start, sizes, len(offs), err)
 	var ids []message.ID
 	if len(offs) > 0 {
 		ids = make([]message.ID, len(offs))

@@ -417,6 +417,7 @@ func (tw *txnWriter) commitOpenTxn() error {
 		return nil
 	}
 	tw.w.log.Warn("the Kafka client skipped a commit; sending EndTxn itself and replacing the client")
+	tw.w.o.m.commitRepairs.Inc()
 	// The client's view of which partitions are in a transaction is wrong
 	// now, and a later transaction would inherit it (a produce without
 	// AddPartitionsToTxn); the next batch acquires a new client.
