@@ -60,7 +60,7 @@ type Options struct {
 	// Retry is the backoff between retries of a retryable append error.
 	Retry backoff.Config
 	// Logger receives the WAL's logs, with channel and term attributes;
-	// default slog.Default().
+	// nil discards them, as in every other layer of streamwal.
 	Logger *slog.Logger
 	// Metrics receives the WAL's metrics; nil records none.
 	Metrics *Metrics
@@ -122,7 +122,7 @@ func (o Options) withDefaults() Options {
 		o.ScannerBufferBytes = defaultScannerBytes
 	}
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o
 }

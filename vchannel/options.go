@@ -37,7 +37,8 @@ type ReplayOptions struct {
 	// budget is still handed to an empty stream. Default 1 MiB.
 	BufferBytes int
 	// Logger receives a line per detachment, with the pchannel and the
-	// vchannel as attributes; default slog.Default().
+	// vchannel as attributes; nil discards them, as in every other layer
+	// of streamwal.
 	Logger *slog.Logger
 
 	// onDetach, when set, is called by the router right after it detached
@@ -69,7 +70,7 @@ func (o ReplayOptions) withDefaults() ReplayOptions {
 		o.BufferBytes = defaultBufferBytes
 	}
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o
 }
