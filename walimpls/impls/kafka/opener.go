@@ -303,7 +303,11 @@ func (o *Opener) ensureTopic(ctx context.Context, topic string) error {
 			}
 			return err
 		}
-		o.log.Info("created topic", "topic", topic)
+		if err == nil {
+			o.log.Info("created topic", "topic", topic)
+		} else {
+			o.log.Debug("topic exists already (created elsewhere)", "topic", topic)
+		}
 		return errRetry // re-read the metadata until the partitions have leaders
 	})
 }
