@@ -89,6 +89,16 @@ $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@mv $(BIN)/staticcheck $@
 
+## bench-table: the adaptor's cost table (adaptor ÷ raw backend), medians of COUNT runs
+.PHONY: bench-table
+bench-table:
+	scripts/adaptor-table.sh
+
+## release-check: module verified, nothing outside the repository, make lint, make test
+.PHONY: release-check
+release-check:
+	scripts/release-check.sh
+
 clean:
 	rm -rf $(BIN)
 
