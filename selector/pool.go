@@ -2,6 +2,7 @@ package selector
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -93,7 +94,7 @@ func OpenMeta(ctx context.Context, c Config) (meta.Store, error) {
 	s, err := etcdstore.New(cli, etcdstore.Options{Prefix: mc.Prefix})
 	if err != nil {
 		_ = cli.Close()
-		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "selector: meta: %v", err)
+		return nil, errors.WithStack(fmt.Errorf("selector: meta: %w: %w", err, walimpls.ErrInvalidConfig))
 	}
 	return &ownedEtcd{Store: s, close: cli.Close}, nil
 }

@@ -286,7 +286,7 @@ func (w watched) Build(ctx context.Context, bp walimpls.BuildParams) (walimpls.O
 	}
 	if bp.Config != nil {
 		if err := bp.Config(cfg); err != nil {
-			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "%s: decode config: %v", w.inner.Name(), err)
+			return nil, errors.WithStack(fmt.Errorf("%s: decode config: %w: %w", w.inner.Name(), err, walimpls.ErrInvalidConfig))
 		}
 	}
 	return w.c.build(ctx, w.inner, cfg, bp)

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -36,7 +37,7 @@ func (builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Open
 	var cfg Config
 	if p.Config != nil {
 		if err := p.Config(&cfg); err != nil {
-			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: decode config: %v", err)
+			return nil, errors.WithStack(fmt.Errorf("kafka: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
 		}
 	}
 	o, err := New(ctx, cfg, p.Logger, p.Registerer)
@@ -96,7 +97,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 	opts = append(opts, cfg.ClientOptions...)
 	o.admin, err = kgo.NewClient(opts...)
 	if err != nil {
-		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
+		return nil, errors.WithStack(fmt.Errorf("kafka: client: %w: %w", err, walimpls.ErrInvalidConfig))
 	}
 	o.adm = kadm.NewClient(o.admin)
 	o.limit, err = o.learnLimit(ctx)

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -68,7 +69,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		seq, err := message.SeqOf(Name, id)
 		if err != nil {
 			cl.Close()
-			return nil, errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: read channel %q from %s: %v", w.ch.Name, id, err)
+			return nil, errors.WithStack(fmt.Errorf("kafka: read channel %q from %s: %w: %w", w.ch.Name, id, err, walimpls.ErrInvalidPosition))
 		}
 		if !inclusive {
 			seq++
@@ -223,7 +224,7 @@ func (w *wal) newConsumer(readAhead int) (*kgo.Client, error) {
 	opts = append(opts, cfg.ClientOptions...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
+		return nil, errors.WithStack(fmt.Errorf("kafka: client: %w: %w", err, walimpls.ErrInvalidConfig))
 	}
 	return cl, nil
 }

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -244,7 +245,7 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	}
 	seq, err := message.SeqOf(Name, upTo)
 	if err != nil {
-		return errors.Wrapf(walimpls.ErrInvalidPosition, "kafka: truncate channel %q: %v", w.ch.Name, err)
+		return errors.WithStack(fmt.Errorf("kafka: truncate channel %q: %w: %w", w.ch.Name, err, walimpls.ErrInvalidPosition))
 	}
 	start, end, err := w.o.bounds(ctx, w.topic, logPartition, true)
 	if err != nil {

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -108,7 +109,7 @@ func (tw *txnWriter) newClient() (*kgo.Client, error) {
 	opts = append(opts, cfg.ClientOptions...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
+		return nil, errors.WithStack(fmt.Errorf("kafka: client: %w: %w", err, walimpls.ErrInvalidConfig))
 	}
 	return cl, nil
 }
@@ -572,7 +573,7 @@ func newPlainWriter(w *wal) (*plainWriter, error) {
 	opts = append(opts, cfg.ClientOptions...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "kafka: client: %v", err)
+		return nil, errors.WithStack(fmt.Errorf("kafka: client: %w: %w", err, walimpls.ErrInvalidConfig))
 	}
 	return &plainWriter{w: w, cl: cl}, nil
 }

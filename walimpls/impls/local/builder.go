@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/cockroachdb/errors"
 
@@ -30,7 +31,7 @@ func (Builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Open
 	var cfg Config
 	if p.Config != nil {
 		if err := p.Config(&cfg); err != nil {
-			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "local: decode config: %v", err)
+			return nil, errors.WithStack(fmt.Errorf("local: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
 		}
 	}
 	var opts []Option

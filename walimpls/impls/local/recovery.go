@@ -2,6 +2,7 @@ package local
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -259,7 +260,7 @@ func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) 
 		if h.typ == typeSeal {
 			next, err := decodeSeal(body)
 			if err != nil || next != num+1 || h.chanID != 0 {
-				return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: seal naming segment %d (%v)", num, off, next, err)
+				return nil, errors.WithStack(fmt.Errorf("local: segment %d offset %d: seal naming segment %d (%w): %w", num, off, next, err, ErrCorrupt))
 			}
 			sc.sealNext = next
 		} else if err := s.apply(sc.seg, r.byID, r.rs, h, body, uint32(off), uint32(sz)); err != nil {
@@ -439,7 +440,7 @@ func (s *Store) apply(seg *segment, byID map[uint32]*channel, rs *recovered, h f
 	case typeTerm:
 		term, name, err := decodeTerm(body)
 		if err != nil {
-			return errors.Wrapf(ErrCorrupt, "%v", err)
+			return errors.WithStack(fmt.Errorf("%w: %w", err, ErrCorrupt))
 		}
 		ch, ok := byID[h.chanID]
 		if !ok {
@@ -462,7 +463,7 @@ func (s *Store) apply(seg *segment, byID map[uint32]*channel, rs *recovered, h f
 	case typeTruncate:
 		keep, lastRemoved, err := decodeTruncate(body)
 		if err != nil {
-			return errors.Wrapf(ErrCorrupt, "%v", err)
+			return errors.WithStack(fmt.Errorf("%w: %w", err, ErrCorrupt))
 		}
 		ch, ok := byID[h.chanID]
 		if !ok {

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/cockroachdb/errors"
@@ -187,7 +188,7 @@ func decodeEntry(b []byte, e entry) (message.Immutable, error) {
 	}
 	m, err := decodeMessage(body, false)
 	if err != nil {
-		return message.Immutable{}, errors.Wrapf(ErrCorrupt, "segment %d offset %d: %v", e.seg, e.off, err)
+		return message.Immutable{}, errors.WithStack(fmt.Errorf("segment %d offset %d: %w: %w", e.seg, e.off, err, ErrCorrupt))
 	}
 	return message.NewImmutable(m, message.NewSeqID(Name, int64(e.seq))), nil
 }

@@ -2,6 +2,7 @@ package pulsar
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -31,7 +32,7 @@ func (builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Open
 	var cfg Config
 	if p.Config != nil {
 		if err := p.Config(&cfg); err != nil {
-			return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "pulsar: decode config: %v", err)
+			return nil, errors.WithStack(fmt.Errorf("pulsar: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
 		}
 	}
 	o, err := New(ctx, cfg, p.Logger, p.Registerer)
@@ -133,7 +134,7 @@ func (o *Opener) newClient() (pulsar.Client, error) {
 	}
 	cl, err := pulsar.NewClient(opts)
 	if err != nil {
-		return nil, errors.Wrapf(walimpls.ErrInvalidConfig, "pulsar: client: %v", err)
+		return nil, errors.WithStack(fmt.Errorf("pulsar: client: %w: %w", err, walimpls.ErrInvalidConfig))
 	}
 	return cl, nil
 }

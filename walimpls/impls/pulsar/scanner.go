@@ -2,6 +2,7 @@ package pulsar
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -213,7 +214,7 @@ func (s *scanner) openReader() error {
 	r, err := s.w.o.client.CreateReader(opts)
 	if err != nil {
 		if isGone(err) {
-			return errors.Wrapf(walimpls.ErrPositionGone, "pulsar: scanner %q of channel %q: %v", s.name, s.w.ch.Name, err)
+			return errors.WithStack(fmt.Errorf("pulsar: scanner %q of channel %q: %w: %w", s.name, s.w.ch.Name, err, walimpls.ErrPositionGone))
 		}
 		return errors.Wrapf(err, "pulsar: scanner %q of channel %q", s.name, s.w.ch.Name)
 	}
