@@ -115,9 +115,36 @@
 //     corrupt ID string, use after Close, a write in read-only mode) is an
 //     error matching the sentinels of this package. Nothing panics.
 //
+// # Deleting a channel
+//
+// Opener.Delete(name) ends a channel for good. It is meant for a channel
+// nobody serves any more, and it is safe when somebody still does:
+//
+//   - Delete succeeds for a name that has no channel (never opened, or
+//     deleted already) and leaves every other channel as it was.
+//   - When Delete returns, every WAL of the channel that this Opener opened
+//     before the call is finished: its Append, AppendBatch and Truncate
+//     fail with an error matching ErrFenced (a *FencedError with Deleted
+//     set) and store or remove nothing, and its scanners end with an error
+//     matching ErrPositionGone once they have delivered what they had read
+//     ahead.
+//   - On a backend that declares Capabilities.Fencing, the writers of other
+//     Openers (other processes) are finished too: a ReadWrite WAL opened
+//     before Delete never stores another message, neither in the deleted
+//     channel nor in a channel opened later under the same name. Readers
+//     of other Openers are the caller's to stop first: what they deliver
+//     after Delete is undefined (they may deliver what they read ahead,
+//     or end with an error).
+//   - A later Open of the name starts a new, empty channel: Last is the
+//     zero ID, DeliverAll delivers only messages appended after Delete,
+//     and any term opens it (the deleted channel's terms went with it; its
+//     writers stay fenced whatever their term). IDs of the deleted channel
+//     mean nothing to the new one: a checkpoint taken before Delete must
+//     not be used after it.
+//
 // # Lifetimes and contexts
 //
-// The context of Open, Append, Truncate, Last and Read bounds that call
+// The context of Open, Delete, Append, Truncate, Last and Read bounds that call
 // only: a Scanner outlives the context it was read with, and lives until
 // Close, until its WAL closes, or until it fails. After WALImpl.Close or
 // Opener.Close, every call of the WAL returns ErrClosed and its scanners

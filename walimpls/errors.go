@@ -11,7 +11,8 @@ import (
 // errors.Is.
 var (
 	// ErrFenced means this writer can never append or truncate again: a
-	// higher term, or a later open of the same term, owns the channel.
+	// higher term, or a later open of the same term, owns the channel, or
+	// the channel was deleted.
 	// Opening with a term below the channel's highest is ErrFenced too.
 	ErrFenced = errors.New("wal fenced")
 	// ErrClosed is returned by every method called after Close.
@@ -45,10 +46,15 @@ type FencedError struct {
 	// CurrentTerm is the term that owns the channel, when known (0 if not).
 	// It equals Term when a later open of the same term took over.
 	CurrentTerm int64
+	// Deleted is true when the writer was fenced by Opener.Delete of its
+	// channel.
+	Deleted bool
 }
 
 func (e *FencedError) Error() string {
 	switch {
+	case e.Deleted:
+		return fmt.Sprintf("channel %q: term %d fenced: the channel was deleted", e.Channel, e.Term)
 	case e.CurrentTerm == e.Term:
 		return fmt.Sprintf("channel %q: term %d fenced by a later open of the same term", e.Channel, e.Term)
 	case e.CurrentTerm > 0:

@@ -38,6 +38,13 @@ type Opener interface {
 	// UnmarshalID decodes an ID this backend marshalled; anything else is
 	// message.ErrCorruptID.
 	UnmarshalID(s string) (message.ID, error)
+	// Delete removes the channel name and everything the backend keeps for
+	// it (messages, terms, claims), and frees what it held. A channel that
+	// does not exist, or was deleted already, is deleted: several processes
+	// may delete one channel at once. What becomes of the channel's open
+	// WALs, and of a channel later opened under the same name, is in the
+	// package documentation ("Deleting a channel").
+	Delete(ctx context.Context, name string) error
 	// Close releases the opener and closes every WAL it opened: their later
 	// calls fail with ErrClosed and their scanners end. Idempotent.
 	Close() error

@@ -136,6 +136,63 @@ func (_c *MockOpener_Close_Call) RunAndReturn(run func() error) *MockOpener_Clos
 	return _c
 }
 
+// Delete provides a mock function for the type MockOpener
+func (_mock *MockOpener) Delete(ctx context.Context, name string) error {
+	ret := _mock.Called(ctx, name)
+
+	if len(ret) == 0 {
+		panic("no return value specified for Delete")
+	}
+
+	var r0 error
+	if returnFunc, ok := ret.Get(0).(func(context.Context, string) error); ok {
+		r0 = returnFunc(ctx, name)
+	} else {
+		r0 = ret.Error(0)
+	}
+	return r0
+}
+
+// MockOpener_Delete_Call is a *mock.Call that shadows Run/Return methods with type explicit version for method 'Delete'
+type MockOpener_Delete_Call struct {
+	*mock.Call
+}
+
+// Delete is a helper method to define mock.On call
+//   - ctx context.Context
+//   - name string
+func (_e *MockOpener_Expecter) Delete(ctx any, name any) *MockOpener_Delete_Call {
+	return &MockOpener_Delete_Call{Call: _e.mock.On("Delete", ctx, name)}
+}
+
+func (_c *MockOpener_Delete_Call) Run(run func(ctx context.Context, name string)) *MockOpener_Delete_Call {
+	_c.Call.Run(func(args mock.Arguments) {
+		var arg0 context.Context
+		if args[0] != nil {
+			arg0 = args[0].(context.Context)
+		}
+		var arg1 string
+		if args[1] != nil {
+			arg1 = args[1].(string)
+		}
+		run(
+			arg0,
+			arg1,
+		)
+	})
+	return _c
+}
+
+func (_c *MockOpener_Delete_Call) Return(err error) *MockOpener_Delete_Call {
+	_c.Call.Return(err)
+	return _c
+}
+
+func (_c *MockOpener_Delete_Call) RunAndReturn(run func(ctx context.Context, name string) error) *MockOpener_Delete_Call {
+	_c.Call.Return(run)
+	return _c
+}
+
 // Open provides a mock function for the type MockOpener
 func (_mock *MockOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
 	ret := _mock.Called(ctx, ch)

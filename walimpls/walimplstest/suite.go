@@ -77,4 +77,6 @@ var parts = []struct {
 	{"Fencing", testFencing},
 	{"SameTermTakeover", testSameTermTakeover},
 	{"RefusedOpen", testRefusedOpen},
+	{"Delete", testDelete},
+	{"DeleteFencesOtherNodes", testDeleteFencesOtherNodes},
 }

@@ -73,6 +73,11 @@ var breakages = []struct {
 	{"same-term-both-write", []string{"SameTermTakeover"}},
 	{"fenced-truncate", []string{"Fencing", "SameTermTakeover"}},
 	{"refused-open-writes", []string{"RefusedOpen"}},
+	{"delete-is-noop", []string{"Delete", "DeleteFencesOtherNodes"}},
+	{"delete-missing-fails", []string{"Delete"}},
+	{"delete-keeps-term", []string{"Delete", "DeleteFencesOtherNodes"}},
+	{"delete-keeps-messages", []string{"Delete", "DeleteFencesOtherNodes"}},
+	{"delete-writer-reaches-new-channel", []string{"Delete", "DeleteFencesOtherNodes"}},
 }
 
 // TestSuiteCatchesBrokenBackends runs the suite, in a child process, against
@@ -117,13 +122,23 @@ func TestBrokenBackendChild(t *testing.T) {
 		t.Skip("child process of TestSuiteCatchesBrokenBackends")
 	}
 	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
-		return brokenCluster{c: memory.NewCluster(), broken: broken}
+		return brokenCluster{c: memory.NewCluster(), broken: broken, names: &brokenNames{
+			maxTerm: map[string]int64{}, deleted: map[string]bool{}}}
 	}, walimplstest.WithWaitTimeout(2*time.Second))
 }
 
 type brokenCluster struct {
 	c      *memory.Cluster
 	broken string
+	names  *brokenNames
+}
+
+// brokenNames is what the delete breakages remember of the cluster's
+// channels, across its openers.
+type brokenNames struct {
+	mu      sync.Mutex
+	maxTerm map[string]int64 // highest term opened ReadWrite
+	deleted map[string]bool  // delete-keeps-messages: deleted, messages kept
 }
 
 func (b brokenCluster) NewOpener(t *testing.T) walimpls.Opener {
@@ -133,7 +148,7 @@ func (b brokenCluster) NewOpener(t *testing.T) walimpls.Opener {
 	}
 	o, err := memory.NewOpener(b.c, cfg)
 	require.NoError(t, err)
-	bo := &brokenOpener{Opener: o, cluster: b.c, broken: b.broken}
+	bo := &brokenOpener{Opener: o, cluster: b.c, broken: b.broken, names: b.names}
 	if b.broken == "opener-close-keeps-wals" {
 		bo.hidden, err = memory.NewOpener(b.c, cfg)
 		require.NoError(t, err)
@@ -147,6 +162,50 @@ type brokenOpener struct {
 	cluster *memory.Cluster
 	broken  string
 	hidden  *memory.Opener // opener-close-keeps-wals: opens WALs its Close does not reach
+	names   *brokenNames
+}
+
+func (o *brokenOpener) Delete(ctx context.Context, name string) error {
+	n := o.names
+	switch o.broken {
+	case "delete-is-noop":
+		return walimpls.ValidateChannelName(name)
+	case "delete-missing-fails":
+		n.mu.Lock()
+		_, known := n.maxTerm[name]
+		n.mu.Unlock()
+		if !known {
+			return errors.Newf("delete %q: no such channel", name)
+		}
+	case "delete-keeps-messages":
+		// Fences the writers, keeps the log.
+		if err := walimpls.ValidateChannelName(name); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.deleted[name] = true
+		n.mu.Unlock()
+		return nil
+	case "delete-keeps-term":
+		// The log goes, the term stays.
+		n.mu.Lock()
+		term, known := n.maxTerm[name]
+		n.mu.Unlock()
+		err := o.Opener.Delete(ctx, name)
+		if known && err == nil {
+			n.mu.Lock()
+			n.maxTerm[name] = term
+			n.mu.Unlock()
+		}
+		return err
+	}
+	err := o.Opener.Delete(ctx, name)
+	if err == nil {
+		n.mu.Lock()
+		delete(n.maxTerm, name)
+		n.mu.Unlock()
+	}
+	return err
 }
 
 func (o *brokenOpener) Capabilities() walimpls.Capabilities {
@@ -179,6 +238,21 @@ func (o *brokenOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.
 		}
 	case "readonly-writes":
 		ch.Mode = walimpls.ReadWrite
+	}
+	if ch.Validate() == nil {
+		n := o.names
+		n.mu.Lock()
+		term, known := n.maxTerm[ch.Name]
+		if o.broken == "delete-keeps-term" && known && ch.Mode == walimpls.ReadWrite && ch.Term < term {
+			n.mu.Unlock()
+			return nil, &walimpls.FencedError{Channel: ch.Name, Term: ch.Term, CurrentTerm: term}
+		}
+		if ch.Mode == walimpls.ReadWrite && (!known || ch.Term > term) {
+			n.maxTerm[ch.Name] = ch.Term
+		} else if !known {
+			n.maxTerm[ch.Name] = -1
+		}
+		n.mu.Unlock()
 	}
 	opener := o.Opener
 	if o.hidden != nil {
@@ -250,8 +324,25 @@ func (w *brokenWAL) Append(ctx context.Context, m message.Message) (message.ID, 
 			return message.ID{}, &walimpls.TooLargeError{Size: m.Size(), Limit: brokenLimit}
 		}
 	}
+	if w.broken == "delete-keeps-messages" {
+		w.o.names.mu.Lock()
+		deleted := w.o.names.deleted[w.asked.Name]
+		w.o.names.mu.Unlock()
+		if deleted {
+			return message.ID{}, walimpls.MarkNotStored(&walimpls.FencedError{Channel: w.asked.Name, Term: w.asked.Term, Deleted: true})
+		}
+	}
 	id, err := w.WALImpl.Append(ctx, m)
 	var fe *walimpls.FencedError
+	if w.broken == "delete-writer-reaches-new-channel" && errors.As(err, &fe) && fe.Deleted {
+		// The writer reconnects and finds a channel of its name.
+		w.o.unfenced(func() {
+			if nw, oerr := w.o.Opener.Open(ctx, w.asked); oerr == nil {
+				id, err = nw.Append(ctx, m)
+				_ = nw.Close()
+			}
+		})
+	}
 	if w.broken == "same-term-both-write" && errors.As(err, &fe) && fe.CurrentTerm == fe.Term {
 		// A same-term claim is not checked: the earlier writer goes on.
 		w.o.unfenced(func() { id, err = w.WALImpl.Append(ctx, m) })

@@ -68,6 +68,23 @@ func (c *Cluster) log(name string) *channelLog {
 	return l
 }
 
+// deleteLog removes the channel's log: later opens of the name get a new
+// one, and the WALs and scanners of the removed one are finished.
+func (c *Cluster) deleteLog(name string) {
+	c.mu.Lock()
+	l, ok := c.logs[name]
+	delete(c.logs, name)
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deleted = true
+	l.entries = nil
+	l.broadcast()
+}
+
 // appendFaults returns the latency to apply and whether to fail the append.
 func (c *Cluster) appendFaults() (time.Duration, bool) {
 	c.mu.Lock()

@@ -16,6 +16,9 @@ type channelLog struct {
 	// claim counts ReadWrite opens at the current term: a writer whose claim
 	// is not the latest of its term was fenced by a later open of it.
 	claim uint64
+	// deleted is set by Cluster.deleteLog: the channel is gone, its writers
+	// are fenced and its scanners end.
+	deleted bool
 	// changed is closed and replaced whenever entries change, to wake
 	// scanners without polling.
 	changed chan struct{}
@@ -52,7 +55,7 @@ func (l *channelLog) truncate(seq int64) {
 func (l *channelLog) readFrom(seq int64, maxCount, maxBytes int) (msgs []message.Message, gone bool, wait <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if seq < l.first {
+	if seq < l.first || l.deleted {
 		return nil, true, nil
 	}
 	if seq >= l.next() {

@@ -103,6 +103,25 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 	return w, nil
 }
 
+// Delete implements walimpls.Opener: the channel's log goes at once, for
+// every Opener of the cluster.
+func (o *Opener) Delete(ctx context.Context, name string) error {
+	if err := walimpls.ValidateChannelName(name); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return errors.Wrapf(err, "memory: delete %q", name)
+	}
+	o.mu.Lock()
+	closed := o.closed
+	o.mu.Unlock()
+	if closed {
+		return errors.Wrapf(walimpls.ErrClosed, "memory: delete %q on a closed opener", name)
+	}
+	o.cluster.deleteLog(name)
+	return nil
+}
+
 // Close closes the opener and every WAL it opened. Idempotent.
 func (o *Opener) Close() error {
 	o.mu.Lock()

@@ -52,6 +52,9 @@ func (w *wal) checkWrite(ctx context.Context, op string) error {
 // channel, or a later open of the same term does. Assumes w.log.mu is held.
 func (w *wal) fencedLocked() error {
 	l := w.log
+	if l.deleted {
+		return walimpls.MarkNotStored(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, Deleted: true})
+	}
 	if !w.opener.cluster.FencingEnabled() {
 		return nil
 	}
