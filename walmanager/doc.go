@@ -37,7 +37,12 @@
 // last error) is kept, so that a delayed Open of an older term is still
 // refused with ErrStaleTerm after the channel was removed; Remove of a channel
 // the manager never saw records the term for the same reason. GetAvailableWAL
-// never creates a record.
+// never creates a record. Delete(ctx, Channel{Name, Term}) is the one way a
+// record goes: it removes the channel at that term, deletes it from the
+// backend (Options.Deleter, usually the walimpls.Opener) and forgets it, so
+// that a node whose channels come and go keeps records only of the live
+// ones. A deleted channel's terms go with it, in the backend too: an Open
+// after Delete opens a new, empty channel.
 //
 // # Outcomes
 //

@@ -27,6 +27,9 @@ var (
 	// ErrNotOwner is returned by Close of a WAL handed out by
 	// GetAvailableWAL: only the manager ends the lifetimes it tracks.
 	ErrNotOwner = errors.New("wal is owned by the manager")
+	// ErrNoDeleter is returned by Delete of a manager built without
+	// Options.Deleter.
+	ErrNoDeleter = errors.New("wal manager has no channel deleter")
 	// ErrCloseAbandoned records a WAL Close that did not return within the
 	// grace period; the manager moved on without it.
 	ErrCloseAbandoned = errors.New("wal close abandoned after the grace period")

@@ -30,6 +30,8 @@ type WALManager interface {
 	Open(ctx context.Context, ch Channel) error
 	// Remove: see Manager.Remove.
 	Remove(ctx context.Context, ch Channel) error
+	// Delete: see Manager.Delete.
+	Delete(ctx context.Context, ch Channel) error
 	// GetAvailableWAL: see Manager.GetAvailableWAL.
 	GetAvailableWAL(ch Channel) (adaptor.WAL, error)
 	// Channels: see Manager.Channels.
@@ -147,6 +149,58 @@ func (m *Manager) Remove(ctx context.Context, ch Channel) error {
 		return errors.Wrap(err, "walmanager: remove")
 	}
 	return m.request(ctx, ch.Name, removed(ch.Term))
+}
+
+// Delete ends ownership of ch.Name at ch.Term as Remove does, then deletes
+// the channel from the backend (Options.Deleter) and forgets it: the
+// manager keeps no record of a deleted channel, so a node that deletes its
+// channels over time does not grow. It returns:
+//   - nil once the channel is deleted (also when the manager never knew it:
+//     it is deleted from the backend all the same);
+//   - ErrStaleTerm if a newer state was requested before or while the
+//     channel was removed: nothing is deleted;
+//   - ErrNoDeleter without Options.Deleter (nothing is removed either);
+//   - the backend's error if its delete failed: the channel is removed and
+//     forgotten, and Delete may be called again;
+//   - ErrManagerClosed after Close, or ctx's error.
+//
+// The backend finishes every WAL of a deleted channel (see walimpls,
+// "Deleting a channel"), and with it the terms: an Open after Delete opens
+// a new, empty channel at any term. So the caller must not send an Open of
+// the deleted channel afterwards that was meant for it (a delayed request
+// of its old owner): the manager no longer has its terms to refuse it.
+func (m *Manager) Delete(ctx context.Context, ch Channel) error {
+	if err := (walimpls.Channel{Name: ch.Name, Term: ch.Term}).Validate(); err != nil {
+		return errors.Wrap(err, "walmanager: delete")
+	}
+	if m.opts.Deleter == nil {
+		return errors.Wrapf(ErrNoDeleter, "walmanager: delete channel %q", ch.Name)
+	}
+	if err := m.request(ctx, ch.Name, removed(ch.Term)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return errors.Wrapf(ErrManagerClosed, "channel %q", ch.Name)
+	}
+	if c := m.channels[ch.Name]; c != nil {
+		if want := removed(ch.Term); c.m.expected != want || len(c.waiters) > 0 {
+			st := c.m.expected
+			m.mu.Unlock()
+			return errors.Wrapf(ErrStaleTerm, "walmanager: delete channel %q at term %d: %s was requested meanwhile", ch.Name, ch.Term, st)
+		}
+		// Its driver, if still running, holds c and finds nothing to do.
+		delete(m.channels, ch.Name)
+	}
+	m.mu.Unlock()
+	if err := m.opts.Deleter.Delete(ctx, ch.Name); err != nil {
+		m.metrics.transitions.WithLabelValues("delete", "error").Inc()
+		return errors.Wrapf(err, "walmanager: delete channel %q", ch.Name)
+	}
+	m.metrics.transitions.WithLabelValues("delete", "ok").Inc()
+	m.log.Info("channel deleted", "channel", ch.Name, "term", ch.Term)
+	return nil
 }
 
 func (m *Manager) request(ctx context.Context, name string, target state) error {

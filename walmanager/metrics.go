@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		reg: reg,
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "streamwal", Subsystem: "walmanager", Name: "transitions_total",
-			Help: "WAL opens and closes done by the manager, by action and result (ok, error, aborted, abandoned).",
+			Help: "WAL opens and closes and channel deletes done by the manager, by action and result (ok, error, aborted, abandoned).",
 		}, []string{"action", "result"}),
 		openSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "streamwal", Subsystem: "walmanager", Name: "open_duration_seconds",

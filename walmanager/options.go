@@ -29,6 +29,13 @@ func (f WALOpenerFunc) Open(ctx context.Context, ch adaptor.Channel) (adaptor.WA
 	return f(ctx, ch)
 }
 
+// ChannelDeleter deletes a channel from the backend: walimpls.Opener
+// implements it (Opener.Delete), so the opener the WALs come from is the
+// usual Options.Deleter.
+type ChannelDeleter interface {
+	Delete(ctx context.Context, name string) error
+}
+
 // DefaultCloseGracePeriod is the CloseGracePeriod of a zero Options.
 const DefaultCloseGracePeriod = 10 * time.Second
 
@@ -45,6 +52,9 @@ type Options struct {
 	// Registerer receives the manager's metrics; nil registers none. The
 	// metrics are unregistered by Close.
 	Registerer prometheus.Registerer
+	// Deleter deletes channels from the backend for Manager.Delete; nil
+	// makes Delete an error.
+	Deleter ChannelDeleter
 }
 
 // Validate reports settings no manager can run with.

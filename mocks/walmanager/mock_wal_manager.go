@@ -145,6 +145,63 @@ func (_c *MockWALManager_Close_Call) RunAndReturn(run func(ctx context.Context) 
 	return _c
 }
 
+// Delete provides a mock function for the type MockWALManager
+func (_mock *MockWALManager) Delete(ctx context.Context, ch walmanager.Channel) error {
+	ret := _mock.Called(ctx, ch)
+
+	if len(ret) == 0 {
+		panic("no return value specified for Delete")
+	}
+
+	var r0 error
+	if returnFunc, ok := ret.Get(0).(func(context.Context, walmanager.Channel) error); ok {
+		r0 = returnFunc(ctx, ch)
+	} else {
+		r0 = ret.Error(0)
+	}
+	return r0
+}
+
+// MockWALManager_Delete_Call is a *mock.Call that shadows Run/Return methods with type explicit version for method 'Delete'
+type MockWALManager_Delete_Call struct {
+	*mock.Call
+}
+
+// Delete is a helper method to define mock.On call
+//   - ctx context.Context
+//   - ch walmanager.Channel
+func (_e *MockWALManager_Expecter) Delete(ctx any, ch any) *MockWALManager_Delete_Call {
+	return &MockWALManager_Delete_Call{Call: _e.mock.On("Delete", ctx, ch)}
+}
+
+func (_c *MockWALManager_Delete_Call) Run(run func(ctx context.Context, ch walmanager.Channel)) *MockWALManager_Delete_Call {
+	_c.Call.Run(func(args mock.Arguments) {
+		var arg0 context.Context
+		if args[0] != nil {
+			arg0 = args[0].(context.Context)
+		}
+		var arg1 walmanager.Channel
+		if args[1] != nil {
+			arg1 = args[1].(walmanager.Channel)
+		}
+		run(
+			arg0,
+			arg1,
+		)
+	})
+	return _c
+}
+
+func (_c *MockWALManager_Delete_Call) Return(err error) *MockWALManager_Delete_Call {
+	_c.Call.Return(err)
+	return _c
+}
+
+func (_c *MockWALManager_Delete_Call) RunAndReturn(run func(ctx context.Context, ch walmanager.Channel) error) *MockWALManager_Delete_Call {
+	_c.Call.Return(run)
+	return _c
+}
+
 // GetAvailableWAL provides a mock function for the type MockWALManager
 func (_mock *MockWALManager) GetAvailableWAL(ch walmanager.Channel) (adaptor.WAL, error) {
 	ret := _mock.Called(ch)
