@@ -88,7 +88,7 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 	}
 	n.mgr, err = walmanager.New(walmanager.WALOpenerFunc(func(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, error) {
 		return adaptor.Open(ctx, opener, ch, walOpts)
-	}), walmanager.Options{Logger: n.log, Registerer: cfg.Registerer})
+	}), walmanager.Options{Logger: n.log, Registerer: cfg.Registerer, Deleter: opener})
 	if err != nil {
 		return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
 	}
