@@ -3,7 +3,6 @@ package examples_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -38,9 +37,12 @@ local:
 		panic(err)
 	}
 	defer backend.Close() // closes the store: after every WAL of it
+	// backend.Local is the store itself: its recovery report, more openers.
+	if r := backend.Local.Recovery(); r.DroppedBytes > 0 {
+		fmt.Println("recovery cut a torn tail:", r.Reason)
+	}
 
-	quiet := slog.New(slog.DiscardHandler) // the adaptor logs to slog.Default otherwise
-	w, err := adaptor.Open(ctx, backend, adaptor.Channel{Name: "orders", Term: 1}, adaptor.Options{Logger: quiet})
+	w, err := adaptor.Open(ctx, backend, adaptor.Channel{Name: "orders", Term: 1}, adaptor.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -267,8 +267,40 @@ type Deps struct {
 	Registerer prometheus.Registerer
 }
 
+// Backend is the Opener Build made, with the backend's own type beside it:
+// what only one backend has (local's recovery report and further openers
+// on one store, the memory cluster's fault knobs) is reachable without a
+// type assertion. Backend is itself a walimpls.Opener. For a compiled-in
+// backend the field of its name is set; for a backend of the caller's own
+// Registry none is.
+type Backend struct {
+	walimpls.Opener
+	// Name is the backend's name in configuration.
+	Name string
+
+	Local  *local.Store
+	Memory *memory.Opener
+	Kafka  *kafka.Opener
+	Pulsar *pulsar.Opener
+}
+
+func newBackend(name string, o walimpls.Opener) *Backend {
+	b := &Backend{Opener: o, Name: name}
+	switch o := o.(type) {
+	case *local.Store:
+		b.Local = o
+	case *memory.Opener:
+		b.Memory = o
+	case *kafka.Opener:
+		b.Kafka = o
+	case *pulsar.Opener:
+		b.Pulsar = o
+	}
+	return b
+}
+
 // Build builds the Opener of the backend c selects.
-func Build(ctx context.Context, c Config, d Deps) (walimpls.Opener, error) {
+func Build(ctx context.Context, c Config, d Deps) (*Backend, error) {
 	reg := d.Registry
 	if reg == nil {
 		var err error
@@ -306,7 +338,7 @@ func Build(ctx context.Context, c Config, d Deps) (walimpls.Opener, error) {
 		}
 		return nil, errors.Wrapf(err, "selector: build %s", name)
 	}
-	return o, nil
+	return newBackend(name, o), nil
 }
 
 // unknownBackend is the error for a backend name reg does not hold: at the

@@ -27,6 +27,14 @@ func TestDefaultIsLocal(t *testing.T) {
 	o, err := selector.Build(context.Background(), cfg, selector.Deps{})
 	require.NoError(t, err)
 	require.True(t, o.Capabilities().Fencing)
+	require.Equal(t, "local", o.Name)
+	// The local store's own API, without a type assertion.
+	require.NotNil(t, o.Local)
+	require.Nil(t, o.Memory)
+	require.Zero(t, o.Local.Recovery().DroppedBytes, "a new store drops nothing")
+	second := o.Local.NewOpener()
+	require.Equal(t, o.Capabilities(), second.Capabilities())
+	require.NoError(t, second.Close())
 	require.NoError(t, o.Close())
 	_, err = os.Stat(filepath.Join(dir, "LOCK"))
 	require.NoError(t, err, "the local backend lives in the configured directory")
@@ -40,6 +48,8 @@ func TestExplicitChoiceWins(t *testing.T) {
 	o, err := selector.Build(context.Background(), cfg, selector.Deps{Registry: reg})
 	require.NoError(t, err)
 	require.Equal(t, 1024, o.Capabilities().MaxMessageBytes)
+	require.NotNil(t, o.Memory)
+	require.Nil(t, o.Local)
 	require.NoError(t, o.Close())
 }
 

@@ -266,7 +266,11 @@ func openBackend(ctx context.Context, p params, c *connector) (walimpls.Opener, 
 			return nil, err
 		}
 	}
-	return selector.Build(ctx, file, selector.Deps{Registry: wrapped, Logger: c.logger})
+	b, err := selector.Build(ctx, file, selector.Deps{Registry: wrapped, Logger: c.logger})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // watched is a builder that decodes its configuration itself and builds
