@@ -55,7 +55,8 @@
 //	synced  offset in this segment up to which the file was known to be
 //	        fdatasynced when the frame was written (see Recovery)
 //	chan    channel id (0 for frames that belong to no channel)
-//	typ     1 segment start, 2 message, 3 term, 4 truncate, 5 seal
+//	typ     1 segment start, 2 message, 3 term, 4 truncate, 5 seal,
+//	        6 delete
 //	flg     flags: 1 "more": the next frame belongs to the same batch
 //	        (message frames only; see Batches); 0 on every other frame
 //	0 0     zero
@@ -76,11 +77,16 @@
 //	               of a channel id defines it)
 //	truncate       uvarint first kept seq, uvarint last removed seq
 //	seal           uint64 number of the next segment (8 bytes; chan 0)
+//	delete         uvarint len+channel name: the name the channel id in the
+//	               header was defined with (see Deleting a channel)
 //
 // The first frame of every segment is a segment start frame: a snapshot of
-// every channel's id, name, term and truncation point at that moment. So
-// every segment is self-describing, and deleting the oldest segments never
-// loses a channel's definition, term or truncation point.
+// every live channel's id, name, term and truncation point at that moment
+// (live: defined by a term frame and not deleted since). So every segment
+// is self-describing, and deleting the oldest segments never loses a live
+// channel's definition, term or truncation point; a deleted channel is in
+// no later start frame, so the frame's size follows the live channels, not
+// every channel the store has seen.
 //
 // The last frame of every segment but the last is a seal frame naming the
 // next segment; nothing follows it but an end marker. It is written only
@@ -121,7 +127,7 @@
 // # Writing
 //
 // Deciding is apart from doing. A submitter (Append or AppendBatch,
-// Truncate, a ReadWrite Open) decides its records itself, under the
+// Truncate, a ReadWrite Open, Delete) decides its records itself, under the
 // journal's mutex: it checks fencing once (its writer's claim, see Fencing
 // and terms), takes the next sequence numbers, decides where the records go
 // (starting the next segment when they do not fit) and frames them into the
@@ -138,10 +144,10 @@
 // after the write; with SyncNone an append is acknowledged as soon as it
 // is framed, without waiting for the flusher (its write overlaps the
 // appends that follow), so it may be acknowledged before it is published
-// (Truncate, Last and a Latest read account for that). Term and truncate
-// frames are always synced before they take effect, whatever the policy,
-// and a segment is always synced before the journal moves on to the next
-// one, so only the last segment can ever hold unsynced bytes.
+// (Truncate, Last and a Latest read account for that). Term, truncate and
+// delete frames are always synced before they take effect, whatever the
+// policy, and a segment is always synced before the journal moves on to
+// the next one, so only the last segment can ever hold unsynced bytes.
 //
 // A failed write or sync is sticky: the flusher fails that round's waiters
 // and every later append of the store with the same error, and never reports
@@ -231,6 +237,12 @@
 //     goes on in N-1; the next switch installs N again.
 //   - Sequence numbers must strictly increase and segment numbers must be
 //     contiguous; anything else is corruption.
+//   - A delete frame ends its channel id: replay drops the channel (its
+//     index, term and truncation point) and frees its name, so a later term
+//     frame may define the name again under a new id. A delete frame of an
+//     id that is not defined at that point, or whose name is not the one
+//     the id was defined with, and any frame of the id after its delete
+//     frame, are corruption (the journal frames none of them).
 //
 // Blind spots that are accepted:
 //
@@ -260,9 +272,10 @@
 // another process (or another Store in the same process) gets ErrLocked with
 // the holder's pid. Inside the process, one Store serves several Openers
 // (nodes) over the one journal. Each channel's term is stored in term frames
-// (and in every segment start frame). A ReadWrite open below the stored term
-// fails with a *walimpls.FencedError and changes nothing; an open above it
-// writes and syncs a term frame; an open at the stored term writes nothing.
+// (and in every segment start frame while the channel lives). A ReadWrite
+// open below the stored term fails with a *walimpls.FencedError and changes
+// nothing; an open above it writes and syncs a term frame; an open at the
+// stored term writes nothing.
 //
 // Every ReadWrite open that is not refused claims the channel: under the
 // journal's mutex, in framing order with every record, it takes the
@@ -299,10 +312,63 @@
 // ErrPositionGone, and a scanner that falls behind a truncation ends with
 // ErrPositionGone instead of skipping. A segment is deleted once it is not
 // the last segment, every older segment has been deleted, and every channel
-// that has messages in it has truncated past them (or recycled as a spare).
+// that has messages in it has truncated past them or has been deleted (or
+// recycled as a spare).
 // A reader still holding the file finds frames of another segment, or a
 // closed file, and learns from the truncation point that its position is
 // gone.
+//
+// # Deleting a channel
+//
+// Delete(name) ends a channel for good (the promise is in package
+// walimpls, "Deleting a channel"). It is one more request to the journal,
+// decided under the journal's mutex in framing order with every other
+// record:
+//
+//   - The name is looked up in the store then. A name without a channel
+//     frames nothing; its Delete still waits for the round in flight, so a
+//     Delete racing another Delete of the same channel returns only once
+//     that one has taken effect.
+//   - A channel defined in the journal (it had a ReadWrite open) gets a
+//     delete frame with its id and name, synced before the deletion takes
+//     effect, whatever the sync policy, like term and truncate frames. A
+//     channel never defined (only ReadOnly opens) has nothing on disk and
+//     needs no frame.
+//   - From the moment it is framed the channel is out of the store. Every
+//     later record of its writers is refused with a *walimpls.FencedError
+//     with Deleted set, and nothing is framed: an append framed before the
+//     delete frame is stored and goes with the channel, one after it fails
+//     and stores nothing. Later segment start frames leave the channel
+//     out. An Open of the name finds a new, undefined channel, which its
+//     first ReadWrite open defines under a new channel id, at any term;
+//     an Open that found the deleted channel and whose claim would come
+//     after the delete frame looks the name up again.
+//   - Once the round is written and synced, the flusher publishes the
+//     deletion: every writer of the channel, of every Opener of the store,
+//     is fenced (Deleted); its index is dropped; its scanners wake and end
+//     with ErrPositionGone after handing over what they had read ahead;
+//     and the segments stop counting its messages, so a segment that held
+//     only messages of deleted or truncated channels is freed by the pass
+//     that frees truncated segments, which the deletion starts. Then
+//     Delete returns.
+//
+// A crash before the delete frame is synced leaves the channel whole
+// (Delete had not returned); after it, recovery replays the frame and the
+// channel stays deleted, whatever segments were freed since. Its messages
+// cannot come back: they were framed under the deleted id, no start frame
+// after the delete frame lists it, and ids are never reused. Ids are 32
+// bits: a store defines at most 2^32-2 channels over its life, and a
+// ReadWrite open that would define one more is refused, with nothing
+// framed.
+//
+// Compatibility: a root written before delete frames existed opens
+// unchanged (it has none, and its start frames list every channel it
+// defined, which is what they list now in a store that deleted nothing);
+// the segments started after that list only live channels. A root in which
+// a channel was deleted must not be opened by a version older than delete
+// frames: it takes a delete frame for a damaged one, which is corruption
+// in the middle of the log, and at the very end of the log a torn tail
+// that it cuts, bringing the deleted channel back.
 //
 // # Last
 //
@@ -342,11 +408,16 @@
 //
 // # Memory and limits
 //
-// Each channel's index holds 24 bytes per kept message. Open reads every
-// segment once (one segment in memory at a time) to rebuild the indexes and
-// check every CRC, so opening takes time proportional to the data kept. A
-// scanner holds at most its read-ahead budget of decoded messages, plus the
-// one being handed over. Each pread goes into a buffer of its own that the
+// Each channel's index holds 24 bytes per kept message; a deleted
+// channel's index and state are dropped when its Delete returns (a WAL
+// still open on it keeps only a few words of it). A segment start frame
+// holds at most 46 bytes plus the name for each live channel (about 14
+// plus the name while ids and seqs stay below 2^21), whatever the number
+// of channels deleted before. Open reads every segment once (one segment
+// in memory at a time) to rebuild the indexes and check every CRC, so
+// opening takes time proportional to the data kept. A scanner holds at
+// most its read-ahead budget of decoded messages, plus the one being
+// handed over. Each pread goes into a buffer of its own that the
 // payloads of its messages alias, so a consumer that keeps one message
 // keeps that buffer alive; copying each payload out instead would cost
 // more than the allocation saves. At most two spare segment files exist
