@@ -56,6 +56,8 @@ type scanner struct {
 	// box takes released messages to the sender goroutine (scansend.go).
 	box *outbox
 
+	hooks scanHooks
+
 	buf       *reorder.Buffer[message.Immutable]
 	join      *joiner
 	started   bool   // the first message was handled
@@ -87,6 +89,8 @@ func newScanner(ctx context.Context, w *wal, opt ReadOption) (*scanner, error) {
 		buf:  reorder.New[message.Immutable](w.opts.ScannerBufferBytes),
 		join: newJoiner(),
 		box:  newOutbox(),
+
+		hooks: w.scanHooks,
 	}
 	for _, k := range kinds {
 		s.kind = s.kind.with(k)
@@ -114,6 +118,16 @@ func newScanner(ctx context.Context, w *wal, opt ReadOption) (*scanner, error) {
 	s.resume = p
 	s.setMode(modeCatchUp)
 	return s, nil
+}
+
+// scanHooks let a test hold a scanner at a known point instead of hoping
+// the scheduler takes it there. Each is nil outside tests.
+type scanHooks struct {
+	// stalled is called by run each time it is about to wait for the
+	// reader to take what it released (waitRoom), with where it stands:
+	// tailing or not, and the write-ahead buffer index it reads next.
+	// It runs on run's goroutine and must not block.
+	stalled func(tailing bool, cursor int64)
 }
 
 func (s *scanner) setMode(mode string) {

@@ -158,6 +158,9 @@ func (s *scanner) waitRoom() error {
 			return nil
 		}
 		s.box.flush()
+		if s.hooks.stalled != nil {
+			s.hooks.stalled(s.backend == nil, s.cursor)
+		}
 		select {
 		case <-s.box.drained:
 		case <-s.halt:

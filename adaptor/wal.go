@@ -77,6 +77,10 @@ type wal struct {
 	// appends held back by waitForWatermark.
 	watermarkedMu sync.Mutex
 	watermarked   chan struct{}
+
+	// scanHooks are handed to each scanner Read starts; zero outside
+	// tests, which set them before their first Read.
+	scanHooks scanHooks
 }
 
 var _ WAL = (*wal)(nil)
