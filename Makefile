@@ -99,6 +99,12 @@ bench-table:
 release-check:
 	scripts/release-check.sh
 
+## interop: kcat and kafkajs read the kafka backend's records on a test broker, and a kafkajs
+## producer fences a streamwal writer (installs kcat and kafkajs: not part of make test)
+.PHONY: interop
+interop:
+	scripts/interop.sh
+
 clean:
 	rm -rf $(BIN)
 
