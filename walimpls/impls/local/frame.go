@@ -26,6 +26,7 @@ const (
 	typeTerm         frameType = 3
 	typeTruncate     frameType = 4
 	typeSeal         frameType = 5
+	typeDelete       frameType = 6
 )
 
 // Frame flags, header byte 29.
@@ -155,7 +156,7 @@ func decodeFrame(b []byte, seg uint32) (frameHeader, []byte, int, frameStatus) {
 // validTypeAndFlags reports whether typ is a frame type and flags are flags
 // that type may carry (only message frames belong to batches).
 func validTypeAndFlags(typ, flags byte) bool {
-	if typ < byte(typeSegmentStart) || typ > byte(typeSeal) {
+	if typ < byte(typeSegmentStart) || typ > byte(typeDelete) {
 		return false
 	}
 	return flags == 0 || flags == flagMore && typ == byte(typeMessage)
@@ -313,6 +314,22 @@ func decodeTruncate(body []byte) (keep, lastRemoved uint64, err error) {
 		r.bad = true
 	}
 	return keep, lastRemoved, r.err("truncate record")
+}
+
+// encodeDelete encodes a delete record: the name the deleted channel's id
+// was defined with.
+func encodeDelete(name string) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(name)))
+	return append(b, name...)
+}
+
+func decodeDelete(body []byte) (name string, err error) {
+	r := bodyReader{b: body}
+	name = string(r.bytes())
+	if len(r.b) != 0 || name == "" {
+		r.bad = true
+	}
+	return name, r.err("delete record")
 }
 
 func encodeSeal(next uint64) []byte { return binary.LittleEndian.AppendUint64(nil, next) }

@@ -85,6 +85,17 @@ func TestMetaBodiesRoundTrip(t *testing.T) {
 	_, err = decodeSegmentStart(encodeSegmentStart(st))
 	require.ErrorIs(t, err, errBadBody, "a size no config allows")
 
+	name, err = decodeDelete(encodeDelete("orders.v2"))
+	require.NoError(t, err)
+	require.Equal(t, "orders.v2", name)
+	for _, bad := range [][]byte{nil, encodeDelete(""), append(encodeDelete("a"), 0), {5, 'a'}} {
+		_, err = decodeDelete(bad)
+		require.ErrorIs(t, err, errBadBody, "%x", bad)
+	}
+	require.True(t, validTypeAndFlags(byte(typeDelete), 0))
+	require.False(t, validTypeAndFlags(byte(typeDelete), flagMore), "only message frames belong to batches")
+	require.False(t, validTypeAndFlags(byte(typeDelete)+1, 0))
+
 	next, err := decodeSeal(encodeSeal(1 << 40))
 	require.NoError(t, err)
 	require.Equal(t, uint64(1<<40), next)
@@ -104,6 +115,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		appendFrame(nil, frameHeader{seq: 4, seg: 1, typ: typeSegmentStart}, encodeSegmentStart(segmentStart{prevEnd: 64, nextChanID: 2, chans: []chanSnapshot{{id: 1, name: "c", term: 4}}})),
 		appendFrame(nil, frameHeader{seq: 5, seg: 1, typ: typeSegmentStart}, encodeSegmentStart(segmentStart{prevEnd: 64, segmentBytes: 1 << 20, nextChanID: 1})),
 		appendFrame(nil, frameHeader{seq: 6, seg: 1, typ: typeSeal}, encodeSeal(2)),
+		appendFrame(nil, frameHeader{seq: 7, seg: 1, typ: typeDelete, chanID: 1}, encodeDelete("c")),
 		make([]byte, 40),
 		{1, 2, 3},
 	}
@@ -121,6 +133,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		_, _, _ = decodeTruncate(b)
 		_, _ = decodeSegmentStart(b)
 		_, _ = decodeSeal(b)
+		_, _ = decodeDelete(b)
 		h, body, sz, st := decodeFrame(b, 1)
 		if st != frameOK {
 			return
@@ -147,6 +160,8 @@ func FuzzDecodeFrame(f *testing.F) {
 			_, _ = decodeSegmentStart(body)
 		case typeSeal:
 			_, _ = decodeSeal(body)
+		case typeDelete:
+			_, _ = decodeDelete(body)
 		}
 	})
 }

@@ -16,13 +16,15 @@ const (
 	reqAppend reqKind = iota
 	reqTerm
 	reqTruncate
+	reqDelete
 )
 
 // request is one record (or one decision) to submit to the journal.
 type request struct {
 	kind reqKind
-	ch   *channel
-	term int64 // the writer's term; for reqTerm the term to store
+	ch   *channel // nil for reqDelete, which looks its channel up when framed
+	name string   // reqDelete: the channel to delete
+	term int64    // the writer's term; for reqTerm the term to store
 	// gen is the writer's claim on the channel (reqAppend, reqTruncate):
 	// the record is refused unless it is still the channel's latest.
 	gen uint64
@@ -44,13 +46,13 @@ type waiter struct {
 // framing order.
 type rec struct {
 	kind  reqKind
-	ch    *channel
-	entry entry  // reqAppend: where the message is (one rec per message)
-	term  int64  // reqTerm: the term stored
-	gen   uint64 // reqTerm: the claim taken
+	ch    *channel // reqDelete: the deleted channel, nil if there was none
+	entry entry    // reqAppend: where the message is (one rec per message)
+	term  int64    // reqTerm: the term stored
+	gen   uint64   // reqTerm: the claim taken
 	// reqTruncate: the truncation point stored.
 	keep, lastRemoved uint64
-	wrote             bool // a term or truncate frame was written
+	wrote             bool // a term, truncate or delete frame was written
 	// w is nil when nobody waits (SyncNone appends); a batch's waiter is
 	// on its last message's rec only.
 	w *waiter
@@ -88,7 +90,7 @@ type batch struct {
 	pieces   []piece
 	recs     []rec
 	bytes    int
-	needSync bool // it holds a term or truncate frame
+	needSync bool // it holds a term, truncate or delete frame
 }
 
 func (b *batch) empty() bool { return len(b.pieces) == 0 && len(b.recs) == 0 }
@@ -131,7 +133,7 @@ type recovered struct {
 	limit      int64 // the bytes the active segment may fill
 	nextSeq    uint64
 	nextChanID uint32
-	defined    []*channel
+	live       liveSet
 }
 
 // journal is the group-committed segment stream, in two halves.
@@ -164,7 +166,7 @@ type journal struct {
 	fresh    bool          // fseg holds nothing but its start frame
 	nextSeq  uint64
 	nextChan uint32
-	defined  []*channel
+	live     liveSet // what the next segment start frame lists
 
 	wake    chan struct{} // capacity 1
 	stopped chan struct{} // closed when run returns
@@ -189,7 +191,7 @@ func newJournal(s *Store, rs recovered) *journal {
 		fsynced:  rs.off,
 		nextSeq:  rs.nextSeq,
 		nextChan: rs.nextChanID,
-		defined:  rs.defined,
+		live:     rs.live,
 		wake:     make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
 		active:   rs.active,
@@ -335,6 +337,9 @@ func (j *journal) checkClaim(ch *channel, term int64, gen uint64) error {
 // fencedLocked is the fencing decision for a record of the writer of term
 // and claim gen. Called with the journal's mu held.
 func (ch *channel) fencedLocked(term int64, gen uint64) error {
+	if ch.w.deleted {
+		return &walimpls.FencedError{Channel: ch.name, Term: term, Deleted: true}
+	}
 	if gen != ch.w.gen {
 		return &walimpls.FencedError{Channel: ch.name, Term: term, CurrentTerm: ch.w.term}
 	}
@@ -385,8 +390,18 @@ func (j *journal) awaitPublished(ctx context.Context, ch *channel, seq uint64) e
 // batch; with w set it lists r for the round to acknowledge. Called with mu
 // held.
 func (j *journal) frame(r request, w *waiter) (uint64, error) {
+	if r.kind == reqDelete {
+		return 0, j.frameDelete(r.name, w)
+	}
 	ch := r.ch
 	if r.kind == reqTerm {
+		if ch.w.deleted {
+			// The open found the channel before a Delete took it.
+			return 0, errChannelDeleted
+		}
+		if !ch.w.defined && j.nextChan == maxChannelID {
+			return 0, errors.Newf("local: open %q: the store has defined %d channels over its life, as many as channel ids allow", ch.name, maxChannelID-1)
+		}
 		if r.term < ch.w.term {
 			return 0, &walimpls.FencedError{Channel: ch.name, Term: r.term, CurrentTerm: ch.w.term}
 		}
@@ -411,7 +426,7 @@ func (j *journal) frame(r request, w *waiter) (uint64, error) {
 			ch.w.id = j.nextChan
 			j.nextChan++
 			ch.w.defined = true
-			j.defined = append(j.defined, ch)
+			j.live.add(ch)
 		}
 		ch.w.term = r.term
 		if err := j.putMeta(typeTerm, ch.w.id, encodeTerm(r.term, ch.name)); err != nil {
@@ -434,6 +449,46 @@ func (j *journal) frame(r request, w *waiter) (uint64, error) {
 		b.needSync = true
 	}
 	return 0, nil
+}
+
+// maxChannelID bounds the channel ids: a segment start frame's next id is
+// at most this (doc.go, Deleting a channel).
+const maxChannelID = 1<<32 - 1
+
+// frameDelete decides a Delete of name (doc.go, Deleting a channel): it
+// takes the channel out of the store and out of the live set, marks it so
+// that every later record of its writers and claim of its openers is
+// refused, and frames its delete frame when the channel is on disk. The
+// waiter goes with the round, with or without a frame. Called with mu held.
+func (j *journal) frameDelete(name string, w *waiter) error {
+	s := j.s
+	s.mu.Lock()
+	ch := s.channels[name]
+	s.mu.Unlock()
+	b := j.pend
+	if ch == nil {
+		b.recs = append(b.recs, rec{kind: reqDelete, w: w})
+		return nil
+	}
+	wrote := ch.w.defined
+	if wrote {
+		// Framed before the channel leaves the live set: a segment the
+		// frame starts lists the channel, and the frame then ends it.
+		if err := j.putMeta(typeDelete, ch.w.id, encodeDelete(name)); err != nil {
+			return err
+		}
+		j.live.remove(ch)
+		b.needSync = true
+	}
+	ch.w.deleted = true
+	// Only a delete (under mu) removes a channel from the map, so it is
+	// still ch: an Open from now on finds a new channel, whose first
+	// record is framed after this one.
+	s.mu.Lock()
+	delete(s.channels, name)
+	s.mu.Unlock()
+	b.recs = append(b.recs, rec{kind: reqDelete, ch: ch, wrote: wrote, w: w})
+	return nil
 }
 
 // frameBatch frames the messages of one batch, in order and contiguous in
@@ -473,10 +528,10 @@ func (j *journal) frameBatch(ch *channel, bodies [][]byte, w *waiter) (uint64, e
 	return first, nil
 }
 
-// putMeta frames a term or truncate record. Such a record not fitting in an
-// empty segment (a start frame listing a vast number of channels) fails the
-// journal: the channels' journal view already moved ahead of the log.
-// Called with mu held.
+// putMeta frames a term, truncate or delete record. Such a record not
+// fitting in an empty segment (a start frame listing a vast number of live
+// channels) fails the journal: the channels' journal view already moved
+// ahead of the log. Called with mu held.
 func (j *journal) putMeta(typ frameType, chanID uint32, body []byte) error {
 	if _, ok := j.fit(int64(frameSize(len(body)))); !ok {
 		return j.failLocked(errors.Newf("local: a %d-byte record does not fit in a %d-byte segment after its start frame", len(body), j.s.cfg.SegmentBytes))
@@ -537,7 +592,7 @@ func (j *journal) putFrame(typ frameType, chanID uint32, body []byte, flags uint
 }
 
 // nextStart returns the start frame the next segment would get now (a
-// snapshot of every defined channel) and its size with padding. The
+// snapshot of every live channel) and its size with padding. The
 // recycled flag is one varint byte either way, so the frame's size is known
 // before the flusher learns which file it gets. Called with mu held.
 func (j *journal) nextStart() (*segmentStart, int) {
@@ -545,14 +600,7 @@ func (j *journal) nextStart() (*segmentStart, int) {
 	if j.fseg != 0 {
 		prevEnd = j.foff + sealSize
 	}
-	snaps := make([]chanSnapshot, len(j.defined))
-	for i, ch := range j.defined {
-		snaps[i] = chanSnapshot{
-			id: ch.w.id, name: ch.name, term: ch.w.term,
-			keep: ch.w.keep, lastRemoved: ch.w.lastRemoved, lastSeq: ch.w.lastSeq,
-		}
-	}
-	st := &segmentStart{prevEnd: uint64(prevEnd), segmentBytes: j.s.cfg.SegmentBytes, nextChanID: j.nextChan, chans: snaps}
+	st := &segmentStart{prevEnd: uint64(prevEnd), segmentBytes: j.s.cfg.SegmentBytes, nextChanID: j.nextChan, chans: j.live.snapshots()}
 	return st, frameSize(len(encodeSegmentStart(*st)))
 }
 
@@ -794,12 +842,13 @@ func (j *journal) publishSegments() {
 }
 
 // publish makes a written round visible: index entries, terms, truncation
-// points, new segments; then it wakes scanners and acknowledges waiters.
+// points, deletions, new segments; then it wakes scanners and acknowledges
+// waiters.
 func (j *journal) publish(b *batch) {
 	s := j.s
 	j.publishSegments()
-	var touched []*channel
-	truncated := false
+	var touched, deleted []*channel
+	freed := false // a truncation or deletion may free segments
 	records, bytes := 0, 0
 	for i := 0; i < len(b.recs); {
 		r := &b.recs[i]
@@ -828,7 +877,7 @@ func (j *journal) publish(b *batch) {
 			for w := range ch.writers {
 				// The claimer is not listed yet; every listed writer
 				// claimed earlier.
-				if w.gen < r.gen && w.fence(r.term) {
+				if w.gen < r.gen && w.fence(&walimpls.FencedError{CurrentTerm: r.term}) {
 					fenced++
 				}
 			}
@@ -842,7 +891,13 @@ func (j *journal) publish(b *batch) {
 		case reqTruncate:
 			if r.wrote {
 				ch.publishTruncate(r.keep, r.lastRemoved)
-				truncated = true
+				freed = true
+			}
+		case reqDelete:
+			if ch != nil {
+				fenced := ch.publishDelete()
+				deleted = append(deleted, ch)
+				s.log.Info("channel deleted", "channel", ch.name, "stored", r.wrote, "fenced_writers", fenced)
 			}
 		}
 		i++
@@ -870,6 +925,12 @@ func (j *journal) publish(b *batch) {
 		s.m.appendBytes.Add(float64(bytes))
 		s.m.batchRecords.Observe(float64(records))
 	}
+	if len(deleted) > 0 {
+		// After the appends above: those of a deleted channel in this
+		// round were framed before its delete frame.
+		s.forgetInSegments(deleted)
+		freed = true
+	}
 	for _, ch := range touched {
 		ch.wake()
 	}
@@ -878,7 +939,7 @@ func (j *journal) publish(b *batch) {
 			close(r.w.done)
 		}
 	}
-	if truncated {
+	if freed {
 		s.prep.requestGC()
 	}
 }

@@ -142,6 +142,14 @@ func (s *Store) recover() (rs recovered, err error) {
 		return rs, err
 	}
 	rs.nextSeq = r.lastSeq + 1
+	// Deleted channels hold no segment back (publish does the same).
+	for _, seg := range s.segments {
+		for ch := range seg.chans {
+			if ch.deleted.Load() {
+				delete(seg.chans, ch)
+			}
+		}
+	}
 	for _, ch := range s.channels {
 		i := 0
 		for i < len(ch.entries) && ch.entries[i].seq < ch.keep.Load() {
@@ -210,7 +218,7 @@ func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) 
 			ch.w.keep, ch.w.lastRemoved, ch.w.lastSeq = c.keep, c.lastRemoved, c.lastSeq
 			r.byID[c.id] = ch
 			s.channels[c.name] = ch
-			r.rs.defined = append(r.rs.defined, ch)
+			r.rs.live.add(ch)
 		}
 	}
 	r.lastSeq = h.seq
@@ -379,14 +387,7 @@ func (r *replayer) tornSwitch(prev, cur *segScan) error {
 	if err := s.cutTail(cur.seg, cur.buf, 0, 0, cur.startSt, true, &r.report, false); err != nil {
 		return err
 	}
-	snaps := make([]chanSnapshot, len(r.rs.defined))
-	for i, ch := range r.rs.defined {
-		snaps[i] = chanSnapshot{
-			id: ch.w.id, name: ch.name, term: ch.w.term,
-			keep: ch.w.keep, lastRemoved: ch.w.lastRemoved, lastSeq: ch.w.lastSeq,
-		}
-	}
-	st := segmentStart{prevEnd: uint64(prev.off), segmentBytes: s.cfg.SegmentBytes, nextChanID: r.rs.nextChanID, chans: snaps}
+	st := segmentStart{prevEnd: uint64(prev.off), segmentBytes: s.cfg.SegmentBytes, nextChanID: r.rs.nextChanID, chans: r.rs.live.snapshots()}
 	r.lastSeq++
 	fr := appendFrame(nil, frameHeader{seq: r.lastSeq, seg: uint32(num), typ: typeSegmentStart}, encodeSegmentStart(st))
 	size := len(fr)
@@ -454,7 +455,7 @@ func (s *Store) apply(seg *segment, byID map[uint32]*channel, rs *recovered, h f
 			ch.id, ch.w.id, ch.w.defined = h.chanID, h.chanID, true
 			byID[h.chanID] = ch
 			s.channels[name] = ch
-			rs.defined = append(rs.defined, ch)
+			rs.live.add(ch)
 			rs.nextChanID = max(rs.nextChanID, h.chanID+1)
 		}
 		if term > ch.term {
@@ -477,6 +478,26 @@ func (s *Store) apply(seg *segment, byID map[uint32]*channel, rs *recovered, h f
 			ch.lastRemoved.Store(lastRemoved)
 			ch.w.lastRemoved = lastRemoved
 		}
+	case typeDelete:
+		name, err := decodeDelete(body)
+		if err != nil {
+			return errors.WithStack(fmt.Errorf("%w: %w", err, ErrCorrupt))
+		}
+		ch, ok := byID[h.chanID]
+		if !ok {
+			return errors.Wrapf(ErrCorrupt, "delete of undefined channel %d", h.chanID)
+		}
+		if ch.name != name {
+			return errors.Wrapf(ErrCorrupt, "delete of channel %d names %q, but the id was defined as %q", h.chanID, name, ch.name)
+		}
+		// The id ends here: its later frames are corruption, and the name
+		// may be defined again under a new id.
+		delete(byID, h.chanID)
+		delete(s.channels, name)
+		rs.live.remove(ch)
+		ch.w.deleted = true
+		ch.deleted.Store(true)
+		ch.entries = nil
 	case typeSegmentStart:
 		return errors.Wrap(ErrCorrupt, "segment start frame inside a segment")
 	}

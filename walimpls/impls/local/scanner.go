@@ -73,13 +73,16 @@ func (sc *scanner) deliver() error {
 		}
 		msgs, err := sc.read(batch)
 		if err != nil {
-			if ch.lastRemoved.Load() >= batch[0].seq {
-				// The records were truncated (and maybe deleted) under us.
+			if ch.lastRemoved.Load() >= batch[0].seq || ch.deleted.Load() {
+				// The records were truncated or their channel deleted (and
+				// their segment maybe freed) under us.
 				return sc.gone()
 			}
 			return errors.Wrapf(err, "local: scanner %q of %s", sc.name, sc.w.info)
 		}
 		for _, d := range msgs {
+			// A deletion lets the messages read ahead go out (next ends
+			// the scanner after them); a truncation does not.
 			if ch.lastRemoved.Load() >= d.seq {
 				return sc.gone()
 			}
@@ -97,17 +100,24 @@ func (sc *scanner) deliver() error {
 }
 
 func (sc *scanner) gone() error {
+	if sc.w.ch.deleted.Load() {
+		return errors.Wrapf(walimpls.ErrPositionGone, "local: scanner %q of %s at %d: the channel was deleted",
+			sc.name, sc.w.info, sc.cursor)
+	}
 	return errors.Wrapf(walimpls.ErrPositionGone, "local: scanner %q of %s at %d fell behind a truncation up to %d",
 		sc.name, sc.w.info, sc.cursor, sc.w.ch.lastRemoved.Load())
 }
 
 // next copies the index entries from the cursor on, up to the read-ahead
 // budget. With nothing to read it returns the channel to wait on; when the
-// cursor has been truncated it returns nil, nil.
+// cursor has been truncated, or the channel deleted, it returns nil, nil.
 func (sc *scanner) next() ([]entry, <-chan struct{}) {
 	ch := sc.w.ch
 	ch.mu.RLock()
 	defer ch.mu.RUnlock()
+	if ch.deleted.Load() {
+		return nil, nil
+	}
 	if lr := ch.lastRemoved.Load(); lr != 0 && lr >= sc.cursor {
 		return nil, nil
 	}

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sort"
@@ -30,8 +31,11 @@ type Store struct {
 	prep *preparer
 	def  *Opener // serves the Store's own Opener methods
 
-	mu       sync.Mutex // guards channels, openers, closed
-	channels map[string]*channel
+	// mu guards channels, openers, closed. A delete takes it under the
+	// journal's mu (it removes the channel in framing order); nothing
+	// takes the journal's mu under it.
+	mu       sync.Mutex
+	channels map[string]*channel // live channels, and undefined ones opened
 	openers  map[*Opener]struct{}
 	closed   bool
 
@@ -66,6 +70,10 @@ type channel struct {
 	// scanners check it without the lock before every delivery.
 	keep        atomic.Uint64
 	lastRemoved atomic.Uint64
+	// deleted is set, under mu, when the channel's deletion is published:
+	// it is out of the store, and its scanners end (doc.go, Deleting a
+	// channel).
+	deleted atomic.Bool
 
 	mu      sync.RWMutex // guards the published state below
 	id      uint32       // 0 until the channel is defined in the journal
@@ -80,7 +88,11 @@ type channel struct {
 	// recovery before the flusher starts): it runs ahead of the published
 	// state by the records framed but not yet written and published.
 	w struct {
-		defined     bool
+		defined bool
+		// deleted is set when the delete is framed: from then on the
+		// journal refuses the channel's records.
+		deleted     bool
+		slot        int // index in the journal's live set, while defined
 		id          uint32
 		term        int64
 		keep        uint64
@@ -95,6 +107,41 @@ type channel struct {
 
 func newChannel(name string) *channel {
 	return &channel{name: name, notify: make(chan struct{}), writers: map[*wal]struct{}{}}
+}
+
+// liveSet is the channels defined in the journal and not deleted, in no
+// particular order: what a segment start frame lists. Each channel knows
+// its slot (channel.w.slot), so a deletion takes it out in constant time.
+// Guarded like the channels' journal view.
+type liveSet []*channel
+
+func (l *liveSet) add(ch *channel) {
+	ch.w.slot = len(*l)
+	*l = append(*l, ch)
+}
+
+func (l *liveSet) remove(ch *channel) {
+	s := *l
+	i, last := ch.w.slot, len(s)-1
+	if i > last || s[i] != ch {
+		panic(fmt.Sprintf("local: channel %q is not in slot %d of the live set", ch.name, i))
+	}
+	s[i] = s[last]
+	s[i].w.slot = i
+	s[last] = nil
+	*l = s[:last]
+}
+
+// snapshots returns the start frame's view of every live channel.
+func (l liveSet) snapshots() []chanSnapshot {
+	snaps := make([]chanSnapshot, len(l))
+	for i, ch := range l {
+		snaps[i] = chanSnapshot{
+			id: ch.w.id, name: ch.name, term: ch.w.term,
+			keep: ch.w.keep, lastRemoved: ch.w.lastRemoved, lastSeq: ch.w.lastSeq,
+		}
+	}
+	return snaps
 }
 
 // RecoveryReport says what Open found at the tail of the log.
@@ -302,6 +349,27 @@ func (o *Opener) Open(ctx context.Context, info walimpls.Channel) (walimpls.WALI
 	if closed {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "local: open %s on a closed opener", info)
 	}
+	for {
+		w, err := o.open(ctx, info)
+		if errors.Is(err, errChannelDeleted) {
+			// A Delete took the channel this open found: the name is a new
+			// channel now, which this open looks up again.
+			if err := ctx.Err(); err != nil {
+				return nil, errors.Wrapf(err, "local: open %s", info)
+			}
+			continue
+		}
+		return w, err
+	}
+}
+
+// errChannelDeleted tells Open that the channel it found was deleted
+// before its claim was framed, or before its WAL was listed.
+var errChannelDeleted = errors.New("local: channel deleted under an open")
+
+// open is one attempt of Open: errChannelDeleted when the channel it found
+// was deleted meanwhile.
+func (o *Opener) open(ctx context.Context, info walimpls.Channel) (walimpls.WALImpl, error) {
 	ch, err := o.s.channel(info.Name)
 	if err != nil {
 		return nil, err
@@ -309,10 +377,16 @@ func (o *Opener) Open(ctx context.Context, info walimpls.Channel) (walimpls.WALI
 	var gen uint64
 	if info.Mode == walimpls.ReadWrite {
 		if gen, err = o.s.j.submit(ctx, request{kind: reqTerm, ch: ch, term: info.Term}); err != nil {
+			if errors.Is(err, errChannelDeleted) {
+				return nil, err
+			}
 			return nil, errors.Wrapf(err, "local: open %s", info)
 		}
 	}
 	w := newWAL(o, ch, info, gen)
+	if w == nil {
+		return nil, errChannelDeleted
+	}
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()

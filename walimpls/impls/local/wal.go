@@ -35,16 +35,22 @@ type wal struct {
 
 var _ walimpls.WALImpl = (*wal)(nil)
 
+// newWAL returns a WAL of ch, listed among its writers when ReadWrite; nil
+// when the channel's deletion was published before (the caller looks the
+// name up again: it is a new channel now).
 func newWAL(o *Opener, ch *channel, info walimpls.Channel, gen uint64) *wal {
 	w := &wal{o: o, s: o.s, ch: ch, info: info, gen: gen}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.deleted.Load() {
+		return nil
+	}
 	if info.Mode == walimpls.ReadWrite {
-		ch.mu.Lock()
 		if ch.gen > gen {
 			// A later open claimed the channel between our claim and now.
-			w.fence(ch.term)
+			w.fence(&walimpls.FencedError{CurrentTerm: ch.term})
 		}
 		ch.writers[w] = struct{}{}
-		ch.mu.Unlock()
 	}
 	return w
 }
@@ -55,10 +61,16 @@ func (w *wal) WALName() string { return Name }
 // Channel implements walimpls.WALImpl.
 func (w *wal) Channel() walimpls.Channel { return w.info }
 
-// fence marks the writer fenced by a claim at term current, unless it is
-// already; it reports whether it was not.
-func (w *wal) fence(current int64) bool {
-	return w.fenced.CompareAndSwap(nil, &walimpls.FencedError{Channel: w.info.Name, Term: w.info.Term, CurrentTerm: current})
+// fence marks the writer fenced as fe says (its CurrentTerm and Deleted;
+// the channel and term are the writer's), unless it is already; it reports
+// whether it was not. A deletion overrides an earlier fence: it is the
+// last word on the channel.
+func (w *wal) fence(fe *walimpls.FencedError) bool {
+	mine := &walimpls.FencedError{Channel: w.info.Name, Term: w.info.Term, CurrentTerm: fe.CurrentTerm, Deleted: fe.Deleted}
+	if fe.Deleted {
+		return w.fenced.Swap(mine) == nil
+	}
+	return w.fenced.CompareAndSwap(nil, mine)
 }
 
 // fencedErr returns a copy of the writer's fence, nil if it is not known to
@@ -75,7 +87,7 @@ func (w *wal) fencedErr() error {
 func (w *wal) noteFenced(err error) {
 	var fe *walimpls.FencedError
 	if errors.As(err, &fe) {
-		w.fence(fe.CurrentTerm)
+		w.fence(fe)
 	}
 }
 
@@ -153,7 +165,7 @@ func (w *wal) appendBatch(ctx context.Context, msgs []message.Message) (uint64, 
 	if err != nil {
 		var fe *walimpls.FencedError
 		if errors.As(err, &fe) {
-			w.fence(fe.CurrentTerm)
+			w.fence(fe)
 			return 0, err
 		}
 		return 0, errors.Wrapf(err, "local: append to %s", w.info)
@@ -166,14 +178,14 @@ func (w *wal) appendBatch(ctx context.Context, msgs []message.Message) (uint64, 
 // Truncate is ErrFenced, whatever upTo, and removes nothing.
 func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if err := w.writable(ctx, "truncate"); err != nil {
-		return err
+		return walimpls.MarkNotStored(err)
 	}
 	// Decided again when the truncate record is framed; this check makes a
 	// fenced writer's every Truncate ErrFenced, before its position is
 	// looked at.
 	if err := w.s.j.checkClaim(w.ch, w.info.Term, w.gen); err != nil {
 		w.noteFenced(err)
-		return err
+		return walimpls.MarkNotStored(err)
 	}
 	seq, err := seqOf(upTo)
 	if err != nil {
@@ -205,7 +217,7 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if _, err := w.s.j.submit(ctx, r); err != nil {
 		var fe *walimpls.FencedError
 		if errors.As(err, &fe) {
-			w.fence(fe.CurrentTerm)
+			w.fence(fe)
 			return err
 		}
 		return errors.Wrapf(err, "local: truncate %s", w.info)
@@ -260,6 +272,11 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		return nil, errors.Newf("local: read %s: negative read-ahead %d", w.info, opt.ReadAheadBytes)
 	}
 	ch := w.ch
+	if ch.deleted.Load() {
+		// Every position of a deleted channel is gone; a deletion
+		// published after this check ends the scanner instead.
+		return nil, errors.Wrapf(walimpls.ErrPositionGone, "local: read %s: the channel was deleted", w.info)
+	}
 	var cursor uint64
 	p := opt.DeliverPolicy
 	if id, inclusive, ok := p.StartID(); ok {
