@@ -2,10 +2,12 @@ package pulsartest
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +43,12 @@ type Config struct {
 	MaxMessageSize int32
 	// Logger receives the broker's logs; nil discards them.
 	Logger *slog.Logger
+	// ServeAdmin serves a minimal admin REST API (topic unload, delete and
+	// stats; see admin.go) on another loopback port: Broker.AdminURL.
+	ServeAdmin bool
+	// AdminToken, when set, is the bearer token every admin request must
+	// carry.
+	AdminToken string
 }
 
 // Validate reports a configuration the broker cannot run with.
@@ -70,6 +78,9 @@ type Broker struct {
 	crc    *crc32.Table
 	ln     net.Listener
 	url    string
+	// admin serves the admin API when Config.ServeAdmin is set.
+	admin    *http.Server
+	adminURL string
 
 	work     chan func()
 	stop     chan struct{} // closed by Close
@@ -130,6 +141,13 @@ func New(cfg Config) (*Broker, error) {
 			nextLedger: 100,
 		},
 	}
+	if cfg.ServeAdmin {
+		host, _, _ := net.SplitHostPort(ln.Addr().String())
+		if err := b.startAdmin(host); err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+	}
 	b.wg.Add(2)
 	go b.run()
 	go b.acceptLoop()
@@ -157,6 +175,14 @@ func (b *Broker) Close() {
 	b.stopOnce.Do(func() {
 		close(b.stop)
 		_ = b.ln.Close()
+		if b.admin != nil {
+			// Requests in progress end at once: the loop refuses work
+			// once stop is closed.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = b.admin.Shutdown(ctx)
+			cancel()
+			_ = b.admin.Close()
+		}
 	})
 	b.wg.Wait()
 }
@@ -363,6 +389,41 @@ func (b *Broker) UnloadTopic(name string) error {
 		b.unload(t)
 		return nil
 	})
+}
+
+// DeleteTopic emulates the admin API's forced topic deletion (DELETE
+// /admin/v2/persistent/{tenant}/{namespace}/{topic}?force=true): the
+// broker closes every producer and consumer of the topic (CLOSE_PRODUCER,
+// CLOSE_CONSUMER), refuses the WaitForExclusive producers still queued
+// (ERROR TopicNotFound), and forgets the topic with its entries,
+// subscriptions, topic epoch and deduplication state. The clients
+// reconnect as after an unload and find no topic: with auto-creation on
+// they create a new, empty one, on a new ledger and at epoch 0, so an
+// exclusive producer coming back with its old epoch is granted there and
+// resends what it had pending; with DisableAutoTopicCreation they are
+// refused with TopicNotFound, and pulsar-client-go then gives the producer
+// up (its pending sends fail). A topic the broker does not have is
+// ErrTopicNotFound.
+func (b *Broker) DeleteTopic(name string) error {
+	return b.do(func(st *state) error {
+		t, err := st.lookupTopic(name)
+		if err != nil {
+			return err
+		}
+		b.removeTopic(t)
+		return nil
+	})
+}
+
+// TopicExists reports whether the broker has the topic, without creating
+// it.
+func (b *Broker) TopicExists(name string) (bool, error) {
+	var ok bool
+	err := b.do(func(st *state) error {
+		ok = st.topics[topicName(name)] != nil
+		return nil
+	})
+	return ok, err
 }
 
 // DropAllConnections closes every client connection; clients reconnect.

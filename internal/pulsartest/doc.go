@@ -97,6 +97,29 @@
 // messages after it reconnects. With Config.Deduplication a resent message whose sequence id
 // was already persisted for that producer name is not stored again.
 //
+// # Deleting topics and the admin API
+//
+// The binary protocol cannot delete a topic; Broker.DeleteTopic does what
+// Pulsar's forced delete does. The broker sends CLOSE_PRODUCER to every
+// granted producer and CLOSE_CONSUMER to every consumer of the topic,
+// answers the queued WaitForExclusive producers with ERROR TopicNotFound,
+// and forgets the topic: entries, durable subscriptions, topic epoch and
+// deduplication state. The closed clients reconnect. With auto-creation
+// on, the first to come back creates the topic again, empty, on a new
+// ledger; an exclusive producer presenting its old topic epoch is granted
+// there (the new topic has none to compare with) and resends what it had
+// pending, as against a Pulsar broker. With DisableAutoTopicCreation they
+// get TopicNotFound, and pulsar-client-go gives a producer up for good.
+// TopicExists tells whether a topic exists without creating it.
+//
+// With Config.ServeAdmin the broker also serves a minimal admin REST API
+// on another loopback port (Broker.AdminURL): PUT .../unload, DELETE
+// (?force=true for a topic in use) and GET .../stats of
+// /admin/v2/persistent/{tenant}/{namespace}/{topic}, answering 204 (200
+// for stats), 404 for a topic it does not have, 412 for a non-forced
+// delete of a topic in use, and 401 without the Config.AdminToken bearer
+// token when one is set. See admin.go.
+//
 // Fault hooks: InjectSendError answers SEND_ERROR (the client reconnects and
 // resends), DelayReceipts holds receipts back, and StallSends makes a topic
 // stop storing and answering SENDs, so that only the client's SendTimeout
@@ -123,8 +146,10 @@
 // producers, subscriptions, connections. Each connection has a reader
 // goroutine (frames → decoded commands → the loop) and a writer goroutine
 // (drains the connection's queue, guarded by conn.mu). The acceptor, the
-// loop and every connection goroutine are counted in Broker.wg; Close
-// closes the listener and all connections and waits for all of them. Hooks
+// loop, every connection goroutine and the admin server's are counted in
+// Broker.wg; Close closes the listeners and all connections and waits for
+// all of them (admin requests hand their work to the loop like hooks, and
+// their connections close after each response). Hooks
 // run their work on the loop goroutine and wait for it.
 //
 // # Known pulsar-client-go v0.19.0 behaviours met while testing

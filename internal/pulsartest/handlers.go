@@ -197,6 +197,32 @@ func (b *Broker) topicFor(name string, create bool) *topic {
 // unload closes every producer and consumer of t from the broker side and
 // moves the topic to a new ledger; queued exclusive producers are granted.
 func (b *Broker) unload(t *topic) {
+	b.closeProducers(t)
+	b.closeConsumers(t)
+	t.rollLedger(b.st.newLedger())
+	b.grantWaiters(t)
+}
+
+// removeTopic deletes t as a forced delete does: its granted producers
+// and its consumers are closed from the broker side (the clients
+// reconnect), its queued WaitForExclusive producers are refused with
+// TopicNotFound, and the topic is forgotten with its entries,
+// subscriptions, epoch and deduplication state. A client that comes back
+// finds no topic: it creates a new, empty one if auto-creation is on.
+func (b *Broker) removeTopic(t *topic) {
+	b.closeProducers(t)
+	for _, w := range t.waiters {
+		delete(w.c.producers, w.id)
+		b.sendError(w.c, w.requestID, errTopicNotFound, "topic %s was deleted", t.name)
+	}
+	t.waiters = nil
+	b.closeConsumers(t)
+	delete(b.st.topics, t.name)
+}
+
+// closeProducers closes every granted producer of t from the broker side
+// (CLOSE_PRODUCER); the clients reconnect.
+func (b *Broker) closeProducers(t *topic) {
 	for p := range t.producers {
 		b.st.nextRequest++
 		id := b.st.nextRequest
@@ -205,6 +231,11 @@ func (b *Broker) unload(t *topic) {
 		delete(t.producers, p)
 	}
 	t.exclusive = false
+}
+
+// closeConsumers closes every consumer of t from the broker side
+// (CLOSE_CONSUMER); the clients resubscribe.
+func (b *Broker) closeConsumers(t *topic) {
 	for _, s := range t.subs {
 		if cons := s.consumer; cons != nil {
 			b.st.nextRequest++
@@ -213,8 +244,6 @@ func (b *Broker) unload(t *topic) {
 			b.removeConsumer(cons)
 		}
 	}
-	t.rollLedger(b.st.newLedger())
-	b.grantWaiters(t)
 }
 
 // --- producers ---

@@ -298,3 +298,53 @@ func TestRawUnsubscribe(t *testing.T) {
 	c.send(cmdUnsubscribe, nil, func(m msg) { m.setU64("consumer_id", 1).setU64("request_id", 3) })
 	require.Equal(t, errConsumerNotFound, c.expect(cmdError).enum("error"))
 }
+
+// TestRawDeleteTopic: a forced delete closes the granted producer and the
+// consumer, refuses the queued WaitForExclusive producer with
+// TopicNotFound, and drops later SENDs of the closed producer. A producer
+// coming back with its epoch re-creates the topic (auto-creation on) and
+// is granted there with that epoch: the deleted topic's epoch is gone.
+func TestRawDeleteTopic(t *testing.T) {
+	b := Start(t, Config{})
+	c := dialRaw(t, b)
+	c.connect()
+	topic := "persistent://public/default/deleted"
+	c.send(cmdProducer, nil, func(m msg) {
+		m.setStr("topic", topic).setU64("producer_id", 1).setU64("request_id", 1).
+			setEnum("producer_access_mode", accessExclusive)
+	})
+	require.Equal(t, uint64(1), c.expect(cmdProducerSuccess).u64("topic_epoch"))
+	c.send(cmdProducer, nil, func(m msg) {
+		m.setStr("topic", topic).setU64("producer_id", 2).setU64("request_id", 2).
+			setEnum("producer_access_mode", accessWaitForExclusive)
+	})
+	require.False(t, c.expect(cmdProducerSuccess).boolean("producer_ready"))
+	c.send(cmdSubscribe, nil, func(m msg) {
+		m.setStr("topic", topic).setStr("subscription", "s").setEnum("subType", subExclusive).
+			setU64("consumer_id", 1).setU64("request_id", 3)
+	})
+	c.expect(cmdSuccess)
+	c.send(cmdSend, entryBytes("before", 0), func(m msg) { m.setU64("producer_id", 1).setU64("sequence_id", 0) })
+	c.expect(cmdSendReceipt)
+
+	require.NoError(t, b.DeleteTopic(topic))
+	require.Equal(t, uint64(1), c.expect(cmdCloseProducer).u64("producer_id"))
+	e := c.expect(cmdError)
+	require.Equal(t, uint64(2), e.u64("request_id"))
+	require.Equal(t, errTopicNotFound, e.enum("error"))
+	require.Equal(t, uint64(1), c.expect(cmdCloseConsumer).u64("consumer_id"))
+	_, err := b.Stats(topic)
+	require.ErrorIs(t, err, ErrTopicNotFound)
+
+	// A SEND of the closed producer is dropped: it creates nothing.
+	c.send(cmdSend, entryBytes("late", 0), func(m msg) { m.setU64("producer_id", 1).setU64("sequence_id", 1) })
+	c.send(cmdProducer, nil, func(m msg) {
+		m.setStr("topic", topic).setU64("producer_id", 1).setU64("request_id", 4).
+			setEnum("producer_access_mode", accessExclusive).setU64("topic_epoch", 1)
+	})
+	require.Equal(t, uint64(1), c.expect(cmdProducerSuccess).u64("topic_epoch"), "granted on the new topic with the epoch it brought")
+	st, err := b.Stats(topic)
+	require.NoError(t, err)
+	require.Zero(t, st.Entries)
+	require.Empty(t, st.Cursors)
+}

@@ -141,6 +141,16 @@ func (t *topic) deleteBelow(p Position) int {
 	return n
 }
 
+// hasConsumers reports whether a consumer is attached to t.
+func (t *topic) hasConsumers() bool {
+	for _, s := range t.subs {
+		if s.consumer != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // slowestCursor returns the lowest mark-delete position of the durable
 // subscriptions, ok false when there are none.
 func (t *topic) slowestCursor() (Position, bool) {
