@@ -97,19 +97,28 @@ func (o *Opener) writeClaim(ctx context.Context, topic string, term int64, n non
 }
 
 // readClaims reads the whole claim partition of topic, up to its end at the
-// time of the call.
-func (o *Opener) readClaims(ctx context.Context, topic string) (claims, error) {
+// time of the call. id is the topic's ID when the caller learnt it (zero
+// when unknown): a failed read asks the cluster whether the topic still
+// exists under that ID, and fails with errTopicGone when it does not,
+// instead of retrying until ctx ends.
+func (o *Opener) readClaims(ctx context.Context, topic string, id topicID) (claims, error) {
 	var out claims
+	gone := func(err error) error {
+		if g, gerr := o.topicGone(ctx, topic, id); gerr == nil && g {
+			return errPermanent{errTopicGone}
+		}
+		return err
+	}
 	err := retry(ctx, func() error {
 		out = out[:0]
 		start, end, err := o.bounds(ctx, topic, claimPartition, false)
 		if err != nil {
-			return err
+			return gone(err)
 		}
 		for next := start; next < end; {
 			fp, after, err := o.fetchRaw(ctx, topic, claimPartition, next, 1<<20, false)
 			if err != nil {
-				return err
+				return gone(err)
 			}
 			for _, r := range fp.Records {
 				if c, ok := decodeClaim(r); ok {
@@ -123,12 +132,32 @@ func (o *Opener) readClaims(ctx context.Context, topic string) (claims, error) {
 			}
 			next = after
 		}
-		return nil
+		return o.sameTopic(ctx, topic, id)
 	})
 	if err != nil {
 		return nil, errors.Wrapf(err, "kafka: read term claims of %q", topic)
 	}
 	return out, nil
+}
+
+// sameTopic checks, in the client's metadata cache (no request when it is
+// fresh), that topic still has the ID id: list offsets name the topic, and
+// would read a topic created again after a Delete as if it were the old
+// one. The cache may still hold the old ID for up to MetadataMinAge; a
+// read it misses finds the claims of the new topic, where this writer's
+// claim is not, so the writer is fenced all the same.
+func (o *Opener) sameTopic(ctx context.Context, topic string, id topicID) error {
+	if id == (topicID{}) {
+		return nil
+	}
+	md, err := o.adm.Metadata(ctx, topic)
+	if err != nil {
+		return err
+	}
+	if td, ok := md.Topics[topic]; ok && td.Err == nil && topicID(td.ID) != (topicID{}) && topicID(td.ID) != id {
+		return errPermanent{errTopicGone}
+	}
+	return nil
 }
 
 // dropClaimsBefore deletes the claims before off (best effort: they are

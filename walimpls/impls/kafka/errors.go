@@ -69,6 +69,12 @@ func fencedError(channel string, term, current int64) error {
 	return &walimpls.FencedError{Channel: channel, Term: term, CurrentTerm: current}
 }
 
+// deletedError is the fence of a writer whose channel was deleted; msg says
+// how the writer learnt it.
+func deletedError(ch walimpls.Channel, msg string) error {
+	return errors.Wrap(&walimpls.FencedError{Channel: ch.Name, Term: ch.Term, Deleted: true}, msg)
+}
+
 // errorOr returns err, or a generic error when a lookup found nothing.
 func errorOr(err error) error {
 	if err != nil {

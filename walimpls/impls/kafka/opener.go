@@ -62,6 +62,11 @@ type Opener struct {
 	mu     sync.Mutex
 	closed bool
 	wals   map[*wal]struct{}
+
+	// idMu guards topicIDs: the ID each topic had when this opener last
+	// opened or created it (see noteTopicID).
+	idMu     sync.Mutex
+	topicIDs map[string]topicID
 }
 
 var _ walimpls.Opener = (*Opener)(nil)
@@ -87,7 +92,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 	if err != nil {
 		return nil, err
 	}
-	o := &Opener{cfg: cfg, tls: tc, log: logger, m: m, wals: map[*wal]struct{}{}}
+	o := &Opener{cfg: cfg, tls: tc, log: logger, m: m, wals: map[*wal]struct{}{}, topicIDs: map[string]topicID{}}
 	opts := append(o.baseOpts(),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
@@ -210,14 +215,15 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 		return nil, err
 	}
 	topic := o.cfg.topicName(ch.Name)
-	if err := o.ensureTopic(ctx, topic); err != nil {
+	id, err := o.ensureTopic(ctx, topic)
+	if err != nil {
 		return nil, err
 	}
 	limit, err := o.topicLimit(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	w := newWAL(o, ch, topic, limit)
+	w := newWAL(o, ch, topic, id, limit)
 	if ch.Mode == walimpls.ReadWrite {
 		if err := w.startWriter(ctx); err != nil {
 			w.shutdown()
@@ -252,7 +258,8 @@ func (o *Opener) Create(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return o.ensureTopic(ctx, o.cfg.topicName(name))
+	_, err := o.ensureTopic(ctx, o.cfg.topicName(name))
+	return err
 }
 
 func (o *Opener) isClosed() bool {
@@ -261,34 +268,37 @@ func (o *Opener) isClosed() bool {
 	return o.closed
 }
 
-// ensureTopic creates topic when missing and makes sure it has the two
-// partitions the backend uses.
-func (o *Opener) ensureTopic(ctx context.Context, topic string) error {
+// ensureTopic creates topic when missing, makes sure it has the two
+// partitions the backend uses, and returns its ID. It reads the metadata
+// from the cluster, never from franz-go's cache: a topic deleted a moment
+// ago must be created again, not found in the cache.
+func (o *Opener) ensureTopic(ctx context.Context, topic string) (topicID, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.CreateTimeout)
 	defer cancel()
-	return retry(ctx, func() error {
-		md, err := o.adm.Metadata(ctx, topic)
+	var id topicID
+	err := retry(ctx, func() error {
+		td, err := o.freshTopic(ctx, topic)
 		if err != nil {
 			return err
 		}
-		td, ok := md.Topics[topic]
 		switch {
-		case ok && td.Err == nil:
-			if n := len(td.Partitions); n < 2 {
+		case td.exists && td.err == nil:
+			if n := len(td.parts); n < 2 {
 				o.log.Warn("adding a partition for term claims", "topic", topic, "partitions", n)
 				if _, err := o.adm.CreatePartitions(ctx, 2-n, topic); err != nil && !errors.Is(err, kerr.InvalidPartitions) {
 					return err
 				}
 				return errRetry
 			}
-			for _, p := range td.Partitions {
-				if p.Partition < 2 && (p.Err != nil || p.Leader < 0) {
+			for n, p := range td.parts {
+				if n < 2 && (p.err != nil || p.leader < 0) {
 					return errRetry
 				}
 			}
+			id = td.id
 			return nil
-		case ok && !errors.Is(td.Err, kerr.UnknownTopicOrPartition):
-			return td.Err
+		case td.exists:
+			return td.err
 		}
 		cfgs := make(map[string]*string, len(o.cfg.TopicConfigs))
 		for k, v := range o.cfg.TopicConfigs {
@@ -311,6 +321,11 @@ func (o *Opener) ensureTopic(ctx context.Context, topic string) error {
 		}
 		return errRetry // re-read the metadata until the partitions have leaders
 	})
+	if err != nil {
+		return topicID{}, err
+	}
+	o.noteTopicID(topic, id)
+	return id, nil
 }
 
 // topicLimit returns the batch limit of topic: the configured one, or the

@@ -151,6 +151,9 @@ func (s *scanner) consume() error {
 				return nil
 			case isPermanentFetchErr(fe.Err):
 				return errors.Wrapf(fe.Err, "kafka: scanner %q of channel %q", s.name, s.w.ch.Name)
+			case isUnknownTopic(fe.Err) && s.topicGone():
+				// Deleted (by hand, or by another node).
+				return s.w.goneErr(fmt.Sprintf("scanner %q", s.name))
 			default:
 				s.w.log.Debug("fetch error", "scanner", s.name, "err", fe.Err)
 			}
@@ -177,6 +180,13 @@ func (s *scanner) consume() error {
 			return nil
 		}
 	}
+}
+
+// topicGone asks the cluster, over the scanner's client, whether the
+// channel's topic is gone or was created again since the WAL opened.
+func (s *scanner) topicGone() bool {
+	gone, err := topicGone(s.Context(), s.cl, s.w.topic, s.w.topicID)
+	return err == nil && gone
 }
 
 // outOfRange decides what an OFFSET_OUT_OF_RANGE means: next was truncated

@@ -22,6 +22,9 @@ type wal struct {
 	o     *Opener
 	ch    walimpls.Channel
 	topic string
+	// topicID is the topic's ID when the WAL opened (zero on brokers
+	// without IDs): a topic of that name under another ID is a new channel.
+	topicID topicID
 	// limit is the broker's batch limit for the topic; declared is what
 	// callers see (limit minus the framing overhead).
 	limit    int
@@ -44,9 +47,9 @@ type wal struct {
 
 var _ walimpls.WALImpl = (*wal)(nil)
 
-func newWAL(o *Opener, ch walimpls.Channel, topic string, limit int) *wal {
+func newWAL(o *Opener, ch walimpls.Channel, topic string, id topicID, limit int) *wal {
 	w := &wal{
-		o: o, ch: ch, topic: topic,
+		o: o, ch: ch, topic: topic, topicID: id,
 		limit: limit, declared: limit - recordOverhead,
 		log:   o.log.With("channel", ch.Name, "term", ch.Term, "mode", ch.Mode.String()),
 		nonce: newNonce(),
@@ -67,7 +70,7 @@ func (w *wal) startWriter(ctx context.Context) error {
 		w.wr = pw
 		return nil
 	}
-	cs, err := w.o.readClaims(ctx, w.topic)
+	cs, err := w.o.readClaims(ctx, w.topic, w.topicID)
 	if err != nil {
 		return err
 	}
@@ -118,22 +121,35 @@ func (w *wal) checkFence(ctx context.Context) error {
 }
 
 // checkWinner reads the claims and returns a FencedError unless this WAL's
-// claim wins.
+// claim wins. The channel was deleted (a FencedError with Deleted set)
+// when the topic is gone or new.
 func (w *wal) checkWinner(ctx context.Context) error {
-	cs, err := w.o.readClaims(ctx, w.topic)
-	if err != nil {
+	cs, err := w.o.readClaims(ctx, w.topic, w.topicID)
+	switch {
+	case errors.Is(err, errTopicGone):
+		return deletedError(w.ch, "kafka: the channel's topic was deleted")
+	case err != nil:
 		return err
 	}
 	win, ok := cs.winner()
-	if ok && win.nonce == w.nonce {
+	switch {
+	case ok && win.nonce == w.nonce:
 		return nil
+	case ok:
+		return fencedError(w.ch.Name, w.ch.Term, win.term)
 	}
-	current := win.term
-	if !ok {
-		// Our claim is gone: only a later winner deletes claims.
-		current = 0
+	// No claim at all. Only a later winner deletes ours, and it keeps its
+	// own: the claim partition was emptied by hand, or the topic is a new
+	// one, created after a Delete. Either way the channel is not ours.
+	if gone, err := w.o.topicGone(ctx, w.topic, w.topicID); err == nil && gone {
+		return deletedError(w.ch, "kafka: the channel's topic was deleted")
 	}
-	return fencedError(w.ch.Name, w.ch.Term, current)
+	return fencedError(w.ch.Name, w.ch.Term, 0)
+}
+
+// goneErr is the ErrPositionGone error of a WAL whose channel was deleted.
+func (w *wal) goneErr(what string) error {
+	return errors.Wrapf(walimpls.ErrPositionGone, "kafka: %s of channel %q: the channel was deleted", what, w.ch.Name)
 }
 
 func (w *wal) WALName() string           { return Name }
