@@ -12,22 +12,14 @@ import (
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/message"
-	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
 func strconvI(v int64) string { return strconv.FormatInt(v, 10) }
 
-// Take-over pacing: the first TakeOver call comes after
-// Config.TakeOverGrace (an owner that already left grants access at once,
-// and a live owner's meta watcher releases the topic within a round trip or
-// two of the claim), later ones back off to takeOverMaxBackoff.
-const (
-	takeOverMaxBackoff = 2 * time.Second
-	// fenceCheckTimeout bounds the meta-topic read that decides whether a
-	// producer closed by the broker was fenced by a higher term.
-	fenceCheckTimeout = 10 * time.Second
-)
+// fenceCheckTimeout bounds the meta-topic read that decides whether a
+// producer closed by the broker was fenced by a higher term.
+const fenceCheckTimeout = 10 * time.Second
 
 // errBatchCut is why the messages of a batch after a failed one are not
 // handed over; the batch reports the earlier failure instead.
@@ -215,10 +207,10 @@ func (wr *writer) fence(err error) {
 }
 
 // acquire creates a dedicated client and a WaitForExclusive producer on the
-// channel's topic, calling Config.TakeOver while the producer waits, and
-// then checks that this WAL's claim still wins. With precheck it first
-// makes sure the claim wins, so that a stale writer never takes the topic
-// from the owner.
+// channel's topic, calling Config.TakeOver while the producer waits (see
+// acquireExclusive), and then checks that this WAL's claim still wins.
+// With precheck it first makes sure the claim wins, so that a stale writer
+// never takes the topic from the owner.
 //
 // An open that a claim beats never disturbs the topic: while the producer
 // waits, the meta watcher fencing the writer (it saw a higher claim, or a
@@ -237,76 +229,32 @@ func (wr *writer) acquire(ctx context.Context, precheck bool) (pulsar.Client, pu
 			return nil, nil, err
 		}
 	}
-	cl, err := w.o.newClient()
-	if err != nil {
-		return nil, nil, err
-	}
 	sendTimeout := cfg.SendTimeout
 	if sendTimeout < 0 {
 		sendTimeout = -1
 	}
-	opts := pulsar.ProducerOptions{
-		Topic:               w.topic,
-		ProducerAccessMode:  pulsar.ProducerAccessModeWaitForExclusive,
-		SendTimeout:         sendTimeout,
-		BatchingMaxMessages: uint(cfg.MaxBatchMessages),
-		MaxPendingMessages:  cfg.MaxBatchMessages,
-	}
-	res := make(chan creation, 1)
-	started := time.Now()
-	go func() {
-		p, err := cl.CreateProducer(opts)
-		res <- creation{p, err}
-	}()
-	// abandon returns at once; the opener withdraws the waiting producer
-	// (see withdraw).
-	abandon := func(cause error) (pulsar.Client, pulsar.Producer, error) {
-		w.o.withdraw(w.topic, cl, res, started)
-		return nil, nil, cause
-	}
-	deadline := time.NewTimer(cfg.TakeOverTimeout)
-	defer deadline.Stop()
-	// The first tick comes after TakeOverGrace, the later ones from twice
-	// that (at least 2ms) doubling to takeOverMaxBackoff.
-	pace := backoff.Config{
-		Initial:  min(max(2*cfg.TakeOverGrace, 2*time.Millisecond), takeOverMaxBackoff),
-		Max:      takeOverMaxBackoff,
-		NoJitter: true,
-	}
-	ticks := 0
-	tick := time.NewTimer(cfg.TakeOverGrace)
-	defer tick.Stop()
-	var p pulsar.Producer
-	for p == nil {
-		select {
-		case r := <-res:
-			if r.err != nil {
-				cl.Close()
-				if ctx.Err() != nil {
-					return nil, nil, ctx.Err()
-				}
-				if err := wr.fencedErr(); err != nil {
-					return nil, nil, err
-				}
-				return nil, nil, errors.Wrapf(r.err, "pulsar: exclusive producer for channel %q", w.ch.Name)
-			}
-			p = r.p
-		case <-wr.fencedCh:
-			w.log.Info("a higher claim won while waiting for the topic; giving up", "topic", w.topic)
-			return abandon(wr.fencedErr())
-		case <-tick.C:
-			if cfg.TakeOver != nil {
-				if err := wr.takeOver(ctx); err != nil {
-					return abandon(err)
-				}
-			}
-			tick.Reset(pace.Delay(ticks))
-			ticks++
-		case <-ctx.Done():
-			return abandon(ctx.Err())
-		case <-deadline.C:
-			return abandon(errors.Newf("pulsar: channel %q: no exclusive access to %s within %s", w.ch.Name, w.topic, cfg.TakeOverTimeout))
+	cl, p, _, err := w.o.acquireExclusive(ctx, exclusiveReq{
+		topic: w.topic,
+		what:  fmt.Sprintf("channel %q", w.ch.Name),
+		opts: pulsar.ProducerOptions{
+			SendTimeout:         sendTimeout,
+			BatchingMaxMessages: uint(cfg.MaxBatchMessages),
+			MaxPendingMessages:  cfg.MaxBatchMessages,
+		},
+		giveUp:   wr.fencedCh,
+		takeOver: wr.takeOver,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
 		}
+		if ferr := wr.fencedErr(); ferr != nil {
+			if errors.Is(err, errGaveUp) {
+				w.log.Info("a higher claim won while waiting for the topic; giving up", "topic", w.topic)
+			}
+			return nil, nil, ferr
+		}
+		return nil, nil, err
 	}
 	if err := wr.checkClaim(ctx); err != nil {
 		p.Close()
