@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"math"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -30,6 +31,16 @@ var (
 const claimLen = 4 + 8 + 16
 
 type nonce [16]byte
+
+// The deletion marker is the claim Opener.Delete writes before it fences the
+// channel's producers: the highest term there is, with a nonce no open
+// draws (a random nonce equals it with probability 2^-128). It wins over
+// every other claim, the same-term claim of an open written after it
+// included, so that nothing acquires the channel once it is written. A node
+// that does not know the marker still sees a claim of a term above its own.
+var deletionNonce = nonce([]byte("streamwal-delete"))
+
+const deletionTerm = math.MaxInt64
 
 func newNonce() nonce {
 	var n nonce
@@ -61,8 +72,22 @@ func decodeClaim(r *kgo.Record) (claim, bool) {
 	return c, c.term >= 0
 }
 
+// isDeletion reports whether c is the deletion marker.
+func (c claim) isDeletion() bool { return c.term == deletionTerm && c.nonce == deletionNonce }
+
 // claims is every claim still in a channel's claim partition.
 type claims []claim
+
+// deleting reports whether the deletion marker is among the claims: the
+// topic is being deleted.
+func (cs claims) deleting() bool {
+	for _, c := range cs {
+		if c.isDeletion() {
+			return true
+		}
+	}
+	return false
+}
 
 // maxTerm is the highest term claimed, -1 when there is no claim.
 func (cs claims) maxTerm() int64 {
@@ -73,12 +98,16 @@ func (cs claims) maxTerm() int64 {
 	return m
 }
 
-// winner is the claim that owns the channel: the highest term, and among
-// claims of that term the last one written.
+// winner is the claim that owns the channel: the deletion marker if there
+// is one, else the highest term, and among claims of that term the last one
+// written.
 func (cs claims) winner() (claim, bool) {
 	var w claim
 	found := false
 	for _, c := range cs {
+		if c.isDeletion() {
+			return c, true
+		}
 		if !found || c.term > w.term || c.term == w.term && c.offset > w.offset {
 			w, found = c, true
 		}

@@ -75,6 +75,10 @@ func deletedError(ch walimpls.Channel, msg string) error {
 	return errors.Wrap(&walimpls.FencedError{Channel: ch.Name, Term: ch.Term, Deleted: true}, msg)
 }
 
+// errDeleting refuses an open that found the channel being deleted: the
+// open waits for the topic to go and creates a new one.
+var errDeleting = errors.New("the channel is being deleted")
+
 // errorOr returns err, or a generic error when a lookup found nothing.
 func errorOr(err error) error {
 	if err != nil {

@@ -41,6 +41,9 @@ func (w *wal) Last(ctx context.Context) (message.ID, error) {
 	if w.isClosed() {
 		return message.ID{}, w.closedErr()
 	}
+	if w.deleted.Load() {
+		return message.ID{}, w.goneErr("last message")
+	}
 	if err := ctx.Err(); err != nil {
 		return message.ID{}, err
 	}

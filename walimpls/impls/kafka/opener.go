@@ -215,19 +215,37 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 		return nil, err
 	}
 	topic := o.cfg.topicName(ch.Name)
-	id, err := o.ensureTopic(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	limit, err := o.topicLimit(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	w := newWAL(o, ch, topic, id, limit)
-	if ch.Mode == walimpls.ReadWrite {
-		if err := w.startWriter(ctx); err != nil {
-			w.shutdown()
+	var w *wal
+	for attempt := 0; w == nil; attempt++ {
+		id, err := o.ensureTopic(ctx, topic)
+		if err != nil {
 			return nil, err
+		}
+		limit, err := o.topicLimit(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		w = newWAL(o, ch, topic, id, limit)
+		if ch.Mode != walimpls.ReadWrite {
+			break
+		}
+		err = w.startWriter(ctx)
+		if err == nil {
+			break
+		}
+		w.shutdown()
+		w = nil
+		if !errors.Is(err, errDeleting) || attempt >= maxDeletingWaits {
+			return nil, err
+		}
+		// A Delete is under way (another node's, or one whose topic
+		// deletion failed): the new channel needs a new topic.
+		o.log.Info("the channel is being deleted; waiting for its topic to go", "channel", ch.Name, "topic", topic)
+		wctx, cancel := context.WithTimeout(ctx, o.cfg.CreateTimeout)
+		err = o.waitTopicGone(wctx, topic)
+		cancel()
+		if err != nil {
+			return nil, errors.Mark(errors.Wrapf(err, "kafka: open channel %q: it is being deleted", ch.Name), errDeleting)
 		}
 	}
 	o.mu.Lock()
@@ -267,6 +285,10 @@ func (o *Opener) isClosed() bool {
 	defer o.mu.Unlock()
 	return o.closed
 }
+
+// maxDeletingWaits bounds how often an open waits for a dying topic to go
+// (each wait is bounded by CreateTimeout).
+const maxDeletingWaits = 3
 
 // ensureTopic creates topic when missing, makes sure it has the two
 // partitions the backend uses, and returns its ID. It reads the metadata

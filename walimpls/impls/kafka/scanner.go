@@ -24,6 +24,9 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	if w.isClosed() {
 		return nil, w.closedErr()
 	}
+	if w.deleted.Load() {
+		return nil, w.goneErr("read")
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -85,6 +88,9 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	}
 	if !w.scanners.Add(s) {
 		cl.Close()
+		if w.deleted.Load() {
+			return nil, w.goneErr("read")
+		}
 		return nil, w.closedErr()
 	}
 	go s.run()
@@ -152,7 +158,8 @@ func (s *scanner) consume() error {
 			case isPermanentFetchErr(fe.Err):
 				return errors.Wrapf(fe.Err, "kafka: scanner %q of channel %q", s.name, s.w.ch.Name)
 			case isUnknownTopic(fe.Err) && s.topicGone():
-				// Deleted (by hand, or by another node).
+				// Deleted by another node (this opener's Delete stops
+				// its scanners itself).
 				return s.w.goneErr(fmt.Sprintf("scanner %q", s.name))
 			default:
 				s.w.log.Debug("fetch error", "scanner", s.name, "err", fe.Err)

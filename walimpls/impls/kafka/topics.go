@@ -92,6 +92,45 @@ func isUnknownTopic(err error) bool {
 	return errors.IsAny(err, kerr.UnknownTopicOrPartition, kerr.UnknownTopicID)
 }
 
+// waitTopicGone waits until no broker's metadata lists topic, so that a
+// later open on any node creates a new topic instead of finding the old
+// one. A broker that cannot be reached is skipped: nobody gets metadata
+// from it either, and an open that does find a dying topic sees the
+// deletion marker in its claims and waits too (see Opener.Open).
+func (o *Opener) waitTopicGone(ctx context.Context, topic string) error {
+	err := retry(ctx, func() error {
+		resp, err := metadataRequest(topic).RequestWith(ctx, o.admin)
+		if err != nil {
+			return err
+		}
+		if parseTopicMeta(resp, topic).exists {
+			return errRetry
+		}
+		for _, b := range resp.Brokers {
+			kresp, err := o.admin.Broker(int(b.NodeID)).Request(ctx, metadataRequest(topic))
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				o.log.Debug("waiting for a topic deletion: broker unreachable, skipped", "topic", topic, "broker", b.NodeID, "err", err)
+				continue
+			}
+			resp, ok := kresp.(*kmsg.MetadataResponse)
+			if !ok {
+				return errors.Newf("kafka: unexpected metadata response %T", kresp)
+			}
+			if parseTopicMeta(resp, topic).exists {
+				return errRetry
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return errors.Wrapf(err, "kafka: wait for the deletion of topic %q", topic)
+	}
+	return nil
+}
+
 // noteTopicID records the ID ensureTopic found topic under. When it
 // differs from the one recorded before, the topic was deleted and created
 // again since this opener last used it: franz-go's admin client still
@@ -110,4 +149,13 @@ func (o *Opener) noteTopicID(topic string, id topicID) {
 		o.admin.PurgeTopicsFromClient(topic)
 	}
 	o.topicIDs[topic] = id
+}
+
+// forgetTopic drops what the admin client and the opener know of a deleted
+// topic.
+func (o *Opener) forgetTopic(topic string) {
+	o.idMu.Lock()
+	defer o.idMu.Unlock()
+	delete(o.topicIDs, topic)
+	o.admin.PurgeTopicsFromClient(topic)
 }

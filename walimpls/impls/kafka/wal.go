@@ -36,8 +36,13 @@ type wal struct {
 	life    context.Context
 	endLife context.CancelFunc
 	// fenced is set once, to the *walimpls.FencedError every later Append
-	// and Truncate returns. Only a transactional writer is ever fenced.
+	// and Truncate returns. Only a transactional writer is ever fenced by
+	// another writer; a Delete through this WAL's opener fences every WAL,
+	// replacing an earlier fence (see markDeleted).
 	fenced atomic.Error
+	// deleted is set by markDeleted: the channel was deleted through this
+	// WAL's opener.
+	deleted atomic.Bool
 
 	mu       sync.Mutex
 	closed   bool
@@ -71,8 +76,13 @@ func (w *wal) startWriter(ctx context.Context) error {
 		return nil
 	}
 	cs, err := w.o.readClaims(ctx, w.topic, w.topicID)
-	if err != nil {
+	switch {
+	case errors.Is(err, errTopicGone):
+		return errors.Wrapf(errDeleting, "kafka: open channel %q: its topic vanished", w.ch.Name)
+	case err != nil:
 		return err
+	case cs.deleting():
+		return errors.Wrapf(errDeleting, "kafka: open channel %q: its claims hold the deletion marker", w.ch.Name)
 	}
 	if m := cs.maxTerm(); m > w.ch.Term {
 		return fencedError(w.ch.Name, w.ch.Term, m)
@@ -122,7 +132,7 @@ func (w *wal) checkFence(ctx context.Context) error {
 
 // checkWinner reads the claims and returns a FencedError unless this WAL's
 // claim wins. The channel was deleted (a FencedError with Deleted set)
-// when the topic is gone or new.
+// when the deletion marker wins or the topic is gone or new.
 func (w *wal) checkWinner(ctx context.Context) error {
 	cs, err := w.o.readClaims(ctx, w.topic, w.topicID)
 	switch {
@@ -135,6 +145,8 @@ func (w *wal) checkWinner(ctx context.Context) error {
 	switch {
 	case ok && win.nonce == w.nonce:
 		return nil
+	case ok && win.isDeletion():
+		return deletedError(w.ch, "kafka: the channel is being deleted")
 	case ok:
 		return fencedError(w.ch.Name, w.ch.Term, win.term)
 	}
@@ -145,6 +157,19 @@ func (w *wal) checkWinner(ctx context.Context) error {
 		return deletedError(w.ch, "kafka: the channel's topic was deleted")
 	}
 	return fencedError(w.ch.Name, w.ch.Term, 0)
+}
+
+// markDeleted finishes the WAL of a channel its own opener is deleting: its
+// appends and truncations fail with a FencedError with Deleted set from now
+// on, its scanners end with ErrPositionGone, and Read and Last fail with
+// ErrPositionGone.
+func (w *wal) markDeleted() {
+	w.deleted.Store(true)
+	if prev := w.fenced.Swap(deletedError(w.ch, "kafka: deleted through this opener")); prev == nil && w.wr != nil {
+		w.o.m.fenced.Inc()
+	}
+	w.log.Info("channel deleted through this opener")
+	w.scanners.StopAll(w.goneErr("scanner"))
 }
 
 // goneErr is the ErrPositionGone error of a WAL whose channel was deleted.

@@ -95,15 +95,12 @@ func newTxnWriter(ctx context.Context, w *wal) (*txnWriter, error) {
 func (tw *txnWriter) newClient() (*kgo.Client, error) {
 	w := tw.w
 	cfg := &w.o.cfg
-	opts := append(w.o.baseOpts(),
-		kgo.TransactionalID(cfg.transactionalID(w.ch.Name)),
-		kgo.TransactionTimeout(cfg.TransactionTimeout),
+	opts := append(w.o.txnOpts(w.ch.Name),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.ProducerBatchMaxBytes(int32(w.limit)),
 		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
-		kgo.MaxVersions(pre890p2Versions()),
 		kgo.WithHooks(countEndTxn{&tw.endTxnWrites}),
 	)
 	opts = append(opts, cfg.ClientOptions...)
@@ -112,6 +109,17 @@ func (tw *txnWriter) newClient() (*kgo.Client, error) {
 		return nil, errors.WithStack(fmt.Errorf("kafka: client: %w: %w", err, walimpls.ErrInvalidConfig))
 	}
 	return cl, nil
+}
+
+// txnOpts are the options of every client that initialises the producer id
+// of channel name's transactional id: a writer's, and the one Delete fences
+// the writers with.
+func (o *Opener) txnOpts(name string) []kgo.Opt {
+	return append(o.baseOpts(),
+		kgo.TransactionalID(o.cfg.transactionalID(name)),
+		kgo.TransactionTimeout(o.cfg.TransactionTimeout),
+		kgo.MaxVersions(pre890p2Versions()),
+	)
 }
 
 // pre890p2Versions caps a transactional client's request versions below
@@ -497,6 +505,13 @@ func (tw *txnWriter) fail(group []*appendReq, cause error, stage sendStage, errs
 	if tw.ctx.Err() != nil {
 		tw.dropClient()
 		reply(group, answer(w.closedErr()))
+		return
+	}
+	if err := w.fencedErr(); err != nil {
+		// Fenced for good already (a Truncate's claim check, a Delete
+		// through this opener): that is the answer, whatever the cause.
+		tw.dropClient()
+		reply(group, answer(err))
 		return
 	}
 	if errors.Is(cause, walimpls.ErrFenced) {
