@@ -74,9 +74,34 @@ type Config struct {
 	// again with a growing backoff (up to 2s) until access is granted. It
 	// must disconnect the current producers of topic: in production, the
 	// admin API's topic unload (PUT /admin/v2/persistent/{tenant}/
-	// {namespace}/{topic}/unload). Nil means "wait for the owner to leave"
-	// (code only).
+	// {namespace}/{topic}/unload), which AdminURL provides. Nil, without
+	// AdminURL, means "wait for the owner to leave". Code only.
 	TakeOver func(ctx context.Context, topic string) error `yaml:"-" json:"-"`
+	// DeleteTopic deletes topic (the fully qualified name) with its
+	// messages and subscriptions, disconnecting the clients that use it:
+	// in production the admin API's forced delete (DELETE
+	// /admin/v2/persistent/{tenant}/{namespace}/{topic}?force=true), which
+	// AdminURL provides. A topic that does not exist is deleted: return
+	// nil. Opener.Delete needs it; without it and without AdminURL, Delete
+	// fails with an error matching walimpls.ErrInvalidConfig. Code only.
+	DeleteTopic func(ctx context.Context, topic string) error `yaml:"-" json:"-"`
+	// TopicExists reports whether topic exists, without creating it: in
+	// production a GET of the admin API's topic stats (404: it does not),
+	// which AdminURL provides. Opener.Delete asks it first, so that
+	// deleting a channel that has no topics touches nothing. Without it,
+	// Delete goes through the channel's topics anyway (see the package
+	// documentation, "Deleting a channel"), which makes a broker that
+	// creates topics on use create them for a moment. Code only.
+	TopicExists func(ctx context.Context, topic string) (bool, error) `yaml:"-" json:"-"`
+	// AdminURL is the cluster's admin REST API (the web service URL,
+	// "http://host:8080" or "https://host:8443"). When set, TakeOver,
+	// DeleteTopic and TopicExists default to its topic unload, forced
+	// delete and stats calls (hooks set in code take precedence), with
+	// AuthToken as bearer token and the TLS settings for https. Pulsar
+	// allows unload and delete to tenant admins only: the token's role
+	// must administer Tenant, besides producing to and consuming from
+	// Namespace. Empty: no admin calls.
+	AdminURL string `yaml:"adminUrl" json:"adminUrl"`
 
 	// MaxMessageBytes is the broker's maximum message size; 0 learns it
 	// from the broker (the max_message_size of its CONNECTED answer) when
@@ -92,9 +117,10 @@ type Config struct {
 	// ReadAheadBytes/4 KiB messages, between 10 and 1000. Default 4 MiB.
 	ReadAheadBytes int `yaml:"readAheadBytes" json:"readAheadBytes"`
 
-	// AuthToken authenticates every connection with a token (JWT).
+	// AuthToken authenticates every connection with a token (JWT), and
+	// the admin calls of AdminURL as a bearer token.
 	AuthToken string `yaml:"authToken" json:"authToken"`
-	// TLS configures pulsar+ssl:// connections.
+	// TLS configures pulsar+ssl:// connections and https admin calls.
 	TLS TLS `yaml:"tls" json:"tls"`
 }
 
@@ -169,6 +195,19 @@ func (c Config) Validate() error {
 	}
 	if u.Host == "" {
 		return invalid("service url %q has no host", c.ServiceURL)
+	}
+	if c.AdminURL != "" {
+		a, err := url.Parse(c.AdminURL)
+		switch {
+		case err != nil:
+			return invalid("admin url %q: %v", c.AdminURL, err)
+		case a.Scheme != "http" && a.Scheme != "https":
+			return invalid("admin url %q: scheme %q (want http or https)", c.AdminURL, a.Scheme)
+		case a.Host == "":
+			return invalid("admin url %q has no host", c.AdminURL)
+		case a.RawQuery != "" || a.Fragment != "":
+			return invalid("admin url %q has a query or fragment", c.AdminURL)
+		}
 	}
 	for what, s := range map[string]string{"tenant": c.Tenant, "namespace": c.Namespace} {
 		if err := validateName(what, s, "=:"); err != nil {

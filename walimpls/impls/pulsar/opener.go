@@ -86,6 +86,23 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.AdminURL != "" {
+		// The admin API provides every topic operation that no hook
+		// provides.
+		a, err := newAdminClient(&cfg)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.TakeOver == nil {
+			cfg.TakeOver = a.unload
+		}
+		if cfg.DeleteTopic == nil {
+			cfg.DeleteTopic = a.deleteTopic
+		}
+		if cfg.TopicExists == nil {
+			cfg.TopicExists = a.topicExists
+		}
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
