@@ -78,7 +78,8 @@ type Config struct {
 	// a WAL loses data only through Truncate). cleanup.policy may not
 	// include compact.
 	TopicConfigs map[string]string `yaml:"topicConfigs" json:"topicConfigs"`
-	// CreateTimeout bounds topic creation and the metadata wait after it.
+	// CreateTimeout bounds topic creation and the metadata wait after it,
+	// Opener.Delete, and each wait of an open for a topic being deleted.
 	// Default 30s.
 	CreateTimeout time.Duration `yaml:"createTimeout" json:"createTimeout"`
 

@@ -17,6 +17,8 @@
 //	partition 1  term claims, produced without a transaction
 //	             key     = "streamwal.claim"
 //	             value   = "swc1" | term int64 big-endian | nonce [16]byte
+//	             deletion marker (see "Deleting a channel"): a claim of
+//	             term 2^63-1 whose nonce is "streamwal-delete"
 //
 // Offsets in partition 0 are not dense: transaction markers and aborted
 // records take offsets too. IDs still strictly increase in append order.
@@ -152,7 +154,10 @@
 // A writer whose append fails with a fencing error reads the claims: if a
 // claim other than its own wins, it is fenced for good and every later
 // Append and Truncate fails with the same FencedError (errors.Is(err,
-// walimpls.ErrFenced)). If its own claim still wins, the producer was fenced
+// walimpls.ErrFenced)). So it is when the deletion marker wins, when the
+// claims are empty, and when the topic is gone or exists under another
+// topic ID than the WAL opened (a re-created topic): the channel was
+// deleted, and the FencedError has Deleted set. If its own claim still wins, the producer was fenced
 // by a concurrent open of a lower term that lost in step 4 and gives up; the
 // writer then re-acquires its producer (steps 3 and 4) on the next append
 // and fails only the batch in flight, with a retryable error. Every producer
@@ -192,6 +197,85 @@
 // a deployment must use the same DisableTransactions: a transactional
 // writer is not stopped by a writer without transactions, nor does it see
 // its term.
+//
+// # Deleting a channel
+//
+// Opener.Delete(name) runs, bounded by its context and CreateTimeout:
+//
+//  1. It finishes this opener's WALs of the channel: from then on their
+//     Append, AppendBatch and Truncate fail with a FencedError with
+//     Deleted set (marked walimpls.MarkNotStored when nothing was handed
+//     to the broker; an append in flight fails when the fence below
+//     reaches it), their scanners end with walimpls.ErrPositionGone, and
+//     Read and Last fail with it.
+//  2. It asks the cluster (not franz-go's metadata cache) whether the topic
+//     exists. A channel that was never created, or is deleted already, is
+//     deleted: nothing is created, neither the topic nor the transactional
+//     id (the request never asks for automatic topic creation).
+//  3. With transactions it fences the channel's writers on every node, the
+//     way an open does (claim, then own): it writes the deletion marker to
+//     the claim partition, then initialises the channel's transactional id.
+//     The epoch bump fences every producer initialised before it and aborts
+//     its open transaction. A producer initialised after it is followed by
+//     a claim check that the marker, which wins over every claim, fails:
+//     the writer closes it unused and is fenced for good. So no writer of
+//     the channel commits a transaction after Delete returns, neither in
+//     the deleted topic nor in a topic created later under the same name
+//     (whose claims hold no claim of theirs, and whose ID is not the one
+//     they opened). A node running an older version, which does not know
+//     the marker, sees a claim of a term above its own.
+//  4. It deletes the topic (DeleteTopics; a topic that does not exist is
+//     success) and waits until no broker it can reach lists the topic in
+//     its metadata any more, then drops the topic from its client. An Open
+//     after Delete returns therefore creates a new, empty topic, on any
+//     node: ensureTopic reads the metadata from the cluster, and an opener
+//     whose client still holds the old topic (franz-go pins a topic's ID
+//     and refuses a re-created one until it is purged) purges it when it
+//     sees the new ID.
+//
+// Without transactions (Capabilities.Fencing false) steps 1, 2 and 4 run.
+// Nothing stops the writers of other nodes: they fail once the topic is
+// gone, but the layers above must stop them before deleting, as the
+// contract says for backends without fencing.
+//
+// Cost: a metadata request, a claim write, a producer initialisation
+// (FindCoordinator and InitProducerID, which waits while the coordinator
+// aborts an open transaction of the channel), DeleteTopics, and one
+// metadata request per broker until the deletion shows; on kfake a Delete
+// takes a few tens of milliseconds. Delete needs, besides what a writer
+// needs (Describe and Write on the topic, Write on the transactional id),
+// Delete on the topic, and delete.topic.enable on the brokers.
+//
+// Deletion is asynchronous on a real cluster: DeleteTopics returns once
+// the controller accepted it, brokers drop the topic from their metadata
+// shortly after (a ZooKeeper-based cluster may keep it "marked for
+// deletion" much longer), and the log segments are removed later still
+// (file.delete.delay.ms). Delete waits for the metadata only. A broker it
+// cannot reach is not waited for; a ReadWrite open that still finds the
+// dying topic sees the deletion marker, waits for the topic to go (up to
+// CreateTimeout, at most three times) and creates a new one. A ReadOnly
+// open reads no claims: one that finds the dying topic reads the deleted
+// channel until the topic goes. Scanners of other nodes are the caller's
+// to stop first; a scanner whose topic is gone or re-created ends with
+// ErrPositionGone.
+//
+// The transactional id survives the deletion with its epoch: Kafka cannot
+// delete one (it expires after transactional.id.expiration.ms unused). A
+// writer of the new channel initialises it again at a higher epoch, which
+// is harmless.
+//
+// A Delete that fails after step 3 (the cluster refused the topic
+// deletion, say) leaves the channel fenced: writers are finished, and a
+// ReadWrite open waits for the topic to go and then fails, until a Delete
+// succeeds.
+//
+// One case is outside what the backend can stop: a produce of a fenced
+// writer that franz-go was still retrying when the topic went could, on
+// brokers without transaction verification (before Kafka 3.6, KIP-890 part
+// 1), reach the partition of a topic created again under the name, before
+// the client noticed the new topic ID. It can never commit, so readers
+// never see it, but like any open transaction it holds read_committed
+// readers up. Kafka 3.6 and later refuse it.
 //
 // # Reads
 //
