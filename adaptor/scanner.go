@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/utility/reorder"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -22,28 +22,54 @@ const (
 // wabBatch bounds how many messages a tailing scanner copies per lock.
 const wabBatch = 64
 
+// errStopped is what run's loops return once halt closed: the scanner was
+// stopped, and its Run's reason says why it ended (nil after Close,
+// ErrClosed when its WAL closed).
 var errStopped = errors.New("scanner stopped")
+
+// walView is what a scanner needs of its WAL, and all it may use: the
+// WAL's other fields belong to the WAL's own goroutines and locks. Read
+// builds one per scanner.
+type walView struct {
+	// read opens a backend scanner, to catch up.
+	read func(context.Context, walimpls.ReadOption) (walimpls.Scanner, error)
+	wab  *writeAheadBuffer
+	m    walMetrics
+	// budget is Options.ScannerBufferBytes: the reorder buffer's, and four
+	// times the backend's read-ahead.
+	budget int
+	// localRelease: the writer publishes local release points of its
+	// term (term) in wab, which tailing scanners follow.
+	localRelease bool
+	term         int64
+	// termBefore and truncatedBelow answer from what the WAL read of the
+	// log and what it truncated (wal.termBefore, wal.truncatedBelow).
+	termBefore     func(message.ID) int64
+	truncatedBelow func(message.ID) bool
+	// live is the WAL's set of running scanners: run leaves it as it ends.
+	live  *lifecycle.Group[*scanner]
+	hooks scanHooks
+}
 
 // scanner reads a channel's log from the backend (catch-up) or from the
 // write-ahead buffer (tailing), and turns it into data messages in strictly
 // increasing timetick order. Everything but the outbox is owned by run's
 // goroutine; run starts, stops and waits for the sender goroutine that
-// delivers what it releases (scansend.go).
+// delivers what it releases (scansend.go). Its Run keeps the Scanner
+// contract: Close, Done and Error.
 type scanner struct {
-	w    *wal
+	*lifecycle.Run
+	v    walView
 	opt  ReadOption
 	kind kindSet
 
-	out      chan message.Immutable
-	stop     chan struct{} // closed by Close
-	stopOnce sync.Once
-	// halt closes when the scanner must end: Close, the WAL closing, or
-	// run ending. One channel, so that the per-message selects of run
-	// and the sender lock two channels, not four (see haltErr for why).
-	halt     chan struct{}
-	haltOnce sync.Once
-	done     chan struct{}
-	err      error // set by run before done closes
+	out chan message.Immutable
+	// halt closes when the scanner must end: stopped (Close, its WAL
+	// closing), or run ending, which stops the sender. One channel, a
+	// child of the Run's context, so that the per-message selects of run
+	// and the sender lock two channels, not three.
+	halt    <-chan struct{}
+	endHalt context.CancelFunc
 
 	// Source: a backend scanner while catching up, else the buffer cursor.
 	backend walimpls.Scanner
@@ -55,8 +81,6 @@ type scanner struct {
 
 	// box takes released messages to the sender goroutine (scansend.go).
 	box *outbox
-
-	hooks scanHooks
 
 	buf       *reorder.Buffer[message.Immutable]
 	join      *joiner
@@ -74,59 +98,69 @@ type scanner struct {
 	termBegins []message.Immutable
 }
 
-func newScanner(ctx context.Context, w *wal, opt ReadOption) (*scanner, error) {
+var _ Scanner = (*scanner)(nil)
+
+func newScanner(ctx context.Context, v walView, opt ReadOption) (*scanner, error) {
 	kinds := opt.Filter.Kinds
 	if len(kinds) == 0 {
 		kinds = []message.Kind{message.KindData}
 	}
 	s := &scanner{
-		w:    w,
+		v:    v,
 		opt:  opt,
-		halt: make(chan struct{}),
 		out:  make(chan message.Immutable),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
-		buf:  reorder.New[message.Immutable](w.opts.ScannerBufferBytes),
+		buf:  reorder.New[message.Immutable](v.budget),
 		join: newJoiner(),
 		box:  newOutbox(),
-
-		hooks: w.scanHooks,
 	}
 	for _, k := range kinds {
 		s.kind = s.kind.with(k)
 	}
-	p := opt.DeliverPolicy.backend
+	if err := s.openSource(ctx); err != nil {
+		return nil, err
+	}
+	s.Run = lifecycle.NewRun()
+	halt, endHalt := context.WithCancel(s.Context())
+	s.halt, s.endHalt = halt.Done(), endHalt
+	return s, nil
+}
+
+// openSource picks where the scanner starts reading: the write-ahead
+// buffer when it holds the start position, else the backend.
+func (s *scanner) openSource(ctx context.Context) error {
+	p := s.opt.DeliverPolicy.backend
 	// A start before a truncation this WAL applied goes to the backend,
 	// which knows the exact truncation point: the write-ahead buffer still
 	// holds the removed messages.
-	if id, inclusive, ok := p.StartID(); ok && !w.truncatedBelow(id) {
-		if i, found := w.wab.find(id); found {
+	if id, inclusive, ok := p.StartID(); ok && !s.v.truncatedBelow(id) {
+		if i, found := s.v.wab.find(id); found {
 			s.cursor = i
 			if !inclusive {
 				s.cursor++
 			}
 			s.resume = p
 			s.setMode(modeTailing)
-			return s, nil
+			return nil
 		}
 	}
-	bs, err := w.impl.Read(ctx, walimpls.ReadOption{Name: opt.Name, DeliverPolicy: p, ReadAheadBytes: w.opts.ScannerBufferBytes / 4})
+	bs, err := s.v.read(ctx, walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: p, ReadAheadBytes: s.v.budget / 4})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.backend = bs
 	s.resume = p
 	s.setMode(modeCatchUp)
-	return s, nil
+	return nil
 }
 
 // scanHooks let a test hold a scanner at a known point instead of hoping
 // the scheduler takes it there. Each is nil outside tests.
 type scanHooks struct {
 	// stalled is called by run each time it is about to wait for the
-	// reader to take what it released (waitRoom), with where it stands:
-	// tailing or not, and the write-ahead buffer index it reads next.
-	// It runs on run's goroutine and must not block.
+	// reader to take what it released (waitRoom, and waitDelivered once
+	// it failed), with where it stands: tailing or not, and the
+	// write-ahead buffer index it reads next. It runs on run's goroutine
+	// and must not block.
 	stalled func(tailing bool, cursor int64)
 }
 
@@ -135,33 +169,16 @@ func (s *scanner) setMode(mode string) {
 		return
 	}
 	if s.mode != "" {
-		s.w.m.scanners(s.mode).Dec()
+		s.v.m.scanners(s.mode).Dec()
 	}
 	s.mode = mode
 	if mode != "" {
-		s.w.m.scanners(mode).Inc()
+		s.v.m.scanners(mode).Inc()
 	}
 }
 
+// Chan implements Scanner; Close, Done and Error come with the Run.
 func (s *scanner) Chan() <-chan message.Immutable { return s.out }
-func (s *scanner) Done() <-chan struct{}          { return s.done }
-
-func (s *scanner) Error() error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-		return nil
-	}
-}
-
-func (s *scanner) Close() error {
-	s.stopOnce.Do(func() { close(s.stop) })
-	s.haltNow()
-	<-s.done
-	s.w.forgetScanner(s)
-	return nil
-}
 
 // abort releases a scanner whose run never started.
 func (s *scanner) abort() {
@@ -169,44 +186,39 @@ func (s *scanner) abort() {
 		_ = s.backend.Close()
 	}
 	s.setMode("")
-	close(s.done)
+	s.endHalt()
+	s.End(nil)
 	close(s.out)
 }
 
+// run is the scanner's goroutine. It ends the Run before it closes Chan,
+// the other way round from the backends' scanners: Done closes before
+// Chan, so that a reader that ranged over Chan finds Error already valid.
 func (s *scanner) run() {
-	// Done closes before Chan, so that a reader that ranged over Chan
-	// finds Error already valid.
-	defer close(s.out)
-	defer close(s.done)
-	// The WAL closing halts the scanner. AfterFunc's goroutine is waited
-	// for below if it started.
-	afterDone := make(chan struct{})
-	stopAfter := context.AfterFunc(s.w.ctx, func() {
-		defer close(afterDone)
-		s.haltNow()
-	})
 	senderDone := make(chan struct{})
 	go func() {
 		defer close(senderDone)
 		s.sendLoop()
 	}()
 	if err := s.readLoop(); !errors.Is(err, errStopped) {
-		s.err = err
+		// The failure is why the scanner ends, even if it is stopped while
+		// it still hands over what it released before failing.
+		s.Fail(err)
 		s.waitDelivered()
 	}
-	s.haltNow()
+	s.endHalt()
 	<-senderDone
-	if !stopAfter() {
-		<-afterDone
-	}
 	if s.backend != nil {
 		_ = s.backend.Close()
 	}
 	s.setMode("")
-	s.w.m.scanBytes.Sub(float64(s.bufBytes))
+	s.v.m.scanBytes.Sub(float64(s.bufBytes))
 	// Do not pin messages read but never delivered.
 	clear(s.pending)
 	s.box.clear()
+	s.v.live.Remove(s)
+	s.End(nil) // the failure, or the stop's reason
+	close(s.out)
 }
 
 // readLoop reads and orders the log until the scanner stops (errStopped) or
@@ -223,7 +235,7 @@ func (s *scanner) readLoop() error {
 		}
 		if !last.IsZero() && !last.LT(m.ID()) {
 			// The source delivered a position again: a duplicate.
-			s.w.m.dropped(dropDuplicate).Inc()
+			s.v.m.dropped(dropDuplicate).Inc()
 			continue
 		}
 		last = m.ID()
@@ -242,7 +254,7 @@ func (s *scanner) handle(e *logEntry) error {
 	m, term, tt, hasTT := e.m, e.term, e.tt, e.hasTT
 	if !s.started {
 		s.started = true
-		s.maxTerm = s.w.termBefore(m.ID())
+		s.maxTerm = s.v.termBefore(m.ID())
 	}
 	switch e.kind {
 	case message.KindTermBegin:
@@ -250,13 +262,13 @@ func (s *scanner) handle(e *logEntry) error {
 			// A term-begin below one already seen: an open that lost to a
 			// higher term on a backend that cannot fence. Terms never go
 			// backwards for readers.
-			s.w.m.dropped(dropStaleTerm).Inc()
+			s.v.m.dropped(dropStaleTerm).Inc()
 			return nil
 		}
 		if term > s.maxTerm {
 			s.maxTerm = term
 			if n := s.join.dropUpTo(0, term); n > 0 {
-				s.w.m.dropped(dropPartOrphan).Add(float64(n))
+				s.v.m.dropped(dropPartOrphan).Add(float64(n))
 			}
 		}
 		if s.kind.has(message.KindTermBegin) {
@@ -284,9 +296,9 @@ func (s *scanner) handle(e *logEntry) error {
 		joined, res := s.join.add(m)
 		switch res {
 		case partDuplicate:
-			s.w.m.dropped(dropPartDuplicate).Inc()
+			s.v.m.dropped(dropPartDuplicate).Inc()
 		case partMalformed:
-			s.w.m.dropped(dropPartOrphan).Inc()
+			s.v.m.dropped(dropPartOrphan).Inc()
 		case partCompleted:
 			return s.buffer(joined, tt, joined.Size())
 		}
@@ -299,7 +311,7 @@ func (s *scanner) handle(e *logEntry) error {
 	default:
 		// A kind this version does not know (a log written by a newer
 		// streamwal, or by something else): never delivered as data.
-		s.w.m.dropped(dropMalformed).Inc()
+		s.v.m.dropped(dropMalformed).Inc()
 		return nil
 	}
 }
@@ -308,7 +320,7 @@ func (s *scanner) handle(e *logEntry) error {
 // watermark of term read at low, or a local release (localRelease).
 func (s *scanner) release(tt uint64, term int64, low message.ID) {
 	if n := s.join.dropUpTo(tt, s.maxTerm); n > 0 {
-		s.w.m.dropped(dropPartOrphan).Add(float64(n))
+		s.v.m.dropped(dropPartOrphan).Add(float64(n))
 	}
 	released := s.buf.PopUpToAppend(s.releasedScratch[:0], tt)
 	if pl := s.join.pendingLow(); !pl.IsZero() && pl.LT(low) {
@@ -338,14 +350,14 @@ func (s *scanner) release(tt uint64, term int64, low message.ID) {
 // to where it was published: no watermark in the log needed. It applies
 // only while the scanner has seen no term above the writer's.
 func (s *scanner) localRelease() {
-	if !s.w.localRelease || !s.started || s.maxTerm > s.w.ch.Term {
+	if !s.v.localRelease || !s.started || s.maxTerm > s.v.term {
 		return
 	}
-	tt, index, at := s.w.wab.releasePoint()
+	tt, index, at := s.v.wab.releasePoint()
 	if tt <= s.released || s.cursor <= index {
 		return
 	}
-	s.release(tt, s.w.ch.Term, at)
+	s.release(tt, s.v.term, at)
 	s.box.flush()
 }
 
@@ -364,11 +376,11 @@ func (s *scanner) flushTermBegins(term int64) {
 // watermark already covered them (unacknowledged retries).
 func (s *scanner) admit(term int64, tt uint64, hasTT bool) bool {
 	if term < s.maxTerm {
-		s.w.m.dropped(dropStaleTerm).Inc()
+		s.v.m.dropped(dropStaleTerm).Inc()
 		return false
 	}
 	if !hasTT || tt <= s.released {
-		s.w.m.dropped(dropLate).Inc()
+		s.v.m.dropped(dropLate).Inc()
 		return false
 	}
 	return true
@@ -386,8 +398,8 @@ func (s *scanner) buffer(m message.Immutable, tt uint64, size int) error {
 
 func (s *scanner) checkBudget() error {
 	s.updateBytes(false)
-	if total := s.buf.Bytes() + s.join.bytes; total > s.w.opts.ScannerBufferBytes && s.buf.Len()+len(s.join.partials) > 1 {
-		return errors.Wrapf(ErrScannerBufferFull, "%d bytes held, budget %d", total, s.w.opts.ScannerBufferBytes)
+	if total := s.buf.Bytes() + s.join.bytes; total > s.v.budget && s.buf.Len()+len(s.join.partials) > 1 {
+		return errors.Wrapf(ErrScannerBufferFull, "%d bytes held, budget %d", total, s.v.budget)
 	}
 	return nil
 }
@@ -402,7 +414,7 @@ const gaugeStep = 256 << 10
 func (s *scanner) updateBytes(force bool) {
 	b := s.buf.Bytes() + s.join.bytes
 	if d := b - s.bufBytes; d != 0 && (force || d >= gaugeStep || d <= -gaugeStep) {
-		s.w.m.scanBytes.Add(float64(d))
+		s.v.m.scanBytes.Add(float64(d))
 		s.bufBytes = b
 	}
 }
@@ -412,7 +424,7 @@ func (s *scanner) updateBytes(force bool) {
 // a duplicate from a retry.
 func (s *scanner) deliver(m message.Immutable, tt uint64, size int, resume message.ID) {
 	if tt <= s.delivered {
-		s.w.m.dropped(dropDuplicate).Inc()
+		s.v.m.dropped(dropDuplicate).Inc()
 		return
 	}
 	s.delivered = tt
@@ -459,23 +471,6 @@ func (s *scanner) passesTimeTick(tt uint64) bool {
 		return false
 	}
 	return true
-}
-
-// haltNow makes the scanner end.
-func (s *scanner) haltNow() { s.haltOnce.Do(func() { close(s.halt) }) }
-
-// haltErr is why the scanner halted: nothing after a user Close (nor when
-// run ended on its own: run set the error), ErrClosed when the WAL closed.
-func (s *scanner) haltErr() error {
-	select {
-	case <-s.stop:
-		return errStopped
-	default:
-	}
-	if s.w.ctx.Err() != nil {
-		return errors.Wrap(walimpls.ErrClosed, "wal closed")
-	}
-	return errStopped
 }
 
 // kindSet is a set of message kinds: a bit per kind, looked up per message

@@ -49,7 +49,7 @@ func (s *scanner) next() (message.Immutable, error) {
 				select {
 				case <-s.backend.Done():
 				case <-s.halt:
-					return message.Immutable{}, s.haltErr()
+					return message.Immutable{}, errStopped
 				}
 				if err := s.backend.Error(); err != nil {
 					return message.Immutable{}, err
@@ -64,7 +64,7 @@ func (s *scanner) next() (message.Immutable, error) {
 		}
 		if s.pendAt < len(s.pending) {
 			m := s.pending[s.pendAt]
-			if s.w.truncatedBelow(m.ID()) {
+			if s.v.truncatedBelow(m.ID()) {
 				// Overtaken by a truncation: the buffer still holds what the
 				// log no longer does. Never deliver past it, never skip it.
 				return message.Immutable{}, errors.Wrapf(walimpls.ErrPositionGone,
@@ -76,7 +76,7 @@ func (s *scanner) next() (message.Immutable, error) {
 			return m, nil
 		}
 		s.localRelease()
-		msgs, evicted, wait, closed := s.w.wab.readAppend(s.pending[:0], s.cursor, wabBatch)
+		msgs, evicted, wait, closed := s.v.wab.readAppend(s.pending[:0], s.cursor, wabBatch)
 		s.pending, s.pendAt = msgs, 0
 		switch {
 		case len(msgs) > 0:
@@ -86,27 +86,28 @@ func (s *scanner) next() (message.Immutable, error) {
 			// Fell behind the buffer (or it stopped): read the backend
 			// again from where we are. A truncated position fails here
 			// with ErrPositionGone rather than skipping.
-			bs, err := s.w.impl.Read(s.w.ctx, walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: s.resume,
-				ReadAheadBytes: s.w.opts.ScannerBufferBytes / 4})
+			bs, err := s.v.read(s.Context(), walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: s.resume,
+				ReadAheadBytes: s.v.budget / 4})
 			if err != nil {
-				if s.w.ctx.Err() != nil {
-					// The buffer closed because the WAL is closing: say so,
-					// not "context canceled".
-					return message.Immutable{}, errors.Wrapf(walimpls.ErrClosed, "adaptor: scanner %q: wal closed", s.opt.Name)
+				if s.Stopped() {
+					// Cut short by the stop (its WAL closing, say): the
+					// stop's reason is why the scanner ends, not
+					// "context canceled".
+					return message.Immutable{}, errStopped
 				}
 				return message.Immutable{}, err
 			}
 			s.backend = bs
 			s.setMode(modeCatchUp)
 			if evicted {
-				s.w.m.fallbacks.Inc()
+				s.v.m.fallbacks.Inc()
 			}
 			continue
 		}
 		select {
 		case <-wait:
 		case <-s.halt:
-			return message.Immutable{}, s.haltErr()
+			return message.Immutable{}, errStopped
 		}
 	}
 }
@@ -130,7 +131,7 @@ func (s *scanner) receive() (m message.Immutable, ok bool, err error) {
 	case m, ok = <-s.backend.Chan():
 		return m, ok, nil
 	case <-s.halt:
-		return message.Immutable{}, false, s.haltErr()
+		return message.Immutable{}, false, errStopped
 	}
 }
 
@@ -138,7 +139,7 @@ func (s *scanner) receive() (m message.Immutable, ok bool, err error) {
 func (s *scanner) stopping() error {
 	select {
 	case <-s.halt:
-		return s.haltErr()
+		return errStopped
 	default:
 		return nil
 	}
@@ -152,7 +153,7 @@ func (s *scanner) stopping() error {
 func (s *scanner) tryTailing(id message.ID) error {
 	for {
 		// One lock per message read from the backend, not three.
-		i, found, behind, closed := s.w.wab.locate(id)
+		i, found, behind, closed := s.v.wab.locate(id)
 		switch {
 		case closed:
 			return nil
@@ -165,16 +166,16 @@ func (s *scanner) tryTailing(id message.ID) error {
 		case !behind:
 			return nil
 		}
-		wait := s.w.wab.waitChanged()
+		wait := s.v.wab.waitChanged()
 		// Look again after taking the channel, so a push in between is
 		// not missed.
-		if _, found, behind, _ := s.w.wab.locate(id); found || !behind {
+		if _, found, behind, _ := s.v.wab.locate(id); found || !behind {
 			continue
 		}
 		select {
 		case <-wait:
 		case <-s.halt:
-			return s.haltErr()
+			return errStopped
 		}
 	}
 }

@@ -151,20 +151,20 @@ func (s *scanner) emit(m message.Immutable, size int) { s.box.add(m, size) }
 // (reading ahead pays while catching up, where the backend's hand-off and
 // the reader's overlap).
 func (s *scanner) waitRoom() error {
-	budget := int64(s.w.opts.ScannerBufferBytes)
+	budget := int64(s.v.budget)
 	for {
 		out := s.box.bytes.Load()
 		if out == 0 || (s.backend != nil && int64(s.buf.Bytes()+s.join.bytes)+out <= budget) {
 			return nil
 		}
 		s.box.flush()
-		if s.hooks.stalled != nil {
-			s.hooks.stalled(s.backend == nil, s.cursor)
+		if s.v.hooks.stalled != nil {
+			s.v.hooks.stalled(s.backend == nil, s.cursor)
 		}
 		select {
 		case <-s.box.drained:
 		case <-s.halt:
-			return s.haltErr()
+			return errStopped
 		}
 	}
 }
@@ -174,6 +174,9 @@ func (s *scanner) waitRoom() error {
 func (s *scanner) waitDelivered() {
 	s.box.flush()
 	for s.box.bytes.Load() > 0 {
+		if s.v.hooks.stalled != nil {
+			s.v.hooks.stalled(s.backend == nil, s.cursor)
+		}
 		select {
 		case <-s.box.drained:
 		case <-s.halt:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -31,10 +32,10 @@ type wal struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu       sync.Mutex // guards closed, scanners and wg.Add against Close
+	mu       sync.Mutex // guards closed and wg.Add against Close
 	closed   bool
-	scanners map[*scanner]struct{}
-	wg       sync.WaitGroup // tail reader, watermark loop, async appends
+	scanners lifecycle.Group[*scanner] // stopped by Close, with ErrClosed
+	wg       sync.WaitGroup            // tail reader, watermark loop, async appends
 
 	available   chan struct{}
 	unavailable sync.Once
@@ -78,8 +79,8 @@ type wal struct {
 	watermarkedMu sync.Mutex
 	watermarked   chan struct{}
 
-	// scanHooks are handed to each scanner Read starts; zero outside
-	// tests, which set them before their first Read.
+	// scanHooks go into the view of each scanner Read starts; zero
+	// outside tests, which set them before their first Read.
 	scanHooks scanHooks
 }
 
@@ -122,7 +123,6 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		wab:       newWriteAheadBuffer(opts.WriteAheadBufferBytes),
 		ctx:       wctx,
 		cancel:    cancel,
-		scanners:  map[*scanner]struct{}{},
 		available: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		confirm:   !caps.Fencing && !opts.ReadOnly,
@@ -1253,26 +1253,33 @@ func (w *wal) Read(ctx context.Context, opt ReadOption) (Scanner, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)
 	}
-	s, err := newScanner(ctx, w, opt)
+	s, err := newScanner(ctx, w.scanView(), opt)
 	if err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)
 	}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
+	if !w.scanners.Add(s) {
 		s.abort()
 		return nil, errors.Wrapf(walimpls.ErrClosed, "adaptor: read %s", w.ch.Name)
 	}
-	w.scanners[s] = struct{}{}
-	w.mu.Unlock()
 	go s.run()
 	return s, nil
 }
 
-func (w *wal) forgetScanner(s *scanner) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.scanners, s)
+// scanView is the part of the WAL a scanner sees. localRelease is final
+// once Open returned.
+func (w *wal) scanView() walView {
+	return walView{
+		read:           w.impl.Read,
+		wab:            w.wab,
+		m:              w.m,
+		budget:         w.opts.ScannerBufferBytes,
+		localRelease:   w.localRelease,
+		term:           w.ch.Term,
+		termBefore:     w.termBefore,
+		truncatedBelow: w.truncatedBelow,
+		live:           &w.scanners,
+		hooks:          w.scanHooks,
+	}
 }
 
 func (w *wal) Close() error {
@@ -1282,15 +1289,13 @@ func (w *wal) Close() error {
 		return nil
 	}
 	w.closed = true
-	scanners := w.scanners
-	w.scanners = nil
 	w.mu.Unlock()
 
 	w.fence(errors.Wrapf(walimpls.ErrClosed, "adaptor: %s", w.ch.Name))
+	// The scanners stop before the tail reader, so that none sees the
+	// write-ahead buffer close and reads the backend again on its way out.
+	w.scanners.StopAll(errors.Wrap(walimpls.ErrClosed, "wal closed"))
 	w.cancel()
-	for s := range scanners {
-		<-s.done
-	}
 	w.wg.Wait()
 	err := w.impl.Close()
 	w.m.forget()

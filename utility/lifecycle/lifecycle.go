@@ -6,7 +6,8 @@
 //   - Done closes once the goroutine has ended (after it closed its output).
 //   - Error is nil until Done closes; then nil after a user Close, the reason
 //     given to Stop when the scanner was stopped from outside (its WAL
-//     closed), or the failure the goroutine ended with.
+//     closed), or the failure the goroutine ended with (or recorded with
+//     Fail before any Stop).
 //
 // Group tracks the live scanners of one WAL, so that the WAL's Close can
 // stop them all and wait for them, and no scanner starts after it.
@@ -27,6 +28,7 @@ type Run struct {
 	stopOnce sync.Once
 	mu       sync.Mutex
 	reason   error // the first Stop's reason; guarded by mu
+	failed   error // the Fail that came before any Stop; guarded by mu
 	err      error // written by End before done closes
 }
 
@@ -79,15 +81,36 @@ func (r *Run) Close() error {
 	return nil
 }
 
+// Fail records err as how the goroutine ends, for one that failed but has
+// work to finish before End: the adaptor's scanner hands its reader what
+// it released before it failed. A Stop after Fail still cancels Context,
+// so that the work is cut short, but Error stays err: the failure came
+// first. A Fail after a Stop or another Fail does nothing, and so does
+// Fail(nil).
+func (r *Run) Fail(err error) {
+	if err == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed == nil && !r.Stopped() {
+		r.failed = err
+	}
+}
+
 // End records how the goroutine ended and closes Done. A goroutine that was
 // stopped ends with the stop's reason, whatever it saw while stopping (a
-// cancelled call, a closed client).
+// cancelled call, a closed client); one that called Fail first ends with
+// that failure.
 func (r *Run) End(err error) {
-	if r.Stopped() {
-		r.mu.Lock()
+	r.mu.Lock()
+	switch {
+	case r.failed != nil:
+		err = r.failed
+	case r.Stopped():
 		err = r.reason
-		r.mu.Unlock()
 	}
+	r.mu.Unlock()
 	r.err = err
 	r.cancel() // release the context's resources
 	close(r.done)

@@ -56,6 +56,57 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// A goroutine that failed and finishes its work before it ends (Fail)
+// ends with its failure, whatever stops it while it finishes; one stopped
+// before it failed ends with the stop's reason.
+func TestFail(t *testing.T) {
+	closed := errors.New("wal closed")
+	failed := errors.New("position gone")
+	// finishing starts a goroutine that has failed and works until it is
+	// stopped or finished is closed.
+	finishing := func() (r *Run, finished chan struct{}) {
+		r, finished = NewRun(), make(chan struct{})
+		hasFailed := make(chan struct{})
+		go func() {
+			r.Fail(failed)
+			close(hasFailed)
+			select {
+			case <-r.Stopping():
+			case <-finished:
+			}
+			r.End(r.Context().Err())
+		}()
+		<-hasFailed
+		return r, finished
+	}
+	for name, tc := range map[string]struct {
+		end  func(r *Run, finished chan struct{})
+		want error
+	}{
+		"finished":                   {func(r *Run, finished chan struct{}) { close(finished); <-r.Done() }, failed},
+		"user close while finishing": {func(r *Run, _ chan struct{}) { require.NoError(t, r.Close()) }, failed},
+		"wal stop while finishing":   {func(r *Run, _ chan struct{}) { r.Stop(closed); <-r.Done() }, failed},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, finished := finishing()
+			assert.NoError(t, r.Error(), "no error before Done")
+			tc.end(r, finished)
+			assert.Equal(t, tc.want, r.Error())
+			require.NoError(t, r.Close(), "Close is idempotent")
+		})
+	}
+	t.Run("fail after stop", func(t *testing.T) {
+		r := NewRun()
+		r.Stop(closed)
+		go func() {
+			r.Fail(failed)
+			r.End(failed)
+		}()
+		<-r.Done()
+		assert.Equal(t, closed, r.Error())
+	})
+}
+
 func TestGroup(t *testing.T) {
 	var g Group[*scanner]
 	a, b, c := start(), start(), start()
