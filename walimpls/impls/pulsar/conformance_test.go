@@ -35,8 +35,19 @@ func (c brokerCluster) NewOpener(t *testing.T) walimpls.Opener {
 	return o
 }
 
+// conformanceFactory takes topics over and deletes them through the
+// broker's hooks (testConfig).
 func conformanceFactory(t *testing.T) walimplstest.Cluster {
 	_, cfg := startBroker(t, pulsartest.Config{})
+	return brokerCluster{cfg: cfg}
+}
+
+// adminFactory does the same through the broker's admin API, over HTTP,
+// as a YAML configuration with adminUrl does.
+func adminFactory(t *testing.T) walimplstest.Cluster {
+	b := pulsartest.Start(t, pulsartest.Config{ServeAdmin: true, AdminToken: "conformance"})
+	cfg := adminConfig(b)
+	cfg.AuthToken = "conformance"
 	return brokerCluster{cfg: cfg}
 }
 
@@ -45,6 +56,10 @@ func conformanceFactory(t *testing.T) walimplstest.Cluster {
 
 func TestConformance(t *testing.T) {
 	walimplstest.Run(t, conformanceFactory)
+}
+
+func TestConformanceOverAdminAPI(t *testing.T) {
+	walimplstest.Run(t, adminFactory)
 }
 
 func TestAdaptor(t *testing.T) {

@@ -56,3 +56,19 @@ func isGone(err error) bool { return err != nil && strings.Contains(err.Error(),
 func fencedError(channel string, term, current int64) error {
 	return &walimpls.FencedError{Channel: channel, Term: term, CurrentTerm: current}
 }
+
+// deletedError is the error of a writer whose channel was deleted.
+func deletedError(channel string, term int64) error {
+	return &walimpls.FencedError{Channel: channel, Term: term, Deleted: true}
+}
+
+// goneDeleted is why a deleted channel's scanners end and its reads fail.
+func goneDeleted(channel string) error {
+	return errors.Wrapf(walimpls.ErrPositionGone, "pulsar: channel %q was deleted", channel)
+}
+
+// isTopicNotFound reports the broker refusing a topic that does not exist
+// (auto-creation off); the client's errors carry the server error's name.
+func isTopicNotFound(err error) bool {
+	return err != nil && (errors.Is(err, pulsar.ErrTopicNotfound) || strings.Contains(err.Error(), "TopicNotFound"))
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/internal/pulsartest"
@@ -30,8 +31,9 @@ func startBroker(t testing.TB, cfg pulsartest.Config) (*pulsartest.Broker, Confi
 	return b, testConfig(b)
 }
 
-// testConfig points at b; TakeOver is the equivalent of the admin API's
-// topic unload.
+// testConfig points at b; TakeOver, DeleteTopic and TopicExists are the
+// equivalents of the admin API's topic unload, forced delete and stats
+// (adminConfig calls the admin API itself).
 func testConfig(b *pulsartest.Broker) Config {
 	return Config{
 		ServiceURL:        b.URL(),
@@ -41,7 +43,25 @@ func testConfig(b *pulsartest.Broker) Config {
 		TakeOver: func(_ context.Context, topic string) error {
 			return b.UnloadTopic(topic)
 		},
+		DeleteTopic: func(_ context.Context, topic string) error {
+			if err := b.DeleteTopic(topic); !errors.Is(err, pulsartest.ErrTopicNotFound) {
+				return err
+			}
+			return nil
+		},
+		TopicExists: func(_ context.Context, topic string) (bool, error) {
+			return b.TopicExists(topic)
+		},
 	}
+}
+
+// adminConfig points at b, which must serve its admin API, and leaves
+// every topic operation to Config.AdminURL.
+func adminConfig(b *pulsartest.Broker) Config {
+	c := testConfig(b)
+	c.TakeOver, c.DeleteTopic, c.TopicExists = nil, nil, nil
+	c.AdminURL = b.AdminURL()
+	return c
 }
 
 func newOpener(t testing.TB, cfg Config) *Opener {

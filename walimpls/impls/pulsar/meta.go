@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -14,16 +15,21 @@ import (
 	"github.com/streamwal/streamwal/utility/backoff"
 )
 
-// A channel's meta topic (topic name + "=meta") holds two kinds of records,
-// each an empty payload with properties:
+// A channel's meta topic (topic name + "=meta") holds three kinds of
+// records, each an empty payload with properties:
 //
 //	term claim   {"k": "claim", "term": "<decimal>", "nonce": "<32 hex>"}
 //	truncation   {"k": "trunc", "id": "<marshalled msgID>"}
+//	deletion     {"k": "claim", "term": "9223372036854775807",
+//	              "nonce": "<32 hex>", "deleted": "1"}
 //
 // The state of a channel is the fold of every record: the highest term
 // claimed (the winner is the last claim of that term) and the highest
-// truncation point. The topic keeps its records through a durable
-// subscription that is never acknowledged.
+// truncation point. A deletion (Opener.Delete) is a claim of the highest
+// term there is, marked: nothing after it counts, so no claim beats it,
+// and a version of this backend that does not know the mark still sees a
+// claim that beats every writer. The topic keeps its records through a
+// durable subscription that is never acknowledged.
 const (
 	metaKind      = "k"
 	metaClaim     = "claim"
@@ -31,15 +37,26 @@ const (
 	metaTerm      = "term"
 	metaNonce     = "nonce"
 	metaTruncID   = "id"
+	metaDeleted   = "deleted"
 	metaReadTries = 5
 )
+
+// deletionRecord is the meta record of a channel's deletion.
+func deletionRecord() map[string]string {
+	return map[string]string{
+		metaKind: metaClaim, metaTerm: strconvI(math.MaxInt64), metaNonce: newNonce(), metaDeleted: "1",
+	}
+}
 
 // metaState is the fold of a meta topic.
 type metaState struct {
 	maxTerm     int64 // -1 when nobody claimed
 	winnerNonce string
-	trunc       msgID
-	hasTrunc    bool
+	// deleted is set by a deletion record; the fold ignores every claim
+	// after it.
+	deleted  bool
+	trunc    msgID
+	hasTrunc bool
 	// last is the last record folded, valid if hasLast: a watcher started
 	// right after it misses nothing the fold did not see.
 	last    msgID
@@ -53,15 +70,19 @@ type metaState struct {
 func (st *metaState) apply(props map[string]string) {
 	switch props[metaKind] {
 	case metaClaim:
+		if st.mine != "" && props[metaNonce] == st.mine {
+			st.mineSeen = true
+		}
 		term, err := strconv.ParseInt(props[metaTerm], 10, 64)
-		if err != nil || term < 0 {
+		if err != nil || term < 0 || st.deleted {
+			return
+		}
+		if props[metaDeleted] != "" {
+			st.deleted, st.maxTerm, st.winnerNonce = true, math.MaxInt64, props[metaNonce]
 			return
 		}
 		if term >= st.maxTerm {
 			st.maxTerm, st.winnerNonce = term, props[metaNonce]
-		}
-		if st.mine != "" && props[metaNonce] == st.mine {
-			st.mineSeen = true
 		}
 	case metaTrunc:
 		id, err := parseID(props[metaTruncID])

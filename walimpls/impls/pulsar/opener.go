@@ -73,6 +73,11 @@ type testHooks struct {
 	// beforeClaim runs in a ReadWrite open after the opening fold found
 	// no higher term, before the open subscribes, watches and claims.
 	beforeClaim func(ctx context.Context, w *wal)
+	// afterDeletionRecord runs in Delete once the deletion record is
+	// written (or found unneeded); beforeDeleteTopics once the channel is
+	// fenced, before its topics are deleted.
+	afterDeletionRecord func(ctx context.Context, name string)
+	beforeDeleteTopics  func(ctx context.Context, name string)
 }
 
 var _ walimpls.Opener = (*Opener)(nil)
@@ -306,6 +311,10 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 	st, err := o.readMeta(ctx, w.metaTopic, "")
 	if err != nil {
 		return nil, err
+	}
+	if st.deleted {
+		return nil, errors.Wrapf(deletedError(ch.Name, ch.Term),
+			"pulsar: open %s: a deletion of the channel has not finished; delete it again to use the name", ch)
 	}
 	w.setTrunc(st.trunc, st.hasTrunc)
 	if ch.Mode == walimpls.ReadWrite {

@@ -46,6 +46,9 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	if w.isClosed() {
 		return nil, w.closedErr()
 	}
+	if w.deleted.Load() {
+		return nil, goneDeleted(w.ch.Name)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -121,6 +124,9 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	}
 	if !w.scanners.Add(s) {
 		s.r.Close()
+		if w.deleted.Load() {
+			return nil, goneDeleted(w.ch.Name)
+		}
 		return nil, w.closedErr()
 	}
 	go s.run()

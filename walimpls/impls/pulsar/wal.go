@@ -27,6 +27,9 @@ type wal struct {
 	// trunc is the highest truncation point known, nil if none. Every
 	// scanner checks it before each delivery, hence no lock.
 	trunc atomic.Pointer[msgID]
+	// deleted is set once the channel is known to be deleted; see
+	// finishDeleted.
+	deleted atomic.Bool
 
 	mu       sync.Mutex
 	closed   bool
@@ -84,17 +87,45 @@ func (w *wal) startWriter(ctx context.Context, st metaState) error {
 // checkWinner folds the meta topic and returns a FencedError unless this
 // WAL's claim wins: it is the claim of the highest term, and the last one
 // of that term. Called once the claim is written, so that the fold holds
-// it. The fold's truncation point is taken over as well.
+// it: a meta topic without it (gone, or created anew and holding other
+// claims or none) is a deleted channel's, and so is one that ends in a
+// deletion record; the FencedError then has Deleted set. The fold's
+// truncation point is taken over as well.
 func (w *wal) checkWinner(ctx context.Context) error {
 	st, err := w.o.readMeta(ctx, w.metaTopic, w.nonce)
-	if err != nil {
+	switch {
+	case isTopicNotFound(err):
+		return deletedError(w.ch.Name, w.ch.Term)
+	case err != nil:
 		return err
+	case st.deleted, !st.mineSeen:
+		return deletedError(w.ch.Name, w.ch.Term)
 	}
 	w.setTrunc(st.trunc, st.hasTrunc)
 	if st.winnerNonce == w.nonce {
 		return nil
 	}
 	return fencedError(w.ch.Name, w.ch.Term, st.maxTerm)
+}
+
+// finishDeleted finishes the WAL for good once its channel is known to be
+// deleted, by this opener's Delete or by a deletion record its meta
+// watcher saw: its scanners end with ErrPositionGone, its writer is fenced
+// with a FencedError with Deleted set (which closes its producer), and it
+// no longer reads or writes the channel's topics (Read and Last fail), so
+// that nothing of it makes a broker that creates topics on use create the
+// deleted topics again. The scanners end before the writer is fenced: a
+// Delete that waits for the writer's producer to go finds no reader of
+// this WAL left on the topics it deletes next. Idempotent.
+func (w *wal) finishDeleted() {
+	if !w.deleted.CompareAndSwap(false, true) {
+		return
+	}
+	w.log.Warn("the channel was deleted")
+	w.scanners.StopAll(goneDeleted(w.ch.Name))
+	if w.wr != nil {
+		w.wr.fenceDeleted(deletedError(w.ch.Name, w.ch.Term))
+	}
 }
 
 func (w *wal) WALName() string           { return Name }
@@ -258,6 +289,9 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 func (w *wal) Last(ctx context.Context) (message.ID, error) {
 	if w.isClosed() {
 		return message.ID{}, w.closedErr()
+	}
+	if w.deleted.Load() {
+		return message.ID{}, goneDeleted(w.ch.Name)
 	}
 	if err := ctx.Err(); err != nil {
 		return message.ID{}, err

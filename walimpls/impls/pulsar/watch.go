@@ -12,8 +12,10 @@ import (
 // fold saw: a claim of a higher term (or a later claim of the same term)
 // fences the WAL's writer at once, which closes its producer (or gives up
 // waiting for one) and so hands the topic to the claimant; a truncation
-// record moves the WAL's truncation point. Its goroutine (run) owns the
-// reader.
+// record moves the WAL's truncation point; a deletion record finishes the
+// WAL (wal.finishDeleted) and ends the watcher, which closes its reader
+// first: the meta topic is about to be deleted, and a reader that came
+// back would create it again. Its goroutine (run) owns the reader.
 type watcher struct {
 	w      *wal
 	r      pulsar.Reader
@@ -51,8 +53,18 @@ func (wa *watcher) stop() {
 
 func (wa *watcher) run() {
 	defer close(wa.done)
-	defer wa.r.Close()
+	defer func() {
+		if wa.r != nil {
+			wa.r.Close()
+		}
+	}()
 	w := wa.w
+	// deleted finishes the WAL on a deletion record; run returns after it.
+	deleted := func() {
+		wa.r.Close()
+		wa.r = nil
+		w.finishDeleted()
+	}
 	seenOwn := false // this WAL's own claim went by
 	for {
 		m, err := wa.r.Next(wa.ctx)
@@ -80,6 +92,10 @@ func (wa *watcher) run() {
 			// The reader skipped a record (see the package
 			// documentation): fold the whole topic instead.
 			if st, err := w.o.readMeta(wa.ctx, w.metaTopic, w.nonce); err == nil {
+				if st.deleted {
+					deleted()
+					return
+				}
 				w.setTrunc(st.trunc, st.hasTrunc)
 				seenOwn = seenOwn || st.mineSeen
 				if w.wr != nil && st.maxTerm >= 0 && st.winnerNonce != w.nonce && (seenOwn || st.maxTerm > w.ch.Term) {
@@ -90,6 +106,10 @@ func (wa *watcher) run() {
 		wa.last, wa.hasLast = id, true
 		st := metaState{maxTerm: -1}
 		st.apply(m.Properties())
+		if st.deleted {
+			deleted()
+			return
+		}
 		w.setTrunc(st.trunc, st.hasTrunc)
 		if st.maxTerm < 0 || w.wr == nil {
 			continue

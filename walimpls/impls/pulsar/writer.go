@@ -200,6 +200,31 @@ func (wr *writer) fence(err error) {
 		wr.w.log.Warn("fenced", "err", err)
 		close(wr.fencedCh)
 	}
+	wr.kickRun()
+}
+
+// fenceDeleted is fence for a deletion of the channel: err, a FencedError
+// with Deleted set, replaces the error of an earlier fence, so that every
+// later append says the channel was deleted. Safe from any goroutine.
+func (wr *writer) fenceDeleted(err error) {
+	for {
+		cur := wr.fenced.Load()
+		if fe := (*walimpls.FencedError)(nil); errors.As(cur, &fe) && fe.Deleted {
+			return
+		}
+		if wr.fenced.CompareAndSwap(cur, err) {
+			if cur == nil {
+				wr.w.log.Warn("fenced", "err", err)
+				close(wr.fencedCh)
+			}
+			break
+		}
+	}
+	wr.kickRun()
+}
+
+// kickRun has run retire the producer of a fenced writer.
+func (wr *writer) kickRun() {
 	select {
 	case wr.kick <- struct{}{}:
 	default:
@@ -295,7 +320,11 @@ func (wr *writer) takeOver(ctx context.Context) error {
 func (wr *writer) checkClaim(ctx context.Context) error {
 	err := wr.w.checkWinner(ctx)
 	var fe *walimpls.FencedError
-	if errors.As(err, &fe) {
+	switch {
+	case errors.As(err, &fe) && fe.Deleted:
+		wr.fenceDeleted(err)
+		return wr.fencedErr()
+	case fe != nil:
 		wr.fence(err)
 		return wr.fencedErr()
 	}
