@@ -17,6 +17,8 @@
 //	    empty payloads; properties
 //	    {"k":"claim","term":"<decimal>","nonce":"<32 hex>"}   a term claim
 //	    {"k":"trunc","id":"<marshalled MessageID>"}           a truncation
+//	    {"k":"claim","term":"9223372036854775807",
+//	     "nonce":"<32 hex>","deleted":"1"}                    a deletion
 //
 // "=" cannot occur in a channel name or a topic prefix, so no channel's log
 // is another channel's meta topic. Both topics carry the durable
@@ -175,8 +177,9 @@
 // A writer is fenced for good, and every later Append and Truncate fails
 // with the same FencedError (errors.Is(err, walimpls.ErrFenced)), when its
 // meta watcher sees a claim of a higher term or a later claim of its own
-// term, when a fold of the meta topic (every Truncate makes one, below)
-// shows another winner, or when the client fails its sends with
+// term (or a deletion, see Deleting a channel), when a fold of the meta
+// topic (every Truncate makes one, below) shows another winner, or when
+// the client fails its sends with
 // ErrProducerFenced (the broker refused its reconnect) or ErrProducerClosed
 // (what the client returns after it closed a fenced producer) and the meta
 // topic shows another winner. If its own claim still wins, something that
@@ -270,6 +273,96 @@
 // client reports batch index 0 for a message sent without batching; this
 // backend's producers always batch, so that is exact for what it writes.
 //
+// # Deleting a channel
+//
+// The binary protocol cannot delete a topic, so Opener.Delete needs
+// Config.DeleteTopic or Config.AdminURL (the admin API's forced delete);
+// without either it fails with an error matching walimpls.ErrInvalidConfig
+// that says so. Config.TopicExists (AdminURL: a GET of the topic's stats)
+// tells it whether the topics exist without creating them. Delete(name)
+// runs:
+//
+//  1. finish this opener's WALs of the channel: their scanners end with
+//     ErrPositionGone and close their readers, their meta watchers stop,
+//     and their writers are fenced for good with a *walimpls.FencedError
+//     with Deleted set, which closes their producers. Every later Append,
+//     AppendBatch and Truncate fails with it (marked NotStored when
+//     nothing was handed over), and Read and Last fail with
+//     ErrPositionGone: nothing of these WALs touches the topics again;
+//  2. ask TopicExists about both topics. When neither exists, return:
+//     nothing was created or changed. Without TopicExists both are assumed
+//     to exist, and a broker that creates topics on use creates them in
+//     steps 3 and 4, for step 5 to delete;
+//  3. append a deletion record to the meta topic: a claim of the highest
+//     term, marked deleted, after which the fold counts no claim. A meta
+//     watcher that sees it closes its reader and finishes its WAL as in
+//     step 1, so the writer of another node closes its producer within a
+//     round trip or two; every fold of the meta topic fails a writer's
+//     claim check with Deleted from now on (a Truncate, a re-acquisition,
+//     the check of a producer the broker closed), and every Open fails
+//     with it while the record is there;
+//  4. acquire the log topic as an open does (Fencing, step 3): a
+//     WaitForExclusive producer on a dedicated client, Config.TakeOver
+//     once TakeOverGrace passed without access (an owner whose watcher is
+//     hung or cut off), until TakeOverTimeout or the end of the context.
+//     The grant bumps the topic epoch, so the previous owner's producer,
+//     if it was unloaded rather than closed, is refused with
+//     ProducerFenced when its client comes back, and the client gives it
+//     up. After an unload the topic is kept TakeOverGrace longer, so that
+//     a live client, which reconnects at once, meets the topic and its
+//     epoch rather than no topic (see below). Delete's producer sends
+//     nothing and never reconnects; it holds the topic until step 5 has
+//     deleted it, so that the producers still waiting for the topic (a
+//     concurrent Delete's, a fenced writer's withdrawn one) are refused by
+//     the delete rather than granted a moment before it closes them;
+//  5. delete the log topic, then the meta topic. Until the meta topic
+//     goes, its deletion record keeps the channel fenced: a Delete that
+//     fails or whose context ends after step 3 leaves a channel nobody can
+//     write to or open, and calling Delete again finishes it.
+//
+// Why a writer of the deleted channel never stores again. A writer stores
+// only through a producer of its own acquisition, which checks after the
+// grant that its claim wins a fold of the meta topic. A fold that lacks
+// the writer's claim — the meta topic is gone, or was created anew, by a
+// later Open or by a read, and holds other claims or none — or that ends
+// in a deletion record fences the writer for good with Deleted set. So it
+// never acquires a producer again, neither of the deleted topics nor of
+// topics a later Open creates under the same name. The producer it held
+// when Delete began is gone before step 5: the writer closed it (step 3),
+// or it was unloaded and refused by epoch (step 4); several Deletes of
+// one channel at once all succeed, each finding the topics gone or
+// deleting them again. A later Open of the name finds an empty meta topic:
+// any term opens it, and the new log topic is empty (Last is the zero ID).
+//
+// What production needs, and what is left:
+//
+//   - AdminURL with a token whose role administers the tenant (Pulsar lets
+//     only tenant admins unload and delete topics), or hooks that do the
+//     same.
+//   - With topic auto-creation on (Pulsar's default), a client that comes
+//     back to a deleted topic creates it again, empty. The readers of
+//     other nodes are the caller's to stop first: their scanners end
+//     when their meta watcher sees the deletion record, but one that the
+//     delete disconnects first re-creates the log topic (and, if it was
+//     delivering, may trip the client's race between Reader.Next and a
+//     reconnect, below). A stale writer's
+//     claim check re-creates an empty meta topic (and fails as deleted).
+//     The broker's inactive-topic cleanup removes such empty topics. The
+//     case that matters is a producer unloaded in step 4 whose client
+//     comes back only after step 5 (its process hung, or cut off from the
+//     broker, for longer than TakeOverGrace, and its meta watcher with
+//     it): it is granted on the re-created topic with the epoch it
+//     brought, resends what it had pending, and its writer, which learns
+//     nothing, may go on appending there. A later Open's take-over unloads
+//     it and refuses it by epoch, but what it stored first lies at the
+//     start of the new channel. Disabling auto-creation on the namespace
+//     (pulsar-admin namespaces set-auto-topic-creation --disable) closes
+//     all of this: a client coming back to a deleted topic gets
+//     TopicNotFound, and pulsar-client-go gives the producer up. Channels
+//     must then be created with the admin API before their first open.
+//   - IDs of the deleted channel mean nothing to the new one: a checkpoint
+//     taken before Delete must not be used after it.
+//
 // # pulsar-client-go v0.19.0 behaviours this package works around
 //
 //   - Reader reconnects with a backlog skip messages (above).
@@ -303,6 +396,14 @@
 //     reconnect races it may leave grabConn.func1 blocked. Meta producers
 //     run without a send timeout so that nothing of them lingers.
 //   - Seek to EarliestMessageID fails; scanners never seek, they reopen.
+//   - A producer that the broker closes (a forced delete, an unload) while
+//     its creation is finishing trips the race detector (newPartitionProducer
+//     writes its logger while the connection's CLOSE_PRODUCER handler reads
+//     it). Delete holds the log topic while it deletes it, so that waiting
+//     producers are refused rather than granted and closed at once; a
+//     deletion record that one Delete writes while another deletes the
+//     meta topic can still meet it (concurrent Deletes of one channel; the
+//     tests order them).
 //
 // # Known limits
 //
