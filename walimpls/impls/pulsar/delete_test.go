@@ -3,6 +3,7 @@ package pulsar
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -114,6 +115,11 @@ func TestDeleteFencesWriterWithAppendsInFlight(t *testing.T) {
 		break
 	}
 	requireDeletedWriter(t, wa, someID)
+	// Refused before anything was handed over: certainly not stored.
+	_, err := wa.Append(deleteCtx(t), msg(t, "refused", nil))
+	require.True(t, walimpls.NotStored(err), "an append of a deleted writer is NotStored: %v", err)
+	_, err = wa.AppendBatch(deleteCtx(t), []message.Message{msg(t, "refused-1", nil), msg(t, "refused-2", nil)})
+	require.True(t, walimpls.NotStored(err), "a batch of a deleted writer is NotStored: %v", err)
 	requireNoTopics(t, b, cfg, name)
 
 	// A new channel under the name: empty, at a lower term, and nothing of
@@ -287,4 +293,26 @@ func TestConcurrentDeletes(t *testing.T) {
 	}
 	requireDeletedWriter(t, w, id)
 	requireNoTopics(t, b, cfg, name)
+}
+
+// TestMetaFoldDeletion: a deletion record beats every claim, also a later
+// claim of the highest term, and the fold still notices a writer's own
+// claim after it.
+func TestMetaFoldDeletion(t *testing.T) {
+	claim := func(term int64, nonce string) map[string]string {
+		return map[string]string{metaKind: metaClaim, metaTerm: strconvI(term), metaNonce: nonce}
+	}
+	st := metaState{maxTerm: -1, mine: "late"}
+	st.apply(claim(5, "a"))
+	require.False(t, st.deleted)
+	require.Equal(t, "a", st.winnerNonce)
+	del := deletionRecord()
+	st.apply(del)
+	require.True(t, st.deleted)
+	require.Equal(t, del[metaNonce], st.winnerNonce)
+	st.apply(claim(math.MaxInt64, "late"))
+	require.True(t, st.deleted)
+	require.Equal(t, del[metaNonce], st.winnerNonce, "no claim beats a deletion")
+	require.True(t, st.mineSeen)
+	require.NotEqual(t, deletionRecord()[metaNonce], del[metaNonce], "every deletion has its own nonce")
 }
