@@ -70,10 +70,17 @@ func (o *Opener) Delete(ctx context.Context, name string) error {
 	// was unloaded, and a producer of it that comes back is refused.
 	if metaExists && logExists {
 		release, err := o.fenceLog(ctx, name, topic)
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
+		case release == nil:
+			// Deleted while this call waited for it (by a concurrent
+			// Delete, which held it), or gone with auto-creation off:
+			// nothing is left to fence or to delete.
+			logExists = false
+		default:
+			defer release()
 		}
-		defer release()
 	}
 	if h := o.hooks.beforeDeleteTopics; h != nil {
 		h(ctx, name)
@@ -134,7 +141,10 @@ func (o *Opener) finishDeleted(name string) {
 // granting them access a moment before it closes them (pulsar-client-go
 // v0.19.0 races when a producer is closed while its creation finishes).
 // It never reconnects, so the delete that closes it does not make it
-// create the topic again.
+// create the topic again. A nil release and error: the topic is gone, as
+// the broker said when it refused the producer (TopicNotFound); only the
+// Delete that held the topic deletes it, so no delete closes a producer
+// another Delete is being granted.
 func (o *Opener) fenceLog(ctx context.Context, name, topic string) (release func(), err error) {
 	noReconnect := uint(0)
 	cl, p, tookOver, err := o.acquireExclusive(ctx, exclusiveReq{
@@ -160,7 +170,7 @@ func (o *Opener) fenceLog(ctx context.Context, name, topic string) (release func
 		release()
 		return nil, ctx.Err()
 	case isTopicNotFound(err):
-		return func() {}, nil
+		return nil, nil
 	case err != nil:
 		return nil, errors.Wrapf(err, "pulsar: delete channel %q", name)
 	}

@@ -314,7 +314,9 @@
 //     nothing and never reconnects; it holds the topic until step 5 has
 //     deleted it, so that the producers still waiting for the topic (a
 //     concurrent Delete's, a fenced writer's withdrawn one) are refused by
-//     the delete rather than granted a moment before it closes them;
+//     the delete rather than granted a moment before it closes them. A
+//     Delete whose waiting producer is refused that way (TopicNotFound)
+//     leaves the log topic alone: the Delete that held it deleted it;
 //  5. delete the log topic, then the meta topic. Until the meta topic
 //     goes, its deletion record keeps the channel fenced: a Delete that
 //     fails or whose context ends after step 3 leaves a channel nobody can
@@ -329,9 +331,10 @@
 // never acquires a producer again, neither of the deleted topics nor of
 // topics a later Open creates under the same name. The producer it held
 // when Delete began is gone before step 5: the writer closed it (step 3),
-// or it was unloaded and refused by epoch (step 4); several Deletes of
-// one channel at once all succeed, each finding the topics gone or
-// deleting them again. A later Open of the name finds an empty meta topic:
+// or it was unloaded and refused by epoch (step 4). Several Deletes of one
+// channel at once all succeed: one holds the log topic and deletes it,
+// the others are refused while they wait, and each deletes the meta
+// topic or finds it gone. A later Open of the name finds an empty meta topic:
 // any term opens it, and the new log topic is empty (Last is the zero ID).
 //
 // What production needs, and what is left:
