@@ -327,11 +327,22 @@ func TestLocalReleasesStopAtATakeover(t *testing.T) {
 			defer local.Close()
 			var wg sync.WaitGroup
 			stop := make(chan struct{})
+			opened := make(chan struct{}) // w2 is open
 			for a := range 3 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					for i := 0; ; i++ {
+						if i == 1000 {
+							// Bound the log: an appender that got this far
+							// before the takeover waits for it, then finds
+							// itself fenced. Readers must read it all.
+							select {
+							case <-opened:
+							case <-stop:
+								return
+							}
+						}
 						select {
 						case <-stop:
 							return
@@ -350,6 +361,7 @@ func TestLocalReleasesStopAtATakeover(t *testing.T) {
 				term = 1
 			}
 			w2 := openWAL(t, memOpener(t, c, memory.Config{}), "takeover", term, opts)
+			close(opened)
 			var end AppendResult
 			for i := range 200 {
 				end, err = w2.Append(ctx, payload(-i, 8))
