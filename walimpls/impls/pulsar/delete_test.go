@@ -316,3 +316,41 @@ func TestMetaFoldDeletion(t *testing.T) {
 	require.True(t, st.mineSeen)
 	require.NotEqual(t, deletionRecord()[metaNonce], del[metaNonce], "every deletion has its own nonce")
 }
+
+// TestDeleteWithoutAutoCreation: on a broker that does not create topics
+// on use, a deleted channel stays deleted: the hung writer's producer,
+// unloaded and refused, and its claim check, which finds no meta topic
+// and fences it as deleted, create nothing. The name is usable again once
+// its topics are created.
+func TestDeleteWithoutAutoCreation(t *testing.T) {
+	b, cfg := startBroker(t, pulsartest.Config{DisableAutoTopicCreation: true})
+	cfg.TakeOverGrace = 100 * time.Millisecond
+	const name = "del-noauto"
+	logTopic := topicOf(cfg, name)
+	create := func() {
+		require.NoError(t, b.CreateTopic(logTopic))
+		require.NoError(t, b.CreateTopic(logTopic+metaSuffix))
+	}
+	create()
+	nodeA, nodeB := newOpener(t, cfg), newOpener(t, cfg)
+	wa := open(t, nodeA, name, 2, walimpls.ReadWrite)
+	id := appendOK(t, wa, msg(t, "A0", nil))
+	wa.(*wal).watch.stop() // hung: only the unload and the claim check reach it
+	nodeB.hooks.beforeDeleteTopics = func(context.Context, string) {
+		waitFor(t, 10*time.Second, "the hung writer's producer is refused", func() bool {
+			s, err := b.Stats(logTopic)
+			return err == nil && s.FencedProducers > 0
+		})
+	}
+	require.NoError(t, nodeB.Delete(deleteCtx(t), name))
+	requireNoTopics(t, b, cfg, name)
+	requireDeletedWriter(t, wa, id)
+	requireNoTopics(t, b, cfg, name)
+
+	_, err := nodeB.Open(deleteCtx(t), walimpls.Channel{Name: name, Term: 1, Mode: walimpls.ReadWrite})
+	require.ErrorContains(t, err, "TopicNotFound", "without its topics the name does not open")
+	create()
+	wb := open(t, nodeB, name, 1, walimpls.ReadWrite)
+	appendOK(t, wb, msg(t, "B0", nil))
+	requireOnly(t, nodeB, name, []string{"B0"})
+}
