@@ -23,7 +23,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func memOpener(t *testing.T, c *memory.Cluster, cfg memory.Config) walimpls.Opener {
-	o, err := memory.NewOpener(c, cfg)
+	cfg.Cluster = c
+	o, err := memory.New(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = o.Close() })
 	return o

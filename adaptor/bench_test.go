@@ -49,7 +49,7 @@ type benchBackend struct {
 func benchBackends(withSync bool) []benchBackend {
 	bs := []benchBackend{
 		{"memory", func(b *testing.B) walimpls.Opener {
-			o, err := memory.NewOpener(memory.NewCluster(), memory.Config{})
+			o, err := memory.New(context.Background(), memory.Config{})
 			require.NoError(b, err)
 			b.Cleanup(func() { _ = o.Close() })
 			return o
@@ -59,7 +59,7 @@ func benchBackends(withSync bool) []benchBackend {
 		{"memory-nofencing", func(b *testing.B) walimpls.Opener {
 			c := memory.NewCluster()
 			c.SetFencing(false)
-			o, err := memory.NewOpener(c, memory.Config{})
+			o, err := memory.New(context.Background(), memory.Config{Cluster: c})
 			require.NoError(b, err)
 			b.Cleanup(func() { _ = o.Close() })
 			return o
@@ -76,7 +76,7 @@ func benchBackends(withSync bool) []benchBackend {
 
 func localBackend(sync local.SyncPolicy) func(b *testing.B) walimpls.Opener {
 	return func(b *testing.B) walimpls.Opener {
-		s, err := local.Open(local.Config{Dir: b.TempDir(), Sync: sync})
+		s, err := local.New(context.Background(), local.Config{Dir: b.TempDir(), Sync: sync})
 		require.NoError(b, err)
 		b.Cleanup(func() { require.NoError(b, s.Close()) })
 		return s

@@ -327,7 +327,7 @@ func BenchmarkScan(b *testing.B) {
 	dir := benchDir(b)
 	ctx := context.Background()
 	{
-		s, err := local.Open(local.Config{Dir: dir, Sync: local.SyncNone})
+		s, err := local.New(context.Background(), local.Config{Dir: dir, Sync: local.SyncNone})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -360,7 +360,7 @@ func BenchmarkScan(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	s, err := local.Open(local.Config{Dir: dir, Sync: local.SyncNone})
+	s, err := local.New(context.Background(), local.Config{Dir: dir, Sync: local.SyncNone})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,7 +37,7 @@ type streamwalLog struct {
 
 func openStreamwal(dir string, sync local.SyncPolicy, channels int) (*streamwalLog, error) {
 	reg := prometheus.NewRegistry()
-	s, err := local.Open(local.Config{Dir: dir, Sync: sync}, local.WithRegisterer(reg))
+	s, err := local.New(context.Background(), local.Config{Dir: dir, Sync: sync}, walimpls.WithRegisterer(reg))
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 const testTimeout = 60 * time.Second
 
 func startNode(t *testing.T, cli *clientv3.Client, root string, mem *memory.Cluster, id string) *node.Node {
-	o, err := memory.NewOpener(mem, memory.Config{})
+	o, err := memory.New(context.Background(), memory.Config{Cluster: mem})
 	require.NoError(t, err)
 	n, err := node.New(cli, o, node.Config{ID: id, Root: root, SessionTTL: 2 * time.Second, Backend: "memory"})
 	require.NoError(t, err)

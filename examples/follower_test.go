@@ -37,7 +37,7 @@ func Example_leaderAndFollower() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := local.Open(local.Config{Dir: dir})
+	store, err := local.New(ctx, local.Config{Dir: dir})
 	if err != nil {
 		panic(err)
 	}

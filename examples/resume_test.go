@@ -85,7 +85,7 @@ func Example_resumeAfterRestart() {
 // run opens the local store in dir and the channel "orders" on it, as a
 // process would, hands the WAL to f, and closes both.
 func run(dir string, f func(adaptor.WAL)) {
-	store, err := local.Open(local.Config{Dir: dir})
+	store, err := local.New(context.Background(), local.Config{Dir: dir})
 	if err != nil {
 		panic(err)
 	}

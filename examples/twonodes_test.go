@@ -25,7 +25,7 @@ func Example_twoNodes() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := local.Open(local.Config{Dir: dir})
+	store, err := local.New(ctx, local.Config{Dir: dir})
 	if err != nil {
 		panic(err)
 	}

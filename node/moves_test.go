@@ -35,13 +35,13 @@ func TestPlannedMovesUnderLoad(t *testing.T) {
 		{"memory", func(t *testing.T) func() walimpls.Opener {
 			mem := memory.NewCluster()
 			return func() walimpls.Opener {
-				o, err := memory.NewOpener(mem, memory.Config{})
+				o, err := memory.New(context.Background(), memory.Config{Cluster: mem})
 				require.NoError(t, err)
 				return o
 			}
 		}},
 		{"local", func(t *testing.T) func() walimpls.Opener {
-			s, err := local.Open(local.Config{Dir: t.TempDir(), Sync: local.SyncNone})
+			s, err := local.New(context.Background(), local.Config{Dir: t.TempDir(), Sync: local.SyncNone})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = s.Close() })
 			return func() walimpls.Opener { return s.NewOpener() }

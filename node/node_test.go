@@ -59,7 +59,7 @@ func newTestCluster(t *testing.T) *testCluster {
 // startNode starts a node on the shared memory backend.
 func (c *testCluster) startNode(id string) *node.Node {
 	t := c.t
-	o, err := memory.NewOpener(c.mem, memory.Config{})
+	o, err := memory.New(context.Background(), memory.Config{Cluster: c.mem})
 	require.NoError(t, err)
 	n, err := node.New(c.cli, o, node.Config{ID: id, Root: c.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory"})
 	require.NoError(t, err)

@@ -26,13 +26,13 @@ type walBackend struct {
 
 var walBackends = []walBackend{
 	{"memory", func(t *testing.T) walimpls.Opener {
-		o, err := memory.NewOpener(memory.NewCluster(), memory.Config{})
+		o, err := memory.New(context.Background(), memory.Config{Cluster: memory.NewCluster()})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = o.Close() })
 		return o
 	}},
 	{"local", func(t *testing.T) walimpls.Opener {
-		s, err := local.Open(local.Config{Dir: t.TempDir()})
+		s, err := local.New(context.Background(), local.Config{Dir: t.TempDir()})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s

@@ -30,7 +30,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer store.Close()
-	backend, err := local.Open(local.Config{Dir: filepath.Join(dir, "wal")})
+	backend, err := local.New(context.Background(), local.Config{Dir: filepath.Join(dir, "wal")})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func kafkaOpener(t *testing.T) (*kafka.Opener, *kfake.Cluster) {
 		MetadataMinAge: 10 * time.Millisecond,
 		RetryBackoff:   10 * time.Millisecond,
 		CreateTimeout:  10 * time.Second,
-	}, nil, nil)
+	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = o.Close() })
 	return o, c

@@ -87,7 +87,7 @@ func TestProcessChild(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	o, err := kafka.New(ctx, kafka.Config{SeedBrokers: strings.Split(os.Getenv(childBrokersEnv), ","),
-		MetadataMinAge: 10 * time.Millisecond, RetryBackoff: 10 * time.Millisecond, CreateTimeout: 10 * time.Second}, nil, nil)
+		MetadataMinAge: 10 * time.Millisecond, RetryBackoff: 10 * time.Millisecond, CreateTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	defer func() { _ = o.Close() }()
 	p, err := pool.Open(ctx, s, pool.Backend{Name: "kafka", Opener: o}, pool.Config{Size: 5, Prefix: "proc-"}, pool.Options{})

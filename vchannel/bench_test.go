@@ -46,7 +46,7 @@ func BenchmarkReplay(b *testing.B) {
 		perPCh    = 8192
 		record    = 1 << 10
 	)
-	store, err := local.Open(local.Config{Dir: b.TempDir(), Sync: local.SyncNone})
+	store, err := local.New(context.Background(), local.Config{Dir: b.TempDir(), Sync: local.SyncNone})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = store.Close() })
 	layout := benchFill(b, store, pchannels, vchannels, perPCh, record)

@@ -37,13 +37,13 @@ type backend struct {
 func backends() []backend {
 	return []backend{
 		{"memory", func(t *testing.T) walimpls.Opener {
-			o, err := memory.NewOpener(memory.NewCluster(), memory.Config{})
+			o, err := memory.New(context.Background(), memory.Config{Cluster: memory.NewCluster()})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = o.Close() })
 			return o
 		}},
 		{"local", func(t *testing.T) walimpls.Opener {
-			s, err := local.Open(local.Config{Dir: t.TempDir(), Sync: local.SyncNone})
+			s, err := local.New(context.Background(), local.Config{Dir: t.TempDir(), Sync: local.SyncNone})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = s.Close() })
 			return s
@@ -65,7 +65,7 @@ func kafkaOpener(t *testing.T) walimpls.Opener {
 		MetadataMinAge: 10 * time.Millisecond,
 		RetryBackoff:   10 * time.Millisecond,
 		CreateTimeout:  10 * time.Second,
-	}, nil, nil)
+	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = o.Close() })
 	return o

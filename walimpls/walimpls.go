@@ -108,6 +108,12 @@ type BuildParams struct {
 	Registerer prometheus.Registerer
 }
 
+// Options returns the Options that pass p's Logger and Registerer on to a
+// backend's constructor.
+func (p BuildParams) Options() []Option {
+	return []Option{WithLogger(p.Logger), WithRegisterer(p.Registerer)}
+}
+
 // Builder constructs a backend's Opener from configuration.
 type Builder interface {
 	// Name is the backend's name in configuration ("local", "kafka", ...).

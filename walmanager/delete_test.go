@@ -19,7 +19,7 @@ import (
 // deletes.
 func deleteStack(t *testing.T, deleter walmanager.ChannelDeleter) (*walmanager.Manager, walimpls.Opener) {
 	t.Helper()
-	op, err := memory.NewOpener(memory.NewCluster(), memory.Config{})
+	op, err := memory.New(context.Background(), memory.Config{Cluster: memory.NewCluster()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, op.Close()) })
 	if deleter == nil {

@@ -16,7 +16,7 @@ import (
 // through the WAL the manager hands out.
 func Example() {
 	ctx := context.Background()
-	backend, err := memory.NewOpener(memory.NewCluster(), memory.Config{})
+	backend, err := memory.New(context.Background(), memory.Config{Cluster: memory.NewCluster()})
 	if err != nil {
 		panic(err)
 	}

@@ -1,6 +1,7 @@
 package walmanager_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,7 +17,7 @@ func memoryNodes(t *testing.T) (a, b walimpls.Opener) {
 	cluster := memory.NewCluster()
 	var nodes [2]walimpls.Opener
 	for i := range nodes {
-		op, err := memory.NewOpener(cluster, memory.Config{})
+		op, err := memory.New(context.Background(), memory.Config{Cluster: cluster})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, op.Close()) })
 		nodes[i] = op

@@ -28,7 +28,7 @@ func TestRunOnCluster(t *testing.T) {
 	defer cancel()
 	mem := memory.NewCluster()
 	for _, id := range []string{"b1", "b2"} {
-		o, err := memory.NewOpener(mem, memory.Config{})
+		o, err := memory.New(context.Background(), memory.Config{Cluster: mem})
 		require.NoError(t, err)
 		n, err := node.New(cli, o, node.Config{ID: id, Root: root, SessionTTL: 2 * time.Second})
 		require.NoError(t, err)

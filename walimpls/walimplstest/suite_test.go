@@ -142,15 +142,15 @@ type brokenNames struct {
 }
 
 func (b brokenCluster) NewOpener(t *testing.T) walimpls.Opener {
-	cfg := memory.Config{MaxMessageBytes: brokenLimit}
+	cfg := memory.Config{MaxMessageBytes: brokenLimit, Cluster: b.c}
 	if b.broken == "size-payload-only" || b.broken == "size-off-by-one" {
 		cfg.MaxMessageBytes = 0 // the wrapper checks the limit, wrongly
 	}
-	o, err := memory.NewOpener(b.c, cfg)
+	o, err := memory.New(context.Background(), cfg)
 	require.NoError(t, err)
 	bo := &brokenOpener{Opener: o, cluster: b.c, broken: b.broken, names: b.names}
 	if b.broken == "opener-close-keeps-wals" {
-		bo.hidden, err = memory.NewOpener(b.c, cfg)
+		bo.hidden, err = memory.New(context.Background(), cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = bo.hidden.Close() })
 	}

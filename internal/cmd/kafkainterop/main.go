@@ -141,7 +141,7 @@ func (c common) open(ctx context.Context) (*session, error) {
 	// franz-go spaces 5s apart by default: the broker is on loopback.
 	cfg := kafka.Config{SeedBrokers: strings.Split(c.brokers, ","),
 		MetadataMinAge: 100 * time.Millisecond, RetryBackoff: 50 * time.Millisecond}
-	o, err := kafka.New(ctx, cfg, logger, nil)
+	o, err := kafka.New(ctx, cfg, walimpls.WithLogger(logger))
 	if err != nil {
 		return nil, errors.Wrapf(err, "kafka backend at %s", c.brokers)
 	}

@@ -113,7 +113,7 @@ func BenchmarkAppend(b *testing.B) {
 			b.Run(fmt.Sprintf("wal/transactions=%t/appenders=%d", txn, k), func(b *testing.B) {
 				wcfg := cfg
 				wcfg.DisableTransactions = !txn
-				o, err := New(ctx, wcfg, nil, nil)
+				o, err := New(ctx, wcfg)
 				require.NoError(b, err)
 				defer o.Close()
 				w, err := o.Open(ctx, walimpls.Channel{Name: fmt.Sprintf("bench-%t-%d", txn, k), Term: 1})
@@ -139,7 +139,7 @@ func BenchmarkScan(b *testing.B) {
 	const records = 20000
 	_, cfg := benchCluster(b)
 	ctx := context.Background()
-	o, err := New(ctx, cfg, nil, nil)
+	o, err := New(ctx, cfg)
 	require.NoError(b, err)
 	defer o.Close()
 	w, err := o.Open(ctx, walimpls.Channel{Name: "scan", Term: 1})

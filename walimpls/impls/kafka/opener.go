@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -40,7 +38,7 @@ func (builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Open
 			return nil, errors.WithStack(fmt.Errorf("kafka: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
 		}
 	}
-	o, err := New(ctx, cfg, p.Logger, p.Registerer)
+	o, err := New(ctx, cfg, p.Options()...)
 	if err != nil {
 		return nil, err
 	}
@@ -72,35 +70,34 @@ type Opener struct {
 var _ walimpls.Opener = (*Opener)(nil)
 
 // New validates cfg, connects to the cluster and returns an Opener. Its
-// metrics (streamwal_kafka_*) go to reg; nil registers none. Unless
+// logs go to walimpls.WithLogger's logger and its metrics
+// (streamwal_kafka_*) to walimpls.WithRegisterer's registerer. Unless
 // cfg.MaxMessageBytes is set, it asks the brokers for their message size
 // limit, so the cluster must be reachable within ctx.
-func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Opener, error) {
+func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(reg)
+	deps := walimpls.ApplyOptions(opts...)
+	m, err := newMetrics(deps.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	logger = logger.With("wal", Name)
+	logger := deps.Logger.With("wal", Name)
 	tc, err := cfg.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
 	o := &Opener{cfg: cfg, tls: tc, log: logger, m: m, wals: map[*wal]struct{}{}, topicIDs: map[string]topicID{}}
-	opts := append(o.baseOpts(),
+	kopts := append(o.baseOpts(),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.RecordDeliveryTimeout(cfg.DeliveryTimeout),
 	)
-	opts = append(opts, cfg.ClientOptions...)
-	o.admin, err = kgo.NewClient(opts...)
+	kopts = append(kopts, cfg.ClientOptions...)
+	o.admin, err = kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, errors.WithStack(fmt.Errorf("kafka: client: %w: %w", err, walimpls.ErrInvalidConfig))
 	}

@@ -29,7 +29,7 @@ func TestAdaptorMemoryStaysBounded(t *testing.T) {
 		// read-ahead, the appender's record, the runtime's own slack.
 		allowance = 16 << 20
 	)
-	s, err := Open(Config{Dir: t.TempDir(), SegmentBytes: 32 << 20, Sync: SyncNone})
+	s, err := New(context.Background(), Config{Dir: t.TempDir(), SegmentBytes: 32 << 20, Sync: SyncNone})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	ctx := context.Background()

@@ -140,7 +140,7 @@ func mustAtoi(t *testing.T, s string) int {
 func TestAppendBatchConcurrent(t *testing.T) {
 	cfg := smallSegments(t.TempDir())
 	cfg.MaxBatchBytes = 16 << 10 // many batches are rounds of their own
-	s, err := Open(cfg)
+	s, err := New(context.Background(), cfg)
 	require.NoError(t, err)
 	ctx := context.Background()
 	chans := []string{"a", "b", "c"}
@@ -281,7 +281,7 @@ func TestAppendBatchRefusals(t *testing.T) {
 	ctx := context.Background()
 	fs := newFaultFS()
 	cfg := testConfig(t.TempDir())
-	s := openStore(t, cfg, WithFS(fs))
+	s := openStore(t, withFS(cfg, fs))
 	w := openWAL(t, s, "c", 1)
 	notStored := func(err error, target error) {
 		t.Helper()
@@ -386,7 +386,7 @@ func TestPowerLossDuringBatches(t *testing.T) {
 func powerLossDuringBatches(t *testing.T, policy SyncPolicy) int {
 	fs := newMemFS()
 	cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 8 << 10, Sync: policy}
-	s, err := Open(cfg, WithFS(fs))
+	s, err := New(context.Background(), withFS(cfg, fs))
 	require.NoError(t, err)
 	w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
 	require.NoError(t, err)
@@ -458,7 +458,7 @@ func powerLossDuringBatches(t *testing.T, policy SyncPolicy) int {
 	cutShort, partial := 0, 0
 	for i, sn := range snaps {
 		what := fmt.Sprintf("power loss %d, before %s", i, sn.step)
-		s, err := Open(cfg, WithFS(sn.fs))
+		s, err := New(context.Background(), withFS(cfg, sn.fs))
 		require.NoError(t, err, what)
 		if strings.HasPrefix(s.Recovery().Reason, "batch cut short") {
 			cutShort++
@@ -481,7 +481,7 @@ func powerLossDuringBatches(t *testing.T, policy SyncPolicy) int {
 		require.NoError(t, s.Close(), what)
 
 		// What recovery left opens again, without anything to repair.
-		s, err = Open(cfg, WithFS(sn.fs))
+		s, err = New(context.Background(), withFS(cfg, sn.fs))
 		require.NoError(t, err, what)
 		require.Zero(t, s.Recovery().DroppedBytes, what)
 		w, err = s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 2, Mode: walimpls.ReadOnly})
@@ -524,7 +524,7 @@ func TestRecoveryBatchCutShort(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			cfg := testConfig(t.TempDir())
-			s, err := Open(cfg)
+			s, err := New(context.Background(), cfg)
 			require.NoError(t, err)
 			w, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 1})
 			require.NoError(t, err)
@@ -608,7 +608,7 @@ func TestRecoveryBatchCorruption(t *testing.T) {
 		p := segPaths(t, cfg.Dir)[0]
 		msgs := messageFrames(segmentFrames(t, p, 1))
 		patch(t, p, func(b []byte) []byte { b[msgs[2].off+headerSize] ^= 0xff; return b })
-		_, err = Open(cfg)
+		_, err = New(context.Background(), cfg)
 		require.ErrorIs(t, err, ErrCorrupt)
 		require.Contains(t, err.Error(), "batch cut short")
 	})
@@ -621,7 +621,7 @@ func TestRecoveryBatchCorruption(t *testing.T) {
 		require.NoError(t, s.Close())
 		p := segPaths(t, cfg.Dir)[0]
 		setFlags(t, p, 1, messageFrames(segmentFrames(t, p, 1))[0].off, flagMore)
-		_, err := Open(cfg)
+		_, err := New(context.Background(), cfg)
 		require.ErrorIs(t, err, ErrCorrupt)
 		require.Contains(t, err.Error(), "inside a batch")
 	})
@@ -639,7 +639,7 @@ func TestRecoveryBatchCorruption(t *testing.T) {
 				patch(t, p, func(b []byte) []byte { clear(b[seal.off : seal.off+seal.size]); return b })
 				want = "in the middle of the log"
 			}
-			_, err := Open(cfg)
+			_, err := New(context.Background(), cfg)
 			require.ErrorIs(t, err, ErrCorrupt)
 			require.Contains(t, err.Error(), want)
 		})

@@ -48,7 +48,7 @@ func BenchmarkAppendSyncNone(b *testing.B) {
 // until b.N records are acknowledged.
 func benchAppend(b *testing.B, cfg Config, channels, perChannel, size int) {
 	cfg.Dir = b.TempDir()
-	s, err := Open(cfg)
+	s, err := New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func BenchmarkScan(b *testing.B) {
 	const total, size = 128 << 20, 4096
 	dir := b.TempDir()
 	cfg := Config{Dir: dir, Sync: SyncNone}
-	s, err := Open(cfg)
+	s, err := New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

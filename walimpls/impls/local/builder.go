@@ -34,14 +34,7 @@ func (Builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Open
 			return nil, errors.WithStack(fmt.Errorf("local: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
 		}
 	}
-	var opts []Option
-	if p.Logger != nil {
-		opts = append(opts, WithLogger(p.Logger))
-	}
-	if p.Registerer != nil {
-		opts = append(opts, WithRegisterer(p.Registerer))
-	}
-	s, err := Open(cfg, opts...)
+	s, err := New(ctx, cfg, p.Options()...)
 	if err != nil {
 		return nil, err
 	}

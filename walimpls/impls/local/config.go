@@ -1,11 +1,9 @@
 package local
 
 import (
-	"log/slog"
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -57,6 +55,9 @@ const (
 type Config struct {
 	// Dir is the root directory; it is created if missing. Required.
 	Dir string `yaml:"dir" json:"dir"`
+	// FS does the store's file I/O (code only; tests inject errors and
+	// crashes through it). Nil is the operating system's.
+	FS FS `yaml:"-" json:"-"`
 	// SegmentBytes is the size of each segment file (default 64 MiB,
 	// 64 KiB to 1 GiB). It must hold at least two messages of
 	// MaxMessageBytes plus 8 KiB. It also bounds a batch (AppendBatch): a
@@ -144,26 +145,4 @@ func (c Config) Validate() error {
 		return bad("negative slowSync %s", d.SlowSync)
 	}
 	return nil
-}
-
-// Option sets a dependency of a Store.
-type Option func(*options)
-
-type options struct {
-	fs         FS
-	logger     *slog.Logger
-	registerer prometheus.Registerer
-}
-
-// WithFS makes the store do its file I/O through fs (tests inject errors and
-// crashes this way). The default is the operating system's.
-func WithFS(fs FS) Option { return func(o *options) { o.fs = fs } }
-
-// WithLogger sends the store's logs to l; the default discards them.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
-
-// WithRegisterer registers the store's metrics on r; the default registers
-// none.
-func WithRegisterer(r prometheus.Registerer) Option {
-	return func(o *options) { o.registerer = r }
 }

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,7 +20,7 @@ func conformanceFactory(cfg Config) walimplstest.Factory {
 	return func(t *testing.T) walimplstest.Cluster {
 		cfg := cfg
 		cfg.Dir = t.TempDir()
-		s, err := Open(cfg)
+		s, err := New(context.Background(), cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, s.Close()) })
 		return cluster{s: s}

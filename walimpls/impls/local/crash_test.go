@@ -67,7 +67,7 @@ func crashBatch(r *rand.Rand, tag string, n int) ([]message.Message, []uint64) {
 // acknowledgement.
 func crashChild(dir string) int {
 	term, _ := strconv.ParseInt(os.Getenv(crashTermEnv), 10, 64)
-	s, err := Open(crashConfig(dir))
+	s, err := New(context.Background(), crashConfig(dir))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 1
@@ -135,7 +135,7 @@ func TestCrashRecovery(t *testing.T) {
 		acked := crashRound(t, dir, int64(round), round == 1, time.Duration(5+rng.IntN(75))*time.Millisecond)
 		totalAcked += len(acked)
 
-		s, err := Open(crashConfig(dir))
+		s, err := New(context.Background(), crashConfig(dir))
 		require.NoError(t, err, "round %d: reopen", round)
 		totalDropped += s.Recovery().DroppedBytes
 		w, err := s.Open(context.Background(), walimpls.Channel{Name: crashChannel, Term: int64(round)})
@@ -205,7 +205,7 @@ func crashRound(t *testing.T, dir string, term int64, checkLock bool, d time.Dur
 	case line, ok := <-lines:
 		require.Truef(t, ok && strings.HasPrefix(line, "ready"), "child did not start: %q %s", line, stderr.String())
 		if checkLock {
-			_, err := Open(crashConfig(dir))
+			_, err := New(context.Background(), crashConfig(dir))
 			require.ErrorIs(t, err, ErrLocked)
 			require.Contains(t, err.Error(), "pid "+strconv.Itoa(cmd.Process.Pid))
 		}

@@ -170,7 +170,7 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 	newChannel := 0
 	for round := range rounds {
 		name := "race-" + itoa(round)
-		s, err := Open(cfg)
+		s, err := New(context.Background(), cfg)
 		require.NoError(t, err)
 		nodeA, nodeB := s.NewOpener(), s.NewOpener()
 		w1, err := nodeA.Open(ctx, walimpls.Channel{Name: name, Term: 1})
@@ -259,7 +259,7 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 			newChannel++
 		}
 		require.NoError(t, s.Close())
-		s, err = Open(cfg)
+		s, err = New(context.Background(), cfg)
 		require.NoError(t, err)
 		check(readAll(t, openRO(t, s, name)), "after the restart")
 		require.NoError(t, s.Close())
@@ -329,7 +329,7 @@ func TestRecoveryOfDeleteFrames(t *testing.T) {
 	ctx := context.Background()
 	setup := func(t *testing.T) Config {
 		cfg := testConfig(t.TempDir())
-		s, err := Open(cfg)
+		s, err := New(context.Background(), cfg)
 		require.NoError(t, err)
 		w, err := s.Open(ctx, walimpls.Channel{Name: "a", Term: 4}) // id 1
 		require.NoError(t, err)
@@ -372,7 +372,7 @@ func TestRecoveryOfDeleteFrames(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := setup(t)
 			c.write(t, cfg.Dir)
-			_, err := Open(cfg)
+			_, err := New(context.Background(), cfg)
 			require.ErrorIs(t, err, ErrCorrupt)
 			require.ErrorContains(t, err, c.want)
 		})
@@ -417,7 +417,7 @@ func powerLossDuringDeletes(t *testing.T, policy SyncPolicy) {
 	}
 	fs := newMemFS()
 	cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 8 << 10, Sync: policy}
-	s, err := Open(cfg, WithFS(fs))
+	s, err := New(context.Background(), withFS(cfg, fs))
 	require.NoError(t, err)
 	for k := range channels {
 		w, err := s.Open(ctx, walimpls.Channel{Name: name(k), Term: 2})
@@ -476,7 +476,7 @@ func powerLossDuringDeletes(t *testing.T, policy SyncPolicy) {
 		if strings.HasPrefix(sn.step, "remove wal-") || strings.HasPrefix(sn.step, "rename spare-") {
 			freeing++
 		}
-		s, err := Open(cfg, WithFS(sn.fs))
+		s, err := New(context.Background(), withFS(cfg, sn.fs))
 		require.NoError(t, err, what)
 		for k := range channels {
 			var old, fresh int
@@ -515,7 +515,7 @@ func powerLossDuringDeletes(t *testing.T, policy SyncPolicy) {
 		require.NoError(t, s.Close(), what)
 
 		// What recovery left opens again, without anything to repair.
-		s, err = Open(cfg, WithFS(sn.fs))
+		s, err = New(context.Background(), withFS(cfg, sn.fs))
 		require.NoError(t, err, what)
 		require.Zero(t, s.Recovery().DroppedBytes, what)
 		require.NoError(t, s.Close(), what)

@@ -104,7 +104,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			fs := newFaultFS()
 			dir := t.TempDir()
-			s := openStore(t, testConfig(dir), WithFS(fs))
+			s := openStore(t, withFS(testConfig(dir), fs))
 			w := openWAL(t, s, "c", 1)
 			acked := appendN(t, w, "ok", 5)
 
@@ -164,7 +164,7 @@ func TestSpareFailureFailsTheSwitch(t *testing.T) {
 	cfg.SegmentBytes = 64 << 10
 	cfg.MaxMessageBytes = 8 << 10
 	fs.failPrepare.Store(true)
-	s := openStore(t, cfg, WithFS(fs))
+	s := openStore(t, withFS(cfg, fs))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 1})
@@ -186,7 +186,7 @@ func TestSyncPolicies(t *testing.T) {
 	const n = 30
 	run := func(t *testing.T, cfg Config) (*faultFS, walimpls.WALImpl) {
 		fs := newFaultFS()
-		s := openStore(t, cfg, WithFS(fs))
+		s := openStore(t, withFS(cfg, fs))
 		w := openWAL(t, s, "c", 1)
 		time.Sleep(50 * time.Millisecond) // let the next spare be prepared
 		return fs, w

@@ -228,7 +228,7 @@ func TestFencedTruncateRemovesNothing(t *testing.T) {
 func TestAppendNotStored(t *testing.T) {
 	ctx := context.Background()
 	fs := newFaultFS()
-	s := openStore(t, testConfig(t.TempDir()), WithFS(fs))
+	s := openStore(t, withFS(testConfig(t.TempDir()), fs))
 	w := openWAL(t, s, "c", 1)
 
 	notStored := func(err error, target error) {

@@ -21,12 +21,18 @@ func testConfig(dir string) Config {
 	return Config{Dir: dir, SegmentBytes: 256 << 10, MaxMessageBytes: 64 << 10}
 }
 
-func openStore(t *testing.T, cfg Config, opts ...Option) *Store {
+func openStore(t *testing.T, cfg Config, opts ...walimpls.Option) *Store {
 	t.Helper()
-	s, err := Open(cfg, opts...)
+	s, err := New(context.Background(), cfg, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// withFS is cfg doing its file I/O through fs.
+func withFS(cfg Config, fs FS) Config {
+	cfg.FS = fs
+	return cfg
 }
 
 func openWAL(t *testing.T, o walimpls.Opener, name string, term int64) walimpls.WALImpl {

@@ -101,7 +101,7 @@ func TestLifetimeOf100000Channels(t *testing.T) {
 	)
 	ctx := context.Background()
 	cfg := Config{Dir: t.TempDir(), SegmentBytes: 64 << 10, MaxMessageBytes: 8 << 10}
-	s, err := Open(cfg)
+	s, err := New(context.Background(), cfg)
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 
@@ -219,7 +219,7 @@ func TestLifetimeOf100000Channels(t *testing.T) {
 	// whole.
 	require.NoError(t, s.Close())
 	began = time.Now()
-	s, err = Open(cfg)
+	s, err = New(context.Background(), cfg)
 	require.NoError(t, err)
 	reopen := time.Since(began)
 	rep := s.Recovery()

@@ -33,7 +33,7 @@ func TestPowerLoss(t *testing.T) {
 			dropped, recycled := int64(0), 0
 			var prevAcked map[string]uint64
 			for round := 1; round <= 15; round++ {
-				s, err := Open(cfg, WithFS(fs))
+				s, err := New(context.Background(), withFS(cfg, fs))
 				require.NoError(t, err, "round %d: recovery", round)
 				dropped += s.Recovery().DroppedBytes
 				w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: int64(round)})
@@ -139,7 +139,7 @@ func TestTermsSurviveSegmentDeletion(t *testing.T) {
 	ctx := context.Background()
 	fs := newMemFS()
 	cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 16 << 10, Sync: SyncNone}
-	s, err := Open(cfg, WithFS(fs))
+	s, err := New(context.Background(), withFS(cfg, fs))
 	require.NoError(t, err)
 	w, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 5})
 	require.NoError(t, err)
@@ -180,7 +180,7 @@ func TestTermsSurviveSegmentDeletion(t *testing.T) {
 	crashed := fs.crash(keepNone)
 	require.NoError(t, s.Close())
 
-	s2, err := Open(cfg, WithFS(crashed))
+	s2, err := New(context.Background(), withFS(cfg, crashed))
 	require.NoError(t, err)
 	defer s2.Close()
 	_, err = s2.Open(ctx, walimpls.Channel{Name: "c", Term: 4})

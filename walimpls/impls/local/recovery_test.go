@@ -55,7 +55,7 @@ func segPaths(t *testing.T, dir string) []string {
 // fill writes n messages to channel c of a fresh store in dir and closes it.
 func fill(t *testing.T, cfg Config, n int) []message.ID {
 	t.Helper()
-	s, err := Open(cfg)
+	s, err := New(context.Background(), cfg)
 	require.NoError(t, err)
 	w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
 	require.NoError(t, err)
@@ -73,7 +73,7 @@ func patch(t *testing.T, path string, f func([]byte) []byte) {
 
 // reopenRead reopens the store and reads channel c; it returns the store
 // for further checks.
-func reopenRead(t *testing.T, cfg Config, opts ...Option) (*Store, []message.Immutable) {
+func reopenRead(t *testing.T, cfg Config, opts ...walimpls.Option) (*Store, []message.Immutable) {
 	t.Helper()
 	s := openStore(t, cfg, opts...)
 	w := openWAL(t, s, "c", 1)
@@ -119,7 +119,7 @@ func TestRecoveryTornTail(t *testing.T) {
 			patch(t, paths[0], func(b []byte) []byte { return c.damage(b, msgs[19]) })
 
 			reg := prometheus.NewRegistry()
-			s, got := reopenRead(t, cfg, WithRegisterer(reg))
+			s, got := reopenRead(t, cfg, walimpls.WithRegisterer(reg))
 			requirePrefix(t, ids, got, c.survives)
 			rep := s.Recovery()
 			if c.dropped {
@@ -143,7 +143,7 @@ func TestRecoveryCorruptionInTheMiddleIsAnError(t *testing.T) {
 		p := segPaths(t, cfg.Dir)[0]
 		msgs := messageFrames(segmentFrames(t, p, 1))
 		patch(t, p, func(b []byte) []byte { b[msgs[10].off+headerSize+1] ^= 1; return b })
-		_, err := Open(cfg)
+		_, err := New(context.Background(), cfg)
 		require.ErrorIs(t, err, ErrCorrupt)
 		require.Contains(t, err.Error(), "synced")
 	})
@@ -151,7 +151,7 @@ func TestRecoveryCorruptionInTheMiddleIsAnError(t *testing.T) {
 		cfg := testConfig(t.TempDir())
 		cfg.SegmentBytes = 64 << 10
 		cfg.MaxMessageBytes = 8 << 10
-		s, err := Open(cfg)
+		s, err := New(context.Background(), cfg)
 		require.NoError(t, err)
 		w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
 		require.NoError(t, err)
@@ -165,7 +165,7 @@ func TestRecoveryCorruptionInTheMiddleIsAnError(t *testing.T) {
 		msgs := messageFrames(segmentFrames(t, paths[0], 1))
 		last := msgs[len(msgs)-1]
 		patch(t, paths[0], func(b []byte) []byte { b[last.off+headerSize+100] ^= 1; return b })
-		_, err = Open(cfg)
+		_, err = New(context.Background(), cfg)
 		require.ErrorIs(t, err, ErrCorrupt)
 
 		// So is a zeroed last frame, which looks like the end of the log
@@ -174,14 +174,14 @@ func TestRecoveryCorruptionInTheMiddleIsAnError(t *testing.T) {
 		orig, err := os.ReadFile(paths[0])
 		require.NoError(t, err)
 		patch(t, paths[0], func(b []byte) []byte { clear(b[last.off : last.off+last.size]); return b })
-		_, err = Open(cfg)
+		_, err = New(context.Background(), cfg)
 		require.ErrorIs(t, err, ErrCorrupt)
 		require.Contains(t, err.Error(), "says it ended")
 		require.NoError(t, os.WriteFile(paths[0], orig, 0o644))
 
 		// A missing segment in the middle is corruption too.
 		require.NoError(t, os.Remove(paths[1]))
-		_, err = Open(cfg)
+		_, err = New(context.Background(), cfg)
 		require.ErrorIs(t, err, ErrCorrupt)
 		require.Contains(t, err.Error(), "missing")
 	})

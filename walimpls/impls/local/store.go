@@ -161,27 +161,26 @@ type RecoveryReport struct {
 	Reason string
 }
 
-// Open opens (creating if needed) the store at cfg.Dir: it takes the lock,
+// New opens (creating if needed) the store at cfg.Dir: it takes the lock,
 // recovers the journal and starts the flusher and the segment preparer.
-func Open(cfg Config, opts ...Option) (*Store, error) {
+// ctx bounds nothing past its check: recovery runs to its end.
+func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Wrapf(err, "local: open %s", cfg.Dir)
 	}
-	if o.fs == nil {
-		o.fs = OSFS()
-	}
-	if o.logger == nil {
-		o.logger = slog.New(slog.DiscardHandler)
+	o := walimpls.ApplyOptions(opts...)
+	fs := cfg.FS
+	if fs == nil {
+		fs = OSFS()
 	}
 	cfg = cfg.withDefaults()
 	s := &Store{
 		cfg:      cfg,
-		fs:       o.fs,
-		log:      o.logger.With("backend", Name, "dir", cfg.Dir),
+		fs:       fs,
+		log:      o.Logger.With("backend", Name, "dir", cfg.Dir),
 		channels: map[string]*channel{},
 		openers:  map[*Opener]struct{}{},
 	}
@@ -193,7 +192,7 @@ func Open(cfg Config, opts ...Option) (*Store, error) {
 		return nil, errors.Wrapf(err, "local: lock %s", cfg.Dir)
 	}
 	s.lock = lock
-	m, err := newMetrics(o.registerer, cfg.Dir)
+	m, err := newMetrics(o.Registerer, cfg.Dir)
 	if err != nil {
 		_ = lock.Close()
 		return nil, errors.Wrap(err, "local: register metrics")

@@ -58,7 +58,7 @@ func TestReopenKeepsMessagesTermsAndTruncation(t *testing.T) {
 func TestSecondStoreOnTheSameRootIsLocked(t *testing.T) {
 	dir := t.TempDir()
 	openStore(t, testConfig(dir))
-	_, err := Open(testConfig(dir))
+	_, err := New(context.Background(), testConfig(dir))
 	require.ErrorIs(t, err, ErrLocked)
 	require.Contains(t, err.Error(), "pid ")
 }
@@ -182,7 +182,7 @@ func TestConfigValidate(t *testing.T) {
 		{Dir: "x", ReadAheadBytes: -1},
 	} {
 		require.ErrorIs(t, c.Validate(), walimpls.ErrInvalidConfig, "%+v", c)
-		_, err := Open(c)
+		_, err := New(context.Background(), c)
 		require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
 	}
 }

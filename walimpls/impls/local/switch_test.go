@@ -27,7 +27,7 @@ func smallSegments(dir string) Config {
 // store until it has at least segs segment files, and closes it.
 func fillSegments(t *testing.T, cfg Config, segs int) []message.ID {
 	t.Helper()
-	s, err := Open(cfg)
+	s, err := New(context.Background(), cfg)
 	require.NoError(t, err)
 	w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
 	require.NoError(t, err)
@@ -99,7 +99,7 @@ func TestRecoveryNewestSegmentDeleted(t *testing.T) {
 			for _, p := range paths[len(paths)-deleted:] {
 				require.NoError(t, os.Remove(p))
 			}
-			_, err := Open(cfg)
+			_, err := New(context.Background(), cfg)
 			require.ErrorIs(t, err, ErrCorrupt)
 			require.Contains(t, err.Error(), paths[len(paths)-deleted], "names the first missing file")
 			require.Contains(t, err.Error(), "deleted")
@@ -114,7 +114,7 @@ func TestRecoveryOldestSegmentDeleted(t *testing.T) {
 	fillSegments(t, cfg, 4)
 	paths := segPaths(t, cfg.Dir)
 	require.NoError(t, os.Remove(paths[0]))
-	_, err := Open(cfg)
+	_, err := New(context.Background(), cfg)
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.Contains(t, err.Error(), paths[0])
 	require.Contains(t, err.Error(), `channel "c"`)
@@ -160,7 +160,7 @@ func TestRecoveryCompletesAnInterruptedSwitch(t *testing.T) {
 			require.NoError(t, os.WriteFile(paths[1], c.junk(int(cfg.SegmentBytes)), 0o644))
 
 			logs := &logCapture{}
-			s := openStore(t, cfg, WithLogger(logs.logger()))
+			s := openStore(t, cfg, walimpls.WithLogger(logs.logger()))
 			require.NotEmpty(t, logs.lines("completed an interrupted segment switch", "segment=2"))
 			w := openWAL(t, s, "c", 1)
 			requireAll(t, w, ids[:kept])
@@ -234,7 +234,7 @@ func TestPowerLossAtEveryStepOfASegmentSwitch(t *testing.T) {
 func powerLossAtEveryStep(t *testing.T, policy SyncPolicy) {
 	fs := newMemFS()
 	cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 8 << 10, Sync: policy}
-	s, err := Open(cfg, WithFS(fs))
+	s, err := New(context.Background(), withFS(cfg, fs))
 	require.NoError(t, err)
 	w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
 	require.NoError(t, err)
@@ -277,7 +277,7 @@ func powerLossAtEveryStep(t *testing.T, policy SyncPolicy) {
 	for i, sn := range snaps {
 		what := fmt.Sprintf("power loss %d, before %s", i, sn.step)
 		logs := &logCapture{}
-		s, err := Open(cfg, WithFS(sn.fs), WithLogger(logs.logger()))
+		s, err := New(context.Background(), withFS(cfg, sn.fs), walimpls.WithLogger(logs.logger()))
 		require.NoError(t, err, what)
 		if len(logs.lines("completed an interrupted segment switch")) > 0 {
 			completed++
@@ -307,7 +307,7 @@ func powerLossAtEveryStep(t *testing.T, policy SyncPolicy) {
 		require.NoError(t, s.Close(), what)
 
 		// What recovery left opens again, without anything to repair.
-		s, err = Open(cfg, WithFS(sn.fs))
+		s, err = New(context.Background(), withFS(cfg, sn.fs))
 		require.NoError(t, err, what)
 		require.Zero(t, s.Recovery().DroppedBytes, what)
 		w, err = s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 2, Mode: walimpls.ReadOnly})
@@ -355,7 +355,7 @@ func TestReopenWithAnotherSegmentSize(t *testing.T) {
 		t.Helper()
 		before := sizes()
 		logs := &logCapture{}
-		s := openStore(t, cfg, WithLogger(logs.logger()))
+		s := openStore(t, cfg, walimpls.WithLogger(logs.logger()))
 		changed := logs.lines("segment size changed")
 		if wantLog == "" {
 			require.Empty(t, changed)

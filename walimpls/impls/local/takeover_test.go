@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,7 +14,7 @@ import (
 // one host cannot hold the directory lock together. Fencing is the persisted
 // term checked on every append batch.
 func TestTwoNodeTakeover(t *testing.T) {
-	s, err := Open(Config{Dir: t.TempDir()})
+	s, err := New(context.Background(), Config{Dir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	a, b := s.NewOpener(), s.NewOpener()

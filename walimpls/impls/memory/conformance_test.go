@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,7 +21,9 @@ type cluster struct {
 }
 
 func (c cluster) NewOpener(t *testing.T) walimpls.Opener {
-	o, err := memory.NewOpener(c.c, c.cfg)
+	cfg := c.cfg
+	cfg.Cluster = c.c
+	o, err := memory.New(context.Background(), cfg)
 	require.NoError(t, err)
 	return o
 }

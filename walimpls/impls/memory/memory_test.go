@@ -15,7 +15,7 @@ import (
 
 func open(t *testing.T, c *memory.Cluster, name string, term int64) walimpls.WALImpl {
 	t.Helper()
-	o, err := memory.NewOpener(c, memory.Config{})
+	o, err := memory.New(context.Background(), memory.Config{Cluster: c})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = o.Close() })
 	w, err := o.Open(context.Background(), walimpls.Channel{Name: name, Term: term})
@@ -99,6 +99,10 @@ func TestBuilder(t *testing.T) {
 	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
 	_, err = b.Build(context.Background(), walimpls.BuildParams{Config: func(any) error { return errors.New("yaml: bad") }})
 	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
-	_, err = memory.NewOpener(nil, memory.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = memory.New(ctx, memory.Config{})
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = memory.New(context.Background(), memory.Config{MaxMessageBytes: -1})
 	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
 }

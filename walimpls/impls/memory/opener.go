@@ -18,6 +18,10 @@ const Name = "memory"
 type Config struct {
 	// MaxMessageBytes limits Message.Size; 0 means no limit.
 	MaxMessageBytes int `yaml:"maxMessageBytes"`
+	// Cluster is the shared state the Opener is a node of (code only):
+	// Openers of one Cluster see the same channels. Nil gives the Opener
+	// a cluster of its own.
+	Cluster *Cluster `yaml:"-" json:"-"`
 }
 
 // Validate reports a config no Opener can use.
@@ -40,13 +44,19 @@ type Opener struct {
 
 var _ walimpls.Opener = (*Opener)(nil)
 
-// NewOpener returns a node of cluster.
-func NewOpener(cluster *Cluster, cfg Config) (*Opener, error) {
-	if cluster == nil {
-		return nil, errors.Wrap(walimpls.ErrInvalidConfig, "memory: nil cluster")
-	}
+// New returns a node of cfg.Cluster. The memory backend neither logs nor
+// has metrics: opts are accepted for the shape every backend shares.
+func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Wrap(err, "memory: new opener")
+	}
+	_ = walimpls.ApplyOptions(opts...)
+	cluster := cfg.Cluster
+	if cluster == nil {
+		cluster = NewCluster()
 	}
 	return &Opener{cluster: cluster, cfg: cfg, wals: map[*wal]struct{}{}}, nil
 }
@@ -162,5 +172,6 @@ func (b Builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Op
 			return nil, errors.WithStack(fmt.Errorf("memory: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
 		}
 	}
-	return NewOpener(b.cluster, cfg)
+	cfg.Cluster = b.cluster
+	return New(ctx, cfg, p.Options()...)
 }
