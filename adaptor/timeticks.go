@@ -62,22 +62,21 @@ func (t *timeticks) begin(ctx context.Context) (uint64, error) {
 	return tt, nil
 }
 
-// beginN allocates n increasing timeticks at once (one allocation), for a
-// batch in slice order; end must follow for each.
-func (t *timeticks) beginN(ctx context.Context, n int) ([]uint64, error) {
+// beginN fills out with increasing timeticks at once (one allocation of
+// the clock), for a batch in slice order; end must follow for each.
+func (t *timeticks) beginN(ctx context.Context, out []uint64) error {
 	raw, err := t.alloc.Allocate(ctx)
 	if err != nil {
-		return nil, errors.Wrap(err, "allocate timetick")
+		return errors.Wrap(err, "allocate timetick")
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]uint64, n)
 	for i := range out {
 		out[i] = t.nextLocked(raw)
 	}
-	t.after += n
+	t.after += len(out)
 	t.trackLocked(out...)
-	return out, nil
+	return nil
 }
 
 // end marks an append finished whose outcome is not told (unknown).

@@ -24,7 +24,8 @@ type wal struct {
 	log       *slog.Logger
 	m         walMetrics
 	ticks     *timeticks // nil when read-only
-	partBytes int        // 0: never split
+	stamp     message.Stamper
+	partBytes int // 0: never split
 	inflight  chan struct{}
 	wab       *writeAheadBuffer
 
@@ -119,6 +120,7 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		log:       opts.Logger.With("channel", ch.Name, "term", ch.Term),
 		m:         newWALMetrics(opts.Metrics, ch.Name),
 		partBytes: partBytes(opts.PartBytes, caps.MaxMessageBytes),
+		stamp:     message.NewStamper(ch.Term),
 		inflight:  make(chan struct{}, opts.MaxInflightAppends),
 		wab:       newWriteAheadBuffer(opts.WriteAheadBufferBytes),
 		ctx:       wctx,
@@ -811,7 +813,7 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 	start := time.Now()
 	size := m.Size()
 	err := w.acquire(ctx)
-	var p prepared
+	var p *prepared
 	if err == nil {
 		if p, err = w.prepare(ctx, []message.Message{m}); err != nil {
 			w.releaseSlot()
@@ -897,14 +899,26 @@ type prepared struct {
 	records []message.Message // what the backend stores, in order
 	first   []int             // index in records of each message's first record
 	bytes   int               // the stamped messages' total size
+	// one backs the slices of a single unsplit message (Append,
+	// AppendAsync): the batch is one allocation, not one per slice.
+	one struct {
+		tick   [1]uint64
+		record [1]message.Message
+		first  [1]int
+		result [1]AppendResult
+	}
 }
 
-// end marks the batch's timeticks finished (acknowledged or not).
+// finishInline is how many messages finish and end track in arrays on the
+// stack rather than in allocated slices.
+const finishInline = 8
+
 // end ends the timeticks of a batch that was not handed to the backend.
-func (p prepared) end(w *wal) {
-	outcome := make([]flightState, len(p.ticks))
-	for i := range outcome {
-		outcome[i] = notStoredFlight
+func (p *prepared) end(w *wal) {
+	var buf [finishInline]flightState
+	outcome := buf[:0]
+	for range p.ticks {
+		outcome = append(outcome, notStoredFlight)
 	}
 	if w.ticks.finish(p.ticks, outcome, nil) {
 		w.offerRelease()
@@ -913,9 +927,14 @@ func (p prepared) end(w *wal) {
 
 // finish ends the batch's timeticks with each message's outcome: stored
 // whole (ids covers its last record), certainly not stored, or unknown.
-func (p prepared) finish(w *wal, ids []message.ID, err error) {
-	outcome := make([]flightState, len(p.ticks))
-	last := make([]message.ID, len(p.ticks))
+func (p *prepared) finish(w *wal, ids []message.ID, err error) {
+	var obuf [finishInline]flightState
+	var lbuf [finishInline]message.ID
+	outcome, last := obuf[:0], lbuf[:0]
+	if n := len(p.ticks); n > finishInline {
+		outcome, last = make([]flightState, 0, n), make([]message.ID, 0, n)
+	}
+	outcome, last = outcome[:len(p.ticks)], last[:len(p.ticks)]
 	notStored := err != nil && walimpls.NotStored(err)
 	for i := range p.first {
 		end := len(p.records) // one past the message's last record
@@ -946,23 +965,27 @@ func (w *wal) offerRelease() {
 // prepare checks msgs, waits while too much is unreleased, takes their
 // timeticks in slice order and stamps and splits them. Its refusals store
 // nothing; once it succeeded, store must follow.
-func (w *wal) prepare(ctx context.Context, msgs []message.Message) (prepared, error) {
+func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, error) {
 	for i, m := range msgs {
 		if size := m.Size(); size > w.opts.MaxMessageBytes {
-			return prepared{}, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.opts.MaxMessageBytes, What: "the WAL's MaxMessageBytes"},
+			return nil, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.opts.MaxMessageBytes, What: "the WAL's MaxMessageBytes"},
 				"adaptor: append to %s: message %d", w.ch.Name, i)
 		}
 	}
 	if err := w.waitForWatermark(ctx); err != nil {
-		return prepared{}, walimpls.MarkNotStored(err)
+		return nil, walimpls.MarkNotStored(err)
 	}
-	ticks, err := w.ticks.beginN(ctx, len(msgs))
-	if err != nil {
-		return prepared{}, walimpls.MarkNotStored(err)
+	p := &prepared{}
+	if len(msgs) == 1 {
+		p.ticks, p.first, p.records = p.one.tick[:], p.one.first[:], p.one.record[:0]
+	} else {
+		p.ticks, p.first = make([]uint64, len(msgs)), make([]int, len(msgs))
 	}
-	p := prepared{ticks: ticks, first: make([]int, len(msgs))}
+	if err := w.ticks.beginN(ctx, p.ticks); err != nil {
+		return nil, walimpls.MarkNotStored(err)
+	}
 	for i, m := range msgs {
-		msg := m.Stamp(message.KindData, w.ch.Term, ticks[i])
+		msg := w.stamp.Stamp(m, message.KindData, p.ticks[i])
 		msgSize := msg.Size()
 		p.bytes += msgSize
 		p.first[i] = len(p.records)
@@ -970,7 +993,7 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (prepared, er
 			parts, err := splitMessage(msg, w.partBytes)
 			if err != nil {
 				p.end(w)
-				return prepared{}, errors.Wrapf(err, "adaptor: append to %s: message %d", w.ch.Name, i)
+				return nil, errors.Wrapf(err, "adaptor: append to %s: message %d", w.ch.Name, i)
 			}
 			p.records = append(p.records, parts...)
 			continue
@@ -984,7 +1007,7 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (prepared, er
 // backend cannot fence, and ends its timeticks. On failure, the results of
 // the messages known stored whole (a prefix, on a backend without atomic
 // batches) come with the error.
-func (w *wal) store(ctx context.Context, p prepared) ([]AppendResult, error) {
+func (w *wal) store(ctx context.Context, p *prepared) ([]AppendResult, error) {
 	ids, retried, err := w.appendBatchRetry(ctx, p.records)
 	defer func() { p.finish(w, ids, err) }()
 	if err == nil && w.confirm {
@@ -992,7 +1015,10 @@ func (w *wal) store(ctx context.Context, p prepared) ([]AppendResult, error) {
 			ids = nil // stored, but no reader delivers them
 		}
 	}
-	res := make([]AppendResult, 0, len(p.first))
+	res := p.one.result[:0]
+	if len(p.first) > 1 {
+		res = make([]AppendResult, 0, len(p.first))
+	}
 	for i, f := range p.first {
 		end := len(p.records) // one past the message's last record
 		if i+1 < len(p.first) {
@@ -1072,7 +1098,6 @@ func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) (
 		}
 		return walimpls.MarkNotStored(err)
 	}
-	ids = make([]message.ID, 0, len(records))
 	for attempt := 0; ; attempt++ {
 		if err := w.usable(); err != nil {
 			return ids, unknown, outcome(err)
@@ -1081,7 +1106,11 @@ func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) (
 		if len(got) > len(records)-len(ids) {
 			got = got[:len(records)-len(ids)]
 		}
-		ids = append(ids, got...)
+		if ids == nil && err == nil {
+			ids = got // all at once, the common case: no copy
+		} else {
+			ids = append(ids, got...)
+		}
 		if err == nil {
 			if len(ids) != len(records) {
 				return ids, unknown, errors.AssertionFailedf("adaptor: the backend stored %d of %d records without an error", len(ids), len(records))

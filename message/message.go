@@ -170,6 +170,21 @@ func (m Immutable) WithLastConfirmed(id ID) Immutable {
 // Stamp returns a copy of m with its kind, the writer's term and its
 // timetick set at once: one copy of the properties instead of three.
 func (m Message) Stamp(k Kind, term int64, tt uint64) Message {
+	return NewStamper(term).Stamp(m, k, tt)
+}
+
+// Stamper stamps the messages of one writer. Its term's decimal form is
+// formatted once, not per message: on the append path a string per
+// property per message was a visible share of the CPU.
+type Stamper struct {
+	term string
+}
+
+// NewStamper returns a Stamper for a writer of term.
+func NewStamper(term int64) Stamper { return Stamper{term: strconv.FormatInt(term, 10)} }
+
+// Stamp is Message.Stamp with the Stamper's term.
+func (s Stamper) Stamp(m Message, k Kind, tt uint64) Message {
 	props := make(map[string]string, len(m.props)+3)
 	for key, v := range m.props {
 		props[key] = v
@@ -179,7 +194,7 @@ func (m Message) Stamp(k Kind, term int64, tt uint64) Message {
 	} else {
 		props[KeyKind] = strconv.FormatUint(uint64(k), 10)
 	}
-	props[KeyTerm] = strconv.FormatInt(term, 10)
+	props[KeyTerm] = s.term
 	props[KeyTimeTick] = strconv.FormatUint(tt, 10)
 	m.props = props
 	return m

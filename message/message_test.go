@@ -111,3 +111,22 @@ func TestCorruptIDKeepsItsCause(t *testing.T) {
 	require.True(t, stderrors.Is(err, strconv.ErrRange))
 	require.Equal(t, `memory id "9999999999999999999": strconv.ParseInt: parsing "9999999999999999999": value out of range: `+message.ErrCorruptID.Error(), err.Error())
 }
+
+// A Stamper stamps exactly what Message.Stamp does, and leaves the
+// original's properties alone.
+func TestStamperMatchesStamp(t *testing.T) {
+	m, err := message.New([]byte("p"), map[string]string{"user": "u"})
+	require.NoError(t, err)
+	s := message.NewStamper(-12)
+	for _, k := range []message.Kind{message.KindData, message.KindTimeTick, message.KindPart} {
+		got := s.Stamp(m.WithKind(message.KindTermBegin), k, 1<<40+9)
+		want := m.WithKind(message.KindTermBegin).Stamp(k, -12, 1<<40+9)
+		require.True(t, got.Properties().Equal(want.Properties()), "kind %s", k)
+		require.Equal(t, k, got.Kind())
+		term, _ := got.Term()
+		require.EqualValues(t, -12, term)
+		tt, _ := got.TimeTick()
+		require.EqualValues(t, 1<<40+9, tt)
+	}
+	require.Equal(t, 1, m.Properties().Len(), "the original keeps its properties")
+}
