@@ -114,7 +114,7 @@ func BenchmarkAppend(b *testing.B) {
 			report(b, start, b.N)
 		})
 		b.Run(fmt.Sprintf("wal/appenders=%d", k), func(b *testing.B) {
-			o, err := New(ctx, cfg, nil, nil)
+			o, err := New(ctx, cfg)
 			require.NoError(b, err)
 			defer o.Close()
 			w, err := o.Open(ctx, walimpls.Channel{Name: fmt.Sprintf("bench-%d-%d", k, b.N), Term: 1})
@@ -134,7 +134,7 @@ func BenchmarkAppend(b *testing.B) {
 			report(b, start, b.N)
 		})
 		b.Run(fmt.Sprintf("wal-batch%d/appenders=%d", benchBatch, k), func(b *testing.B) {
-			o, err := New(ctx, cfg, nil, nil)
+			o, err := New(ctx, cfg)
 			require.NoError(b, err)
 			defer o.Close()
 			w, err := o.Open(ctx, walimpls.Channel{Name: fmt.Sprintf("bench-batch-%d-%d", k, b.N), Term: 1})
@@ -164,7 +164,7 @@ func BenchmarkScan(b *testing.B) {
 	broker := pulsartest.Start(b, pulsartest.Config{})
 	cfg := testConfig(broker)
 	ctx := context.Background()
-	o, err := New(ctx, cfg, nil, nil)
+	o, err := New(ctx, cfg)
 	require.NoError(b, err)
 	defer o.Close()
 	w, err := o.Open(ctx, walimpls.Channel{Name: "scan", Term: 1})

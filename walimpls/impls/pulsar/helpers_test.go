@@ -68,7 +68,7 @@ func newOpener(t testing.TB, cfg Config) *Opener {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	o, err := New(ctx, cfg, testLogger(), nil)
+	o, err := New(ctx, cfg, walimpls.WithLogger(testLogger()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = o.Close() })
 	return o

@@ -35,7 +35,7 @@ func (builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Open
 			return nil, errors.WithStack(fmt.Errorf("pulsar: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
 		}
 	}
-	o, err := New(ctx, cfg, p.Logger, p.Registerer)
+	o, err := New(ctx, cfg, p.Options()...)
 	if err != nil {
 		return nil, err
 	}
@@ -84,12 +84,14 @@ var _ walimpls.Opener = (*Opener)(nil)
 
 // New validates cfg, connects to the cluster and returns an Opener. Unless
 // cfg.MaxMessageBytes is set, it asks the broker for its maximum message
-// size, so the cluster must be reachable within ctx. The clients' metrics
-// go to reg (nil: nowhere).
-func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Opener, error) {
+// size, so the cluster must be reachable within ctx. Its logs go to
+// walimpls.WithLogger's logger, the clients' metrics to
+// walimpls.WithRegisterer's registerer (none: nowhere).
+func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	deps := walimpls.ApplyOptions(opts...)
 	cfg = cfg.withDefaults()
 	if cfg.AdminURL != "" {
 		// The admin API provides every topic operation that no hook
@@ -108,10 +110,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 			cfg.TopicExists = a.topicExists
 		}
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	o := &Opener{cfg: cfg, log: logger.With("wal", Name), reg: reg, wals: map[*wal]struct{}{}, closing: make(chan struct{})}
+	o := &Opener{cfg: cfg, log: deps.Logger.With("wal", Name), reg: deps.Registerer, wals: map[*wal]struct{}{}, closing: make(chan struct{})}
 	o.brokerMax = cfg.MaxMessageBytes
 	if o.brokerMax == 0 {
 		n, err := probeMaxMessageSize(ctx, &o.cfg)
