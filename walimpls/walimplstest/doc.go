@@ -61,11 +61,17 @@
 //	                     appends and truncates fail, nothing is lost
 //	SameTermTakeover     a later open of the same term takes over the same way
 //	RefusedOpen          an open below the channel's term changes nothing
+//	Delete               a deleted channel's writer is fenced for good, its
+//	                     scanners end, the name opens again empty at any
+//	                     term, a neighbour sharing the prefix is untouched
+//	DeleteFencesOtherNodes
+//	                     a Delete on one node fences the writer of another,
+//	                     also after the name is opened again
 //
 // Every blocking call of a part is bounded by the wait timeout (a backend
 // that ignores its context, or a Close that never returns, fails the part in
-// seconds), and the package's own test runs the suite against more than
-// thirty deliberately broken backends to show that each part can fail.
+// seconds), and the package's own test runs the suite against forty-one
+// deliberately broken backends to show that each part can fail.
 //
 // Beside the suite, the package has small helpers for a backend's own tests
 // (Open, AppendOK, ReadN, Collect, NothingMore), each step bounded by a
