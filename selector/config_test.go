@@ -362,9 +362,9 @@ func TestValidFilesUnchanged(t *testing.T) {
 			TLS: kafka.TLSFiles{Enabled: true, CAFile: "/etc/ca.pem"}, SASL: kafka.SASL{Mechanism: "PLAIN", Username: "u", Password: "p"}, DialTimeout: 3 * time.Second},
 	}, {
 		name: "pulsar",
-		yaml: "backend: pulsar\npulsar:\n  serviceUrl: pulsar://127.0.0.1:6650\n  tenant: public\n  namespace: default\n  tls:\n    allowInsecureConnection: true\n  takeOverGrace: 1m\n",
+		yaml: "backend: pulsar\npulsar:\n  serviceUrl: pulsar://127.0.0.1:6650\n  tenant: public\n  namespace: default\n  tls:\n    allowInsecureConnection: true\n  takeOverGrace: 1m\n  adminUrl: https://127.0.0.1:8443\n",
 		want: &pulsar.Config{ServiceURL: "pulsar://127.0.0.1:6650", Tenant: "public", Namespace: "default",
-			TLS: pulsar.TLS{AllowInsecureConnection: true}, TakeOverGrace: time.Minute},
+			TLS: pulsar.TLS{AllowInsecureConnection: true}, TakeOverGrace: time.Minute, AdminURL: "https://127.0.0.1:8443"},
 	}, {
 		name: "a merge key inside a section",
 		yaml: "local:\n  <<: {dir: /merged, sync: none}\n  sync: always\n",
