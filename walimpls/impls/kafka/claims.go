@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/streamwal/streamwal/walimpls/internal/claimown"
 )
 
 // Partitions of a channel topic.
@@ -53,6 +55,11 @@ type claim struct {
 	term   int64
 	nonce  nonce
 	offset int64
+}
+
+// owner is c as the winner rule (claimown.Claim.Beats) sees it.
+func (c claim) owner() claimown.Claim[nonce] {
+	return claimown.Claim[nonce]{Term: c.term, Nonce: c.nonce, Deletion: c.isDeletion()}
 }
 
 func encodeClaim(term int64, n nonce) []byte {
@@ -98,17 +105,14 @@ func (cs claims) maxTerm() int64 {
 	return m
 }
 
-// winner is the claim that owns the channel: the deletion marker if there
-// is one, else the highest term, and among claims of that term the last one
-// written.
+// winner is the claim that owns the channel (claimown.Claim.Beats): the
+// deletion marker if there is one, else the highest term, and among claims
+// of that term the last one written. cs is in offset order.
 func (cs claims) winner() (claim, bool) {
 	var w claim
 	found := false
 	for _, c := range cs {
-		if c.isDeletion() {
-			return c, true
-		}
-		if !found || c.term > w.term || c.term == w.term && c.offset > w.offset {
+		if !found || c.owner().Beats(w.owner()) {
 			w, found = c, true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/internal/claimown"
 )
 
 // wal is one channel's WAL: partition 0 of the channel's topic.
@@ -35,11 +36,11 @@ type wal struct {
 	// with it.
 	life    context.Context
 	endLife context.CancelFunc
-	// fenced is set once, to the *walimpls.FencedError every later Append
+	// fence is set once, to the *walimpls.FencedError every later Append
 	// and Truncate returns. Only a transactional writer is ever fenced by
 	// another writer; a Delete through this WAL's opener fences every WAL,
 	// replacing an earlier fence (see markDeleted).
-	fenced atomic.Error
+	fence *claimown.Fence
 	// deleted is set by markDeleted: the channel was deleted through this
 	// WAL's opener.
 	deleted atomic.Bool
@@ -58,6 +59,7 @@ func newWAL(o *Opener, ch walimpls.Channel, topic string, id topicID, limit int)
 		limit: limit, declared: limit - recordOverhead,
 		log:   o.log.With("channel", ch.Name, "term", ch.Term, "mode", ch.Mode.String()),
 		nonce: newNonce(),
+		fence: claimown.NewFence(),
 	}
 	w.life, w.endLife = context.WithCancel(context.Background())
 	return w
@@ -105,17 +107,17 @@ func (w *wal) startWriter(ctx context.Context) error {
 func (w *wal) fencing() bool { return w.wr != nil && !w.o.cfg.DisableTransactions }
 
 // fencedErr returns the error of a fenced WAL, nil while it is not fenced.
-func (w *wal) fencedErr() error { return w.fenced.Load() }
+func (w *wal) fencedErr() error { return w.fence.Err() }
 
 // setFenced records err (a *walimpls.FencedError) as the WAL's fence, the
 // first time only, and returns the recorded one.
 func (w *wal) setFenced(err error) error {
-	if w.fenced.CompareAndSwap(nil, err) {
+	err, first := w.fence.Set(err)
+	if first {
 		w.o.m.fenced.Inc()
 		w.log.Warn("fenced", "err", err)
-		return err
 	}
-	return w.fenced.Load()
+	return err
 }
 
 // checkFence reads the claims and, when this WAL's claim no longer wins,
@@ -165,7 +167,7 @@ func (w *wal) checkWinner(ctx context.Context) error {
 // ErrPositionGone.
 func (w *wal) markDeleted() {
 	w.deleted.Store(true)
-	if prev := w.fenced.Swap(deletedError(w.ch, "kafka: deleted through this opener")); prev == nil && w.wr != nil {
+	if prev, _ := w.fence.Replace(deletedError(w.ch, "kafka: deleted through this opener"), nil); prev == nil && w.wr != nil {
 		w.o.m.fenced.Inc()
 	}
 	w.log.Info("channel deleted through this opener")

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/internal/claimown"
 )
 
 // appender stores records in the log partition of a channel.
@@ -45,13 +46,11 @@ type appendRes struct {
 // txnWriter coalesces concurrent appends into transactions. One goroutine
 // (run) owns the transactional client and everything below "owned by run".
 type txnWriter struct {
-	w        *wal
-	reqs     chan *appendReq
-	stop     chan struct{}
-	done     chan struct{}
-	ctx      context.Context // cancelled by close: aborts the client calls in flight
-	cancel   context.CancelFunc
-	stopOnce sync.Once
+	w *wal
+	// box queues the appends for run, which answers every request it
+	// takes before it returns (claimown.AnswersTaken).
+	box *claimown.Mailbox[*appendReq, appendRes]
+	ctx context.Context // box.Context(): cancelled by close, aborts the client calls in flight
 
 	// endTxnWrites counts the EndTxn requests the client wrote (see
 	// commitAttempt).
@@ -76,19 +75,17 @@ func (h countEndTxn) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ 
 // producer), and then checks that the caller's claim still wins.
 func newTxnWriter(ctx context.Context, w *wal) (*txnWriter, error) {
 	tw := &txnWriter{
-		w:    w,
-		reqs: make(chan *appendReq, w.o.cfg.MaxBatchRecords),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		w:   w,
+		box: claimown.NewMailbox[*appendReq, appendRes](w.o.cfg.MaxBatchRecords, w.closedErr, claimown.AnswersTaken),
 	}
-	tw.ctx, tw.cancel = context.WithCancel(context.Background())
+	tw.ctx = tw.box.Context()
 	cl, err := tw.acquire(ctx, false)
 	if err != nil {
-		tw.cancel()
+		tw.box.Close()
 		return nil, err
 	}
 	tw.cl = cl
-	go tw.run()
+	tw.box.Go(tw.run)
 	return tw, nil
 }
 
@@ -147,29 +144,29 @@ func pre890p2Versions() *kversion.Versions {
 
 // acquire returns a transactional client whose producer id is initialised
 // after this WAL's claim was written, or a FencedError when another claim
-// wins. With precheck it first makes sure this WAL's claim wins, so that a
-// stale writer does not fence the owner.
+// wins (claimown.Acquire). With precheck it first makes sure this WAL's
+// claim wins, so that a stale writer does not fence the owner.
 func (tw *txnWriter) acquire(ctx context.Context, precheck bool) (*kgo.Client, error) {
 	w := tw.w
+	steps := claimown.Steps[*kgo.Client]{
+		Take: func(ctx context.Context) (*kgo.Client, error) {
+			cl, err := tw.newClient()
+			if err != nil {
+				return nil, err
+			}
+			if _, _, err := cl.ProducerID(ctx); err != nil {
+				cl.Close()
+				return nil, errors.Wrapf(err, "kafka: init producer id of channel %q", w.ch.Name)
+			}
+			return cl, nil
+		},
+		Check:   w.checkWinner,
+		Release: (*kgo.Client).Close,
+	}
 	if precheck {
-		// Never fence the winner of the claims.
-		if err := w.checkWinner(ctx); err != nil {
-			return nil, err
-		}
+		steps.Precheck = w.checkWinner // never fence the winner of the claims
 	}
-	cl, err := tw.newClient()
-	if err != nil {
-		return nil, err
-	}
-	if _, _, err := cl.ProducerID(ctx); err != nil {
-		cl.Close()
-		return nil, errors.Wrapf(err, "kafka: init producer id of channel %q", w.ch.Name)
-	}
-	if err := w.checkWinner(ctx); err != nil {
-		cl.Close()
-		return nil, err
-	}
-	return cl, nil
+	return claimown.Acquire(ctx, steps)
 }
 
 // appendBatch queues recs as one request and waits for its transaction.
@@ -179,37 +176,14 @@ func (tw *txnWriter) appendBatch(ctx context.Context, recs []*kgo.Record, sizes 
 	for _, n := range sizes {
 		req.bytes += n
 	}
-	select {
-	case tw.reqs <- req:
-	case <-ctx.Done():
-		return nil, walimpls.MarkNotStored(ctx.Err())
-	case <-tw.done:
-		return nil, walimpls.MarkNotStored(tw.w.closedErr())
+	res, err := tw.box.Submit(ctx, req, req.res)
+	if err != nil {
+		return nil, err
 	}
-	select {
-	case res := <-req.res:
-		return res.offs, res.err
-	case <-ctx.Done():
-		return nil, ctx.Err() // the request may be in flight
-	case <-tw.done:
-		select {
-		case res := <-req.res:
-			return res.offs, res.err
-		default:
-			// run replies to every request it takes before it ends:
-			// this one was never taken.
-			return nil, walimpls.MarkNotStored(tw.w.closedErr())
-		}
-	}
+	return res.offs, res.err
 }
 
-func (tw *txnWriter) close() {
-	tw.stopOnce.Do(func() {
-		close(tw.stop)
-		tw.cancel()
-	})
-	<-tw.done
-}
+func (tw *txnWriter) close() { tw.box.Close() }
 
 // run takes the queued requests whole and in order into transactions: a
 // transaction holds requests while their records and bytes stay within
@@ -217,7 +191,6 @@ func (tw *txnWriter) close() {
 // held for the next one, and a request that exceeds them alone gets a
 // transaction of its own. No request is ever split.
 func (tw *txnWriter) run() {
-	defer close(tw.done)
 	defer func() {
 		if tw.cl != nil {
 			tw.cl.Close()
@@ -232,15 +205,15 @@ func (tw *txnWriter) run() {
 		group = group[:0]
 		if held == nil {
 			select {
-			case <-tw.stop:
+			case <-tw.box.Stopping():
 				tw.failPending(nil)
 				return
-			case r := <-tw.reqs:
+			case r := <-tw.box.Requests():
 				held = r
 			}
 		} else {
 			select {
-			case <-tw.stop:
+			case <-tw.box.Stopping():
 				tw.failPending(held)
 				return
 			default:
@@ -252,7 +225,7 @@ func (tw *txnWriter) run() {
 	gather:
 		for records < maxRecords && bytes < maxBytes {
 			select {
-			case r := <-tw.reqs:
+			case r := <-tw.box.Requests():
 				if records+len(r.recs) > maxRecords || bytes+r.bytes > maxBytes {
 					held = r
 					break gather
@@ -275,14 +248,7 @@ func (tw *txnWriter) failPending(held *appendReq) {
 	if held != nil {
 		held.res <- appendRes{err: err}
 	}
-	for {
-		select {
-		case r := <-tw.reqs:
-			r.res <- appendRes{err: err}
-		default:
-			return
-		}
-	}
+	tw.box.Drain(func(r *appendReq) { r.res <- appendRes{err: err} })
 }
 
 func reply(group []*appendReq, err error) {

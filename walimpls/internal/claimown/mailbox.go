@@ -1,0 +1,148 @@
+package claimown
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Answers is what a writer's loop promises to answer before it returns.
+type Answers int
+
+const (
+	// AnswersTaken: the loop answers every request it took before it
+	// returns. A request unanswered when the loop has returned was never
+	// taken, and stored nothing: Submit marks its error
+	// walimpls.MarkNotStored.
+	AnswersTaken Answers = iota
+	// AnswersUnsent: the loop answers the requests it took but sent
+	// nothing of; it may return with requests in flight unanswered. A
+	// request unanswered when the loop has returned has an unknown
+	// outcome: Submit leaves its error unmarked.
+	AnswersUnsent
+)
+
+// Mailbox carries requests of type Q to a writer's loop, the one
+// goroutine that owns the writer's resource, and holds the loop's
+// lifecycle: Go starts it, Close stops it and waits for it. A request
+// carries its own reply channel (buffered, of type R), on which the loop
+// answers it exactly once; Submit waits for that answer.
+type Mailbox[Q, R any] struct {
+	reqs    chan Q
+	closed  func() error
+	answers Answers
+
+	stop     chan struct{}
+	done     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopOnce sync.Once
+	started  atomic.Bool
+}
+
+// NewMailbox returns a mailbox that queues up to capacity requests.
+// closed returns the error of a request refused because the writer closed
+// (a walimpls.ErrClosed); answers is what the loop promises.
+func NewMailbox[Q, R any](capacity int, closed func() error, answers Answers) *Mailbox[Q, R] {
+	m := &Mailbox[Q, R]{
+		reqs:    make(chan Q, capacity),
+		closed:  closed,
+		answers: answers,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return m
+}
+
+// Submit queues req and waits for the loop's answer on reply. The error
+// is the mailbox's own, when there is no answer (the answer carries the
+// request's outcome):
+//
+//   - ctx ends, or the loop has returned, before req is queued: ctx's
+//     error or the closed error, marked walimpls.MarkNotStored;
+//   - ctx ends after req was queued: the answer or ctx's error, unmarked
+//     (the request may be in flight); when both are there, either comes
+//     back;
+//   - the loop returns after req was queued: its answer if it gave one,
+//     else the closed error, marked walimpls.MarkNotStored when the loop
+//     answers every request it took (AnswersTaken).
+func (m *Mailbox[Q, R]) Submit(ctx context.Context, req Q, reply <-chan R) (R, error) {
+	var zero R
+	select {
+	case m.reqs <- req:
+	case <-ctx.Done():
+		return zero, walimpls.MarkNotStored(ctx.Err()) // never queued
+	case <-m.done:
+		return zero, walimpls.MarkNotStored(m.closed())
+	}
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-ctx.Done():
+		return zero, ctx.Err() // the request may be in flight
+	case <-m.done:
+		select {
+		case r := <-reply:
+			return r, nil
+		default:
+		}
+		if m.answers == AnswersTaken {
+			return zero, walimpls.MarkNotStored(m.closed()) // never taken
+		}
+		return zero, m.closed()
+	}
+}
+
+// Requests is the queue the loop takes requests from.
+func (m *Mailbox[Q, R]) Requests() <-chan Q { return m.reqs }
+
+// Drain hands every request still queued to answer, without waiting: for
+// the loop, once it stops.
+func (m *Mailbox[Q, R]) Drain(answer func(Q)) {
+	for {
+		select {
+		case r := <-m.reqs:
+			answer(r)
+		default:
+			return
+		}
+	}
+}
+
+// Stopping is closed once Close was called: the loop should answer what
+// it must and return.
+func (m *Mailbox[Q, R]) Stopping() <-chan struct{} { return m.stop }
+
+// Context is cancelled once Close was called: it aborts what the loop (and
+// the writer's other goroutines) wait for.
+func (m *Mailbox[Q, R]) Context() context.Context { return m.ctx }
+
+// Go starts loop on a goroutine; the mailbox counts it as returned once
+// loop returns. Call it at most once.
+func (m *Mailbox[Q, R]) Go(loop func()) {
+	if m.started.Swap(true) {
+		panic("claimown: Mailbox.Go called twice")
+	}
+	go func() {
+		defer close(m.done)
+		loop()
+	}()
+}
+
+// Started reports whether Go was called.
+func (m *Mailbox[Q, R]) Started() bool { return m.started.Load() }
+
+// Close closes Stopping, cancels Context, and waits for the loop to return
+// if it was started. It is idempotent.
+func (m *Mailbox[Q, R]) Close() {
+	m.stopOnce.Do(func() {
+		close(m.stop)
+		m.cancel()
+	})
+	if m.started.Load() {
+		<-m.done
+	}
+}

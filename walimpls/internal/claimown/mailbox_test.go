@@ -1,0 +1,240 @@
+package claimown
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+type req struct {
+	n     int
+	reply chan int
+}
+
+func newReq(n int) *req { return &req{n: n, reply: make(chan int, 1)} }
+
+func closedErr() error { return errors.Join(walimpls.ErrClosed, errors.New("test writer")) }
+
+func newBox(capacity int, a Answers) *Mailbox[*req, int] {
+	return NewMailbox[*req, int](capacity, closedErr, a)
+}
+
+// echo is a loop that answers every request with its n doubled, and
+// drains the queue with -1 when it stops.
+func echo(m *Mailbox[*req, int]) func() {
+	return func() {
+		for {
+			select {
+			case <-m.Stopping():
+				m.Drain(func(r *req) { r.reply <- -1 })
+				return
+			case r := <-m.Requests():
+				r.reply <- 2 * r.n
+			}
+		}
+	}
+}
+
+func submit(ctx context.Context, m *Mailbox[*req, int], n int) (int, error) {
+	r := newReq(n)
+	return m.Submit(ctx, r, r.reply)
+}
+
+func TestMailboxAnswered(t *testing.T) {
+	m := newBox(4, AnswersTaken)
+	m.Go(echo(m))
+	defer m.Close()
+	for i := range 10 {
+		got, err := submit(context.Background(), m, i)
+		require.NoError(t, err)
+		require.Equal(t, 2*i, got)
+	}
+}
+
+func TestMailboxRefusedBeforeQueued(t *testing.T) {
+	t.Run("ctx ended", func(t *testing.T) {
+		m := newBox(0, AnswersTaken) // no room, nobody takes
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := submit(ctx, m, 1)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.True(t, walimpls.NotStored(err))
+		m.Close()
+	})
+	t.Run("loop returned", func(t *testing.T) {
+		for _, a := range []Answers{AnswersTaken, AnswersUnsent} {
+			m := newBox(0, a)
+			m.Go(func() {})
+			m.Close()
+			_, err := submit(context.Background(), m, 1)
+			require.ErrorIs(t, err, walimpls.ErrClosed)
+			assert.True(t, walimpls.NotStored(err), "never queued, whatever the loop promises")
+		}
+	})
+}
+
+func TestMailboxCtxEndsAfterQueued(t *testing.T) {
+	m := newBox(1, AnswersTaken)
+	taken := make(chan *req, 1)
+	m.Go(func() {
+		r := <-m.Requests()
+		taken <- r
+		<-m.Stopping()
+		r.reply <- 7 // answered after its caller left: nobody blocks
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() {
+		_, err := submit(ctx, m, 1)
+		res <- err
+	}()
+	<-taken
+	cancel()
+	err := <-res
+	require.ErrorIs(t, err, context.Canceled)
+	assert.False(t, walimpls.NotStored(err), "a queued request may be in flight")
+	m.Close()
+}
+
+func TestMailboxLoopReturnsUnanswered(t *testing.T) {
+	for _, tc := range []struct {
+		answers   Answers
+		notStored bool
+	}{
+		{AnswersTaken, true},
+		{AnswersUnsent, false},
+	} {
+		m := newBox(1, tc.answers)
+		queued := make(chan struct{})
+		m.Go(func() {
+			<-queued
+			<-m.Stopping() // returns leaving the request unanswered
+		})
+		res := make(chan error, 1)
+		go func() {
+			_, err := submit(context.Background(), m, 1)
+			res <- err
+		}()
+		require.Eventually(t, func() bool { return len(m.reqs) == 1 }, 5*time.Second, time.Millisecond)
+		close(queued)
+		m.Close()
+		err := <-res
+		require.ErrorIs(t, err, walimpls.ErrClosed)
+		assert.Equal(t, tc.notStored, walimpls.NotStored(err))
+	}
+}
+
+func TestMailboxDrainAnswersQueued(t *testing.T) {
+	m := newBox(8, AnswersTaken)
+	stopped := make(chan struct{})
+	m.Go(func() {
+		<-stopped
+		<-m.Stopping()
+		m.Drain(func(r *req) { r.reply <- -r.n })
+	})
+	res := make(chan int, 8)
+	for i := 1; i <= 8; i++ {
+		go func() {
+			got, err := submit(context.Background(), m, i)
+			assert.NoError(t, err)
+			res <- got
+		}()
+	}
+	require.Eventually(t, func() bool { return len(m.reqs) == 8 }, 5*time.Second, time.Millisecond)
+	close(stopped)
+	m.Close()
+	sum := 0
+	for range 8 {
+		sum += <-res
+	}
+	assert.Equal(t, -36, sum, "every queued request got the drain's answer")
+}
+
+// TestMailboxReplyRaces: an answer given just before the loop returns, or
+// just as ctx ends, comes back or leaves an allowed outcome, never
+// anything else.
+func TestMailboxReplyRaces(t *testing.T) {
+	t.Run("loop answers and returns", func(t *testing.T) {
+		for i := range 200 {
+			m := newBox(1, AnswersTaken)
+			m.Go(func() {
+				r := <-m.Requests()
+				r.reply <- r.n
+			})
+			got, err := submit(context.Background(), m, i)
+			require.NoError(t, err, "an answer given before the loop returned is never lost")
+			require.Equal(t, i, got)
+			m.Close()
+		}
+	})
+	t.Run("ctx ends as the answer comes", func(t *testing.T) {
+		answered, cancelled := 0, 0
+		for i := range 200 {
+			m := newBox(1, AnswersTaken)
+			ctx, cancel := context.WithCancel(context.Background())
+			m.Go(func() {
+				r := <-m.Requests()
+				r.reply <- r.n
+				cancel()
+			})
+			got, err := submit(ctx, m, i)
+			switch {
+			case err == nil:
+				require.Equal(t, i, got)
+				answered++
+			default:
+				require.ErrorIs(t, err, context.Canceled)
+				require.False(t, walimpls.NotStored(err))
+				cancelled++
+			}
+			cancel()
+			m.Close()
+		}
+		t.Logf("answered %d, cancelled %d", answered, cancelled)
+	})
+	t.Run("Close races Submit", func(t *testing.T) {
+		for i := range 200 {
+			a := Answers(i % 2)
+			m := newBox(4, a)
+			m.Go(echo(m))
+			res := make(chan error, 1)
+			go func() {
+				got, err := submit(context.Background(), m, i)
+				if err == nil && got != 2*i && got != -1 {
+					err = errors.New("unexpected answer")
+				}
+				res <- err
+			}()
+			m.Close()
+			err := <-res
+			if err != nil {
+				require.ErrorIs(t, err, walimpls.ErrClosed)
+				if a == AnswersTaken {
+					require.True(t, walimpls.NotStored(err))
+				}
+			}
+		}
+	})
+}
+
+func TestMailboxLifecycle(t *testing.T) {
+	m := newBox(1, AnswersTaken)
+	assert.False(t, m.Started())
+	m.Close() // no loop: returns at once
+	m.Close()
+	assert.ErrorIs(t, m.Context().Err(), context.Canceled)
+	assert.True(t, closed(m.Stopping()))
+
+	n := newBox(1, AnswersTaken)
+	n.Go(echo(n))
+	assert.True(t, n.Started())
+	assert.Panics(t, func() { n.Go(func() {}) })
+	n.Close()
+	n.Close()
+}
