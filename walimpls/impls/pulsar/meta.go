@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/utility/backoff"
+	"github.com/streamwal/streamwal/walimpls/internal/claimown"
 )
 
 // A channel's meta topic (topic name + "=meta") holds three kinds of
@@ -74,15 +75,17 @@ func (st *metaState) apply(props map[string]string) {
 			st.mineSeen = true
 		}
 		term, err := strconv.ParseInt(props[metaTerm], 10, 64)
-		if err != nil || term < 0 || st.deleted {
+		if err != nil || term < 0 {
 			return
 		}
-		if props[metaDeleted] != "" {
-			st.deleted, st.maxTerm, st.winnerNonce = true, math.MaxInt64, props[metaNonce]
-			return
+		c := claimown.Claim[string]{Term: term, Nonce: props[metaNonce], Deletion: props[metaDeleted] != ""}
+		if c.Deletion {
+			c.Term = math.MaxInt64
 		}
-		if term >= st.maxTerm {
-			st.maxTerm, st.winnerNonce = term, props[metaNonce]
+		// The winner so far; maxTerm -1 is no claim (claimown.NoClaim).
+		w := claimown.Claim[string]{Term: st.maxTerm, Nonce: st.winnerNonce, Deletion: st.deleted}
+		if c.Beats(w) {
+			st.maxTerm, st.winnerNonce, st.deleted = c.Term, c.Nonce, c.Deletion
 		}
 	case metaTrunc:
 		id, err := parseID(props[metaTruncID])

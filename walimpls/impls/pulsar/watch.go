@@ -99,7 +99,7 @@ func (wa *watcher) run() {
 				w.setTrunc(st.trunc, st.hasTrunc)
 				seenOwn = seenOwn || st.mineSeen
 				if w.wr != nil && st.maxTerm >= 0 && st.winnerNonce != w.nonce && (seenOwn || st.maxTerm > w.ch.Term) {
-					w.wr.fence(fencedError(w.ch.Name, w.ch.Term, st.maxTerm))
+					w.wr.setFence(fencedError(w.ch.Name, w.ch.Term, st.maxTerm))
 				}
 			}
 		}
@@ -118,7 +118,7 @@ func (wa *watcher) run() {
 		case st.winnerNonce == w.nonce:
 			seenOwn = true
 		case st.maxTerm > w.ch.Term, st.maxTerm == w.ch.Term && seenOwn:
-			w.wr.fence(fencedError(w.ch.Name, w.ch.Term, st.maxTerm))
+			w.wr.setFence(fencedError(w.ch.Name, w.ch.Term, st.maxTerm))
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/internal/claimown"
 )
 
 func strconvI(v int64) string { return strconv.FormatInt(v, 10) }
@@ -59,22 +60,19 @@ type appendRes struct {
 // themselves. Batching stays on in the client (see the package
 // documentation).
 type writer struct {
-	w       *wal
-	reqs    chan *appendReq
+	w *wal
+	// box queues the appends for run, which answers the requests it
+	// sent nothing of when it stops; those in flight learn ErrClosed from
+	// the box (claimown.AnswersUnsent).
+	box     *claimown.Mailbox[*appendReq, appendRes]
 	results chan sendResult      // producer callbacks → run
 	flushCh chan pulsar.Producer // run → flusher; one flush queued at most
 	kick    chan struct{}        // fence → run: retire the producer
-	stop    chan struct{}
-	done    chan struct{}   // closed when run has returned
-	flushed chan struct{}   // closed when flusher has returned
-	ctx     context.Context // cancelled by close: aborts what run waits for
-	cancel  context.CancelFunc
-	// fenced is set once, to the error every later append returns;
-	// fencedCh is closed when it is set.
-	fenced   atomic.Error
-	fencedCh chan struct{}
-	stopOnce sync.Once
-	started  atomic.Bool // run was started
+	flushed chan struct{}        // closed when flusher has returned
+	ctx     context.Context      // box.Context(): cancelled by close, aborts what run waits for
+	// fence is set once, to the error every later append returns; only
+	// a deletion replaces it (fenceDeleted).
+	fence *claimown.Fence
 	// acquired counts the producers acquired: 1 after Open, one more per
 	// re-acquisition (see decideFenced). Read by tests.
 	acquired atomic.Int64
@@ -117,8 +115,8 @@ type sendResult struct {
 func newWriter(w *wal) *writer {
 	n := w.o.cfg.MaxBatchMessages
 	wr := &writer{
-		w:    w,
-		reqs: make(chan *appendReq, n),
+		w:   w,
+		box: claimown.NewMailbox[*appendReq, appendRes](n, w.closedErr, claimown.AnswersUnsent),
 		// Callbacks must never block the client (nor run, which closes
 		// producers, and a closing producer reports what it holds): a
 		// producer reports at most the window (n) of messages in flight,
@@ -128,13 +126,11 @@ func newWriter(w *wal) *writer {
 		window:      n,
 		flushCh:     make(chan pulsar.Producer, 1),
 		kick:        make(chan struct{}, 1),
-		fencedCh:    make(chan struct{}),
-		stop:        make(chan struct{}),
-		done:        make(chan struct{}),
 		flushed:     make(chan struct{}),
+		fence:       claimown.NewFence(),
 		outstanding: map[*appendReq]struct{}{},
 	}
-	wr.ctx, wr.cancel = context.WithCancel(context.Background())
+	wr.ctx = wr.box.Context()
 	return wr
 }
 
@@ -148,8 +144,7 @@ func (wr *writer) start(ctx context.Context) error {
 		return wr.fencedErr()
 	}
 	wr.gen = 1
-	wr.started.Store(true)
-	go wr.run()
+	wr.box.Go(wr.run)
 	go wr.flusher()
 	return nil
 }
@@ -192,13 +187,12 @@ func (wr *writer) dropProducer() {
 	}
 }
 
-// fence makes err the answer of every later append and has run close the
+// setFence makes err the answer of every later append and has run close the
 // producer, which releases the topic to the claimant. Safe from any
 // goroutine.
-func (wr *writer) fence(err error) {
-	if wr.fenced.CompareAndSwap(nil, err) {
+func (wr *writer) setFence(err error) {
+	if _, first := wr.fence.Set(err); first {
 		wr.w.log.Warn("fenced", "err", err)
-		close(wr.fencedCh)
 	}
 	wr.kickRun()
 }
@@ -207,18 +201,15 @@ func (wr *writer) fence(err error) {
 // with Deleted set, replaces the error of an earlier fence, so that every
 // later append says the channel was deleted. Safe from any goroutine.
 func (wr *writer) fenceDeleted(err error) {
-	for {
-		cur := wr.fenced.Load()
-		if fe := (*walimpls.FencedError)(nil); errors.As(cur, &fe) && fe.Deleted {
-			return
-		}
-		if wr.fenced.CompareAndSwap(cur, err) {
-			if cur == nil {
-				wr.w.log.Warn("fenced", "err", err)
-				close(wr.fencedCh)
-			}
-			break
-		}
+	prev, replaced := wr.fence.Replace(err, func(cur error) bool {
+		fe := (*walimpls.FencedError)(nil)
+		return errors.As(cur, &fe) && fe.Deleted
+	})
+	if !replaced {
+		return
+	}
+	if prev == nil {
+		wr.w.log.Warn("fenced", "err", err)
 	}
 	wr.kickRun()
 }
@@ -233,9 +224,9 @@ func (wr *writer) kickRun() {
 
 // acquire creates a dedicated client and a WaitForExclusive producer on the
 // channel's topic, calling Config.TakeOver while the producer waits (see
-// acquireExclusive), and then checks that this WAL's claim still wins.
-// With precheck it first makes sure the claim wins, so that a stale writer
-// never takes the topic from the owner.
+// acquireExclusive), and then checks that this WAL's claim still wins
+// (claimown.Acquire). With precheck it first makes sure the claim wins, so
+// that a stale writer never takes the topic from the owner.
 //
 // An open that a claim beats never disturbs the topic: while the producer
 // waits, the meta watcher fencing the writer (it saw a higher claim, or a
@@ -249,45 +240,57 @@ func (wr *writer) acquire(ctx context.Context, precheck bool) (pulsar.Client, pu
 	if err := wr.fencedErr(); err != nil {
 		return nil, nil, err
 	}
-	if precheck {
-		if err := wr.checkClaim(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
 	sendTimeout := cfg.SendTimeout
 	if sendTimeout < 0 {
 		sendTimeout = -1
 	}
-	cl, p, _, err := w.o.acquireExclusive(ctx, exclusiveReq{
-		topic: w.topic,
-		what:  fmt.Sprintf("channel %q", w.ch.Name),
-		opts: pulsar.ProducerOptions{
-			SendTimeout:         sendTimeout,
-			BatchingMaxMessages: uint(cfg.MaxBatchMessages),
-			MaxPendingMessages:  cfg.MaxBatchMessages,
-		},
-		giveUp:   wr.fencedCh,
-		takeOver: wr.takeOver,
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		if ferr := wr.fencedErr(); ferr != nil {
-			if errors.Is(err, errGaveUp) {
-				w.log.Info("a higher claim won while waiting for the topic; giving up", "topic", w.topic)
-			}
-			return nil, nil, ferr
-		}
-		return nil, nil, err
+	// An exclusive producer and its dedicated client.
+	type exclusive struct {
+		cl pulsar.Client
+		p  pulsar.Producer
 	}
-	if err := wr.checkClaim(ctx); err != nil {
-		p.Close()
-		cl.Close()
+	steps := claimown.Steps[exclusive]{
+		Take: func(ctx context.Context) (exclusive, error) {
+			cl, p, _, err := w.o.acquireExclusive(ctx, exclusiveReq{
+				topic: w.topic,
+				what:  fmt.Sprintf("channel %q", w.ch.Name),
+				opts: pulsar.ProducerOptions{
+					SendTimeout:         sendTimeout,
+					BatchingMaxMessages: uint(cfg.MaxBatchMessages),
+					MaxPendingMessages:  cfg.MaxBatchMessages,
+				},
+				giveUp:   wr.fence.Fenced(),
+				takeOver: wr.takeOver,
+			})
+			switch {
+			case err == nil:
+				return exclusive{cl, p}, nil
+			case ctx.Err() != nil:
+				return exclusive{}, ctx.Err()
+			}
+			if ferr := wr.fencedErr(); ferr != nil {
+				if errors.Is(err, errGaveUp) {
+					w.log.Info("a higher claim won while waiting for the topic; giving up", "topic", w.topic)
+				}
+				return exclusive{}, ferr
+			}
+			return exclusive{}, err
+		},
+		Check: wr.checkClaim,
+		Release: func(e exclusive) {
+			e.p.Close()
+			e.cl.Close()
+		},
+	}
+	if precheck {
+		steps.Precheck = wr.checkClaim
+	}
+	e, err := claimown.Acquire(ctx, steps)
+	if err != nil {
 		return nil, nil, err
 	}
 	wr.acquired.Add(1)
-	return cl, p, nil
+	return e.cl, e.p, nil
 }
 
 // takeOver calls Config.TakeOver if a fold of the meta topic shows this
@@ -325,13 +328,13 @@ func (wr *writer) checkClaim(ctx context.Context) error {
 		wr.fenceDeleted(err)
 		return wr.fencedErr()
 	case fe != nil:
-		wr.fence(err)
+		wr.setFence(err)
 		return wr.fencedErr()
 	}
 	return err
 }
 
-func (wr *writer) fencedErr() error { return wr.fenced.Load() }
+func (wr *writer) fencedErr() error { return wr.fence.Err() }
 
 // append queues a batch for run and waits for its outcome: the ids of
 // the stored prefix and, unless that is all of msgs, the error.
@@ -349,37 +352,18 @@ func (wr *writer) append(ctx context.Context, msgs []message.Message) ([]msgID, 
 		req.msgs[i] = &pulsar.ProducerMessage{Payload: m.Payload(), Properties: m.Properties().All()}
 		req.sizes[i] = m.Size()
 	}
-	select {
-	case wr.reqs <- req:
-	case <-ctx.Done():
-		return nil, walimpls.MarkNotStored(ctx.Err()) // never queued
-	case <-wr.done:
-		return nil, walimpls.MarkNotStored(wr.w.closedErr())
+	res, err := wr.box.Submit(ctx, req, req.res)
+	if err != nil {
+		return nil, err
 	}
-	select {
-	case res := <-req.res:
-		return res.ids, res.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-wr.done:
-		select {
-		case res := <-req.res:
-			return res.ids, res.err
-		default:
-			return nil, wr.w.closedErr()
-		}
-	}
+	return res.ids, res.err
 }
 
 // close stops run and the flusher and waits for them; pending appends
 // fail with ErrClosed.
 func (wr *writer) close() {
-	wr.stopOnce.Do(func() {
-		close(wr.stop)
-		wr.cancel()
-	})
-	if wr.started.Load() {
-		<-wr.done
+	wr.box.Close()
+	if wr.box.Started() {
 		<-wr.flushed
 	} else {
 		wr.dropProducer()
@@ -391,7 +375,7 @@ func (wr *writer) flusher() {
 	timeout := wr.w.o.cfg.OperationTimeout
 	for {
 		select {
-		case <-wr.stop:
+		case <-wr.box.Stopping():
 			return
 		case p := <-wr.flushCh:
 			wr.mu.RLock()
@@ -408,15 +392,14 @@ func (wr *writer) flusher() {
 }
 
 func (wr *writer) run() {
-	defer close(wr.done)
 	defer wr.dropProducer()
 	for {
-		var reqs chan *appendReq
+		var reqs <-chan *appendReq
 		if wr.unsent < wr.window {
-			reqs = wr.reqs
+			reqs = wr.box.Requests()
 		}
 		select {
-		case <-wr.stop:
+		case <-wr.box.Stopping():
 			// Appends in flight learn ErrClosed from done.
 			wr.failPending()
 			return
@@ -455,7 +438,7 @@ func (wr *writer) gather() {
 			return
 		}
 		select {
-		case r := <-wr.reqs:
+		case r := <-wr.box.Requests():
 			wr.take(r)
 		default:
 			return
@@ -473,14 +456,7 @@ func (wr *writer) failPending() {
 		}
 	}
 	wr.queue, wr.unsent = nil, 0
-	for {
-		select {
-		case r := <-wr.reqs:
-			r.res <- appendRes{err: err}
-		default:
-			return
-		}
-	}
+	wr.box.Drain(func(r *appendReq) { r.res <- appendRes{err: err} })
 }
 
 // pump hands queued messages to the producer, in queue order, while
@@ -509,7 +485,7 @@ func (wr *writer) pump() {
 			if wr.ctx.Err() != nil {
 				err = wr.w.closedErr()
 			} else if errors.Is(err, walimpls.ErrFenced) {
-				wr.fence(err)
+				wr.setFence(err)
 			}
 			wr.refuseQueued(walimpls.MarkNotStored(err))
 			return
