@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
@@ -211,8 +212,31 @@ func (o *Opener) Close() error {
 	for _, w := range wals {
 		_ = w.Close()
 	}
+	// Background calls into the shared client (Last's lookups) finish
+	// before it closes: pulsar-client-go never answers a request that its
+	// consumer queued just before the client closed, and the call would
+	// then wait for ever. The client's own timeouts bound them while it is
+	// open.
+	bg := make(chan struct{})
+	go func() {
+		o.bg.Wait()
+		close(bg)
+	}()
+	bound := o.cfg.OperationTimeout + o.cfg.ConnectionTimeout
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-bg:
+	case <-timer.C:
+		o.log.Warn("background calls still running after the client's timeouts; closing the client under them", "waited", bound)
+	}
 	o.client.Close()
-	o.bg.Wait()
+	timer.Reset(bound)
+	select {
+	case <-bg:
+	case <-timer.C:
+		o.log.Error("abandoning background calls the closed client never answered", "waited", bound)
+	}
 	return nil
 }
 
