@@ -17,14 +17,17 @@ import (
 )
 
 type wal struct {
-	impl      walimpls.WALImpl
-	parseID   func(string) (message.ID, error) // the backend's ID decoder
-	ch        Channel
-	opts      Options
-	log       *slog.Logger
-	m         walMetrics
-	ticks     *timeticks // nil when read-only
-	stamp     message.Stamper
+	impl    walimpls.WALImpl
+	parseID func(string) (message.ID, error) // the backend's ID decoder
+	ch      Channel
+	opts    Options
+	log     *slog.Logger
+	m       walMetrics
+	ticks   *timeticks // nil when read-only
+	stamp   message.Stamper
+	// propMaps recycles the property maps of stamped appends (recycle):
+	// one map per append was the largest allocation the adaptor added.
+	propMaps  sync.Pool
 	partBytes int // 0: never split
 	inflight  chan struct{}
 	wab       *writeAheadBuffer
@@ -899,6 +902,9 @@ type prepared struct {
 	records []message.Message // what the backend stores, in order
 	first   []int             // index in records of each message's first record
 	bytes   int               // the stamped messages' total size
+	// props are the property maps of the records stamped into maps from
+	// w.propMaps, to go back there once the backend stored them.
+	props []map[string]string
 	// one backs the slices of a single unsplit message (Append,
 	// AppendAsync): the batch is one allocation, not one per slice.
 	one struct {
@@ -906,7 +912,23 @@ type prepared struct {
 		record [1]message.Message
 		first  [1]int
 		result [1]AppendResult
+		props  [1]map[string]string
 	}
+}
+
+// recycle returns the batch's property maps to the WAL once the backend
+// stored every record: each backend stores a copy of a record's
+// properties (memory clones them, local encodes them, Kafka and Pulsar
+// copy them into headers), and no one else holds the records. After a
+// failure the backend may still be sending them: nothing is recycled.
+func (p *prepared) recycle(w *wal) {
+	for i, m := range p.props {
+		clear(m)
+		w.propMaps.Put(m)
+		p.props[i] = nil
+	}
+	p.props = p.props[:0]
+	clear(p.records) // they point at the maps
 }
 
 // finishInline is how many messages finish and end track in arrays on the
@@ -978,6 +1000,7 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 	p := &prepared{}
 	if len(msgs) == 1 {
 		p.ticks, p.first, p.records = p.one.tick[:], p.one.first[:], p.one.record[:0]
+		p.props = p.one.props[:0]
 	} else {
 		p.ticks, p.first = make([]uint64, len(msgs)), make([]int, len(msgs))
 	}
@@ -985,19 +1008,25 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 		return nil, walimpls.MarkNotStored(err)
 	}
 	for i, m := range msgs {
-		msg := w.stamp.Stamp(m, message.KindData, p.ticks[i])
+		props, _ := w.propMaps.Get().(map[string]string)
+		if props == nil {
+			props = make(map[string]string, 4)
+		}
+		msg := w.stamp.StampInto(props, m, message.KindData, p.ticks[i])
 		msgSize := msg.Size()
 		p.bytes += msgSize
 		p.first[i] = len(p.records)
 		if w.partBytes > 0 && msgSize > w.partBytes {
-			parts, err := splitMessage(msg, w.partBytes)
+			parts, err := splitMessage(msg, w.partBytes) // copies the properties
 			if err != nil {
 				p.end(w)
 				return nil, errors.Wrapf(err, "adaptor: append to %s: message %d", w.ch.Name, i)
 			}
 			p.records = append(p.records, parts...)
+			p.props = append(p.props, props)
 			continue
 		}
+		p.props = append(p.props, props)
 		p.records = append(p.records, msg)
 	}
 	return p, nil
@@ -1010,6 +1039,9 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 func (w *wal) store(ctx context.Context, p *prepared) ([]AppendResult, error) {
 	ids, retried, err := w.appendBatchRetry(ctx, p.records)
 	defer func() { p.finish(w, ids, err) }()
+	if err == nil {
+		p.recycle(w)
+	}
 	if err == nil && w.confirm {
 		if err = w.confirmAck(ctx, ids[len(ids)-1]); err != nil {
 			ids = nil // stored, but no reader delivers them

@@ -185,7 +185,15 @@ func NewStamper(term int64) Stamper { return Stamper{term: strconv.FormatInt(ter
 
 // Stamp is Message.Stamp with the Stamper's term.
 func (s Stamper) Stamp(m Message, k Kind, tt uint64) Message {
-	props := make(map[string]string, len(m.props)+3)
+	return s.StampInto(make(map[string]string, len(m.props)+3), m, k, tt)
+}
+
+// StampInto is Stamp writing the properties into props, which must be
+// empty and which the returned message owns from then on. A writer that
+// knows when a stamped message is no longer referenced (its backend stored
+// a copy) can reuse the map for its next message instead of allocating one
+// per message.
+func (s Stamper) StampInto(props map[string]string, m Message, k Kind, tt uint64) Message {
 	for key, v := range m.props {
 		props[key] = v
 	}

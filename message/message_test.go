@@ -129,4 +129,9 @@ func TestStamperMatchesStamp(t *testing.T) {
 		require.EqualValues(t, 1<<40+9, tt)
 	}
 	require.Equal(t, 1, m.Properties().Len(), "the original keeps its properties")
+
+	props := map[string]string{}
+	into := s.StampInto(props, m, message.KindData, 5)
+	require.True(t, into.Properties().Equal(m.Stamp(message.KindData, -12, 5).Properties()))
+	require.Len(t, props, 3, "the message's properties are the map given")
 }
