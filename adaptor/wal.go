@@ -27,7 +27,10 @@ type wal struct {
 	stamp   message.Stamper
 	// propMaps recycles the property maps of stamped appends (recycle):
 	// one map per append was the largest allocation the adaptor added.
-	propMaps  sync.Pool
+	propMaps sync.Pool
+	// prepPool recycles the batches of single appends (Append,
+	// AppendAsync), which copy their result out before they return one.
+	prepPool  sync.Pool
 	partBytes int // 0: never split
 	inflight  chan struct{}
 	wab       *writeAheadBuffer
@@ -795,15 +798,20 @@ func (w *wal) Append(ctx context.Context, m message.Message) (AppendResult, erro
 	defer w.releaseSlot()
 	size := m.Size()
 	p, err := w.prepare(ctx, []message.Message{m})
-	var res []AppendResult
+	var r AppendResult
 	if err == nil {
+		var res []AppendResult
 		res, err = w.store(ctx, p)
+		if err == nil {
+			r = res[0]
+		}
+		w.putPrepared(p) // res points into it
 	}
 	w.m.observe(start, size, err)
 	if err != nil {
 		return AppendResult{}, err
 	}
-	return res[0], nil
+	return r, nil
 }
 
 // AppendAsync takes the message's timetick before it returns, in the
@@ -863,6 +871,7 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		if err == nil {
 			r = res[0]
 		}
+		w.putPrepared(p) // res points into it
 		cb(r, err)
 	}()
 }
@@ -914,6 +923,13 @@ type prepared struct {
 		result [1]AppendResult
 		props  [1]map[string]string
 	}
+}
+
+// putPrepared gives a single append's batch back for the next one, once
+// nothing points into it any more (its results were copied out).
+func (w *wal) putPrepared(p *prepared) {
+	*p = prepared{}
+	w.prepPool.Put(p)
 }
 
 // recycle returns the batch's property maps to the WAL once the backend
@@ -997,7 +1013,10 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 	if err := w.waitForWatermark(ctx); err != nil {
 		return nil, walimpls.MarkNotStored(err)
 	}
-	p := &prepared{}
+	p, _ := w.prepPool.Get().(*prepared)
+	if p == nil {
+		p = &prepared{}
+	}
 	if len(msgs) == 1 {
 		p.ticks, p.first, p.records = p.one.tick[:], p.one.first[:], p.one.record[:0]
 		p.props = p.one.props[:0]
