@@ -26,6 +26,12 @@ import (
 const (
 	outChunkLen   = 64
 	outChunkBytes = 256 << 10
+	// outFreeChunks is how many delivered chunk slices the outbox keeps
+	// for run to fill again (4 KiB each, cleared): a watermark releases a
+	// few thousand messages at once, which run queues faster than the
+	// reader takes them, and with a shorter list most chunks of every
+	// release were allocated anew.
+	outFreeChunks = 64
 )
 
 // outbox is the queue from run to the sender.
@@ -114,7 +120,7 @@ func (o *outbox) pop() (outChunk, bool) {
 func (o *outbox) sent(c outChunk) {
 	clear(c.msgs)
 	o.mu.Lock()
-	if len(o.free) < 4 {
+	if len(o.free) < outFreeChunks {
 		o.free = append(o.free, c.msgs[:0])
 	}
 	o.mu.Unlock()
