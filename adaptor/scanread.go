@@ -20,18 +20,13 @@ type logEntry struct {
 	term  int64
 	tt    uint64
 	hasTT bool
-	size  int // m.Size(), for data messages only
+	size  int // m.Size()
 }
 
-// parse reads m's reserved properties.
+// parse reads m's reserved properties, in one pass.
 func parse(m message.Immutable) logEntry {
-	e := logEntry{m: m, kind: m.Kind()}
-	e.term, _ = m.Term()
-	e.tt, e.hasTT = m.TimeTick()
-	if e.kind == message.KindData {
-		e.size = m.Size()
-	}
-	return e
+	h := m.Header()
+	return logEntry{m: m, kind: h.Kind, term: h.Term, tt: h.TimeTick, hasTT: h.HasTimeTick, size: h.Size}
 }
 
 // next returns the next message of the log, switching between catch-up and

@@ -78,6 +78,58 @@ func (m Message) TimeTick() (uint64, bool) {
 	return t, err == nil
 }
 
+// Header is what a WAL reads of every message it orders: the reserved
+// kind, term and timetick (as Kind, Term and TimeTick report them) and the
+// message's Size.
+type Header struct {
+	Kind        Kind
+	Term        int64
+	HasTerm     bool
+	TimeTick    uint64
+	HasTimeTick bool
+	Size        int
+}
+
+// Header returns m's Header in one pass over its properties, where Kind,
+// Term, TimeTick and Size take one each: on a scan, parsing these was a
+// quarter of the ordering goroutine's CPU.
+func (m Message) Header() Header {
+	h := Header{Size: len(m.payload)}
+	for k, v := range m.props {
+		h.Size += len(k) + len(v)
+		switch k {
+		case KeyKind:
+			h.Kind = kindCount
+			if n, ok := parseDecimal(v); ok && n <= 255 {
+				h.Kind = Kind(n)
+			}
+		case KeyTerm:
+			t, err := strconv.ParseInt(v, 10, 64)
+			h.Term, h.HasTerm = t, err == nil
+		case KeyTimeTick:
+			h.TimeTick, h.HasTimeTick = parseDecimal(v)
+		}
+	}
+	return h
+}
+
+// parseDecimal is strconv.ParseUint(s, 10, 64) without its error value:
+// false for an empty string, a non-digit or an overflow.
+func parseDecimal(s string) (uint64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		d := s[i] - '0'
+		if d > 9 || n > (1<<64-1-uint64(d))/10 {
+			return 0, false
+		}
+		n = n*10 + uint64(d)
+	}
+	return n, true
+}
+
 // VChannel returns the virtual channel the message belongs to, or "".
 func (m Message) VChannel() string { return m.props[KeyVChannel] }
 

@@ -135,3 +135,39 @@ func TestStamperMatchesStamp(t *testing.T) {
 	require.True(t, into.Properties().Equal(m.Stamp(message.KindData, -12, 5).Properties()))
 	require.Len(t, props, 3, "the message's properties are the map given")
 }
+
+// Header reports exactly what Kind, Term, TimeTick and Size do, whatever
+// the reserved properties hold.
+func TestHeaderMatchesTheAccessors(t *testing.T) {
+	values := []string{"", "0", "7", "255", "256", "-1", "+3", "1_0", "x", " 1",
+		"18446744073709551615", "18446744073709551616", "99999999999999999999",
+		"9223372036854775807", "-9223372036854775808", "9223372036854775808", "001"}
+	check := func(m message.Message) {
+		t.Helper()
+		h := m.Header()
+		require.Equal(t, m.Kind(), h.Kind, "kind of %v", m.Properties().All())
+		term, ok := m.Term()
+		require.Equal(t, ok, h.HasTerm)
+		if ok {
+			require.Equal(t, term, h.Term)
+		}
+		tt, ok := m.TimeTick()
+		require.Equal(t, ok, h.HasTimeTick, "timetick of %v", m.Properties().All())
+		if ok {
+			require.Equal(t, tt, h.TimeTick)
+		}
+		require.Equal(t, m.Size(), h.Size)
+	}
+	check(message.Message{})
+	base, err := message.New([]byte("payload"), map[string]string{"user": "u"})
+	require.NoError(t, err)
+	check(base)
+	for _, key := range []string{message.KeyKind, message.KeyTerm, message.KeyTimeTick} {
+		for _, v := range values {
+			m, err := base.WithReserved(key, v)
+			require.NoError(t, err)
+			check(m)
+		}
+	}
+	check(base.Stamp(message.KindPart, 3, 1<<62))
+}
