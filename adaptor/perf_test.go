@@ -118,3 +118,38 @@ func TestWriteAheadBufferEvictsInOrder(t *testing.T) {
 	_, _, _, closed := b.read(1001, 1)
 	require.True(t, closed)
 }
+
+// The window spans several of the buffer's blocks: reads, finds and
+// evictions stay consistent across block boundaries.
+func TestWriteAheadBufferSpansBlocks(t *testing.T) {
+	msg := func(seq int64) message.Immutable {
+		m, err := message.New([]byte(fmt.Sprintf("%05d", seq)), nil)
+		require.NoError(t, err)
+		return message.NewImmutable(m, message.NewSeqID("test", seq))
+	}
+	const window = 2*wabBlock + 37
+	size := msg(0).Size() + 64
+	b := newWriteAheadBuffer(window * size)
+	var seq int64
+	for round := range 40 {
+		batch := make([]message.Immutable, 1+round%70)
+		for i := range batch {
+			batch[i] = msg(seq)
+			seq++
+		}
+		b.push(batch...)
+		first := max(0, seq-window)
+		require.Equal(t, first, b.base)
+		got, evicted, _, _ := b.read(first, 4*wabBlock)
+		require.False(t, evicted)
+		require.Len(t, got, int(seq-first))
+		for i, m := range got {
+			require.Equal(t, fmt.Sprintf("%05d", first+int64(i)), string(m.Payload()))
+		}
+		for _, s := range []int64{first, (first + seq) / 2, seq - 1} {
+			i, found := b.find(msg(s).ID())
+			require.True(t, found, "seq %d", s)
+			require.Equal(t, s, i)
+		}
+	}
+}

@@ -20,14 +20,11 @@ type writeAheadBuffer struct {
 	origin message.ID
 
 	mu sync.Mutex
-	// entries[head:] are buffered; entries[head+i] has index base+i.
-	// Evicting only advances head (and zeroes the slot so the message can
-	// be collected); the slice is compacted once the dead prefix is half of
-	// it. A full buffer evicts on every push, and copying the whole window
-	// each time made the tail reader, not the backend, the append path's
-	// bottleneck.
-	entries []wabEntry
-	head    int
+	// entries.at(i) has index base+i. A full buffer evicts on every push:
+	// copying the window then (and growing one slice while it fills) made
+	// the tail reader, not the backend, the append path's bottleneck, so
+	// the window is a queue of fixed blocks.
+	entries wabQueue
 	base    int64
 	bytes   int
 	closed  bool
@@ -47,6 +44,55 @@ type writeAheadBuffer struct {
 type wabEntry struct {
 	m    message.Immutable
 	size int
+}
+
+// wabBlock is how many entries a block of the window holds.
+const wabBlock = 256
+
+// wabQueue is a queue of entries in fixed blocks: pushing never copies
+// what is queued, and popping frees a block once it is empty. One spare
+// block is kept, so a full buffer that evicts as it pushes allocates
+// nothing.
+type wabQueue struct {
+	blocks [][]wabEntry // blocks[0][off:], then the others, are queued
+	off    int
+	n      int
+	spare  []wabEntry
+}
+
+func (q *wabQueue) len() int { return q.n }
+
+// at returns the i-th queued entry, 0 ≤ i < len.
+func (q *wabQueue) at(i int) *wabEntry {
+	j := q.off + i
+	return &q.blocks[j/wabBlock][j%wabBlock]
+}
+
+func (q *wabQueue) push(e wabEntry) {
+	if k := len(q.blocks); k == 0 || len(q.blocks[k-1]) == wabBlock {
+		b := q.spare
+		if b == nil {
+			b = make([]wabEntry, 0, wabBlock)
+		}
+		q.spare = nil
+		q.blocks = append(q.blocks, b)
+	}
+	k := len(q.blocks) - 1
+	q.blocks[k] = append(q.blocks[k], e)
+	q.n++
+}
+
+// popFront drops the oldest entry; the queue must not be empty.
+func (q *wabQueue) popFront() {
+	q.blocks[0][q.off] = wabEntry{} // let the message be collected
+	q.off++
+	q.n--
+	if q.off == len(q.blocks[0]) {
+		q.spare = q.blocks[0][:0]
+		q.blocks[0] = nil
+		q.blocks = q.blocks[1:]
+		q.off = 0
+	}
 }
 
 func newWriteAheadBuffer(budget int) *writeAheadBuffer {
@@ -75,20 +121,13 @@ func (b *writeAheadBuffer) push(msgs ...message.Immutable) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, m := range msgs {
-		b.entries = append(b.entries, wabEntry{m: m, size: sz[i]})
+		b.entries.push(wabEntry{m: m, size: sz[i]})
 		b.bytes += sz[i]
 	}
-	for b.bytes > b.budget && b.head < len(b.entries)-1 {
-		b.bytes -= b.entries[b.head].size
-		b.entries[b.head] = wabEntry{}
-		b.head++
+	for b.bytes > b.budget && b.entries.len() > 1 {
+		b.bytes -= b.entries.at(0).size
+		b.entries.popFront()
 		b.base++
-	}
-	if b.head > 0 && b.head >= len(b.entries)/2 {
-		n := copy(b.entries, b.entries[b.head:])
-		clear(b.entries[n:])
-		b.entries = b.entries[:n]
-		b.head = 0
 	}
 	b.publishLocked()
 	b.wakeLocked()
@@ -142,15 +181,15 @@ func (b *writeAheadBuffer) publishLocked() {
 	if b.noRelease || b.offer.tt <= b.released.tt {
 		return
 	}
-	live := b.entries[b.head:]
-	if len(live) == 0 {
+	n := b.entries.len()
+	if n == 0 {
 		return
 	}
-	newest := live[len(live)-1].m.ID()
+	newest := b.entries.at(n - 1).m.ID()
 	if !b.offer.need.IsZero() && newest.LT(b.offer.need) {
 		return
 	}
-	b.released = localRelease{tt: b.offer.tt, index: b.base + int64(len(live)) - 1, at: newest}
+	b.released = localRelease{tt: b.offer.tt, index: b.base + int64(n) - 1, at: newest}
 }
 
 // releasePoint returns the published local release point.
@@ -179,11 +218,10 @@ func (b *writeAheadBuffer) find(id message.ID) (int64, bool) {
 
 // findLocked is find. Assumes b.mu is held.
 func (b *writeAheadBuffer) findLocked(id message.ID) (int64, bool) {
-	live := b.entries[b.head:]
-	lo, hi := 0, len(live)
+	lo, hi := 0, b.entries.len()
 	for lo < hi {
 		mid := (lo + hi) / 2
-		c, err := live[mid].m.ID().Compare(id)
+		c, err := b.entries.at(mid).m.ID().Compare(id)
 		if err != nil {
 			return 0, false
 		}
@@ -214,19 +252,18 @@ func (b *writeAheadBuffer) readAppend(dst []message.Immutable, i int64, max int)
 	if i < b.base {
 		return dst, true, nil, false
 	}
-	live := b.entries[b.head:]
 	off := int(i - b.base)
-	if off >= len(live) {
+	if off >= b.entries.len() {
 		if b.closed {
 			return dst, false, nil, true
 		}
 		b.waiting = true
 		return dst, false, b.changed, false
 	}
-	n := min(len(live)-off, max)
-	// A copy: the slots are zeroed and moved by later pushes.
-	for _, e := range live[off : off+n] {
-		dst = append(dst, e.m)
+	n := min(b.entries.len()-off, max)
+	// A copy: the slots are zeroed by later evictions.
+	for k := off; k < off+n; k++ {
+		dst = append(dst, b.entries.at(k).m)
 	}
 	return dst, false, nil, false
 }
@@ -250,16 +287,16 @@ func (b *writeAheadBuffer) locate(id message.ID) (i int64, found, behind, closed
 // but has not reached it yet: the tail reader is about to push it. Assumes
 // b.mu is held.
 func (b *writeAheadBuffer) behindLocked(id message.ID) bool {
-	live := b.entries[b.head:]
 	if b.closed {
 		return false
 	}
-	if len(live) == 0 {
+	n := b.entries.len()
+	if n == 0 {
 		// Nothing pushed yet: the window starts where the tail reader
 		// starts, when that is known.
 		return !b.origin.IsZero() && b.origin.LTE(id)
 	}
-	return live[0].m.ID().LTE(id) && live[len(live)-1].m.ID().LT(id)
+	return b.entries.at(0).m.ID().LTE(id) && b.entries.at(n-1).m.ID().LT(id)
 }
 
 // waitChanged returns a channel closed at the next push or close.
@@ -278,7 +315,8 @@ func (b *writeAheadBuffer) waitChanged() <-chan struct{} {
 func (b *writeAheadBuffer) firstWithTimeTick(before message.ID, tt uint64) (message.ID, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, e := range b.entries[b.head:] {
+	for k := range b.entries.len() {
+		e := b.entries.at(k)
 		if !e.m.ID().LT(before) {
 			return message.ID{}, false
 		}
