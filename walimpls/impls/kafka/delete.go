@@ -44,10 +44,13 @@ func (o *Opener) Delete(ctx context.Context, name string) error {
 // for the deletion to show. A topic that does not exist is neither
 // fenced nor deleted (nor created).
 func (o *Opener) deleteChannel(ctx context.Context, name, topic string) error {
-	var exists bool
+	var (
+		exists bool
+		id     topicID
+	)
 	err := retry(ctx, func() error {
 		m, err := o.freshTopic(ctx, topic)
-		exists = m.exists
+		exists, id = m.exists, m.id
 		return err
 	})
 	if err != nil {
@@ -65,7 +68,7 @@ func (o *Opener) deleteChannel(ctx context.Context, name, topic string) error {
 	}
 	// Also when it did not exist for us: another node's Delete may have
 	// deleted it, with brokers still listing it.
-	if err := o.waitTopicGone(ctx, topic); err != nil {
+	if err := o.waitTopicGone(ctx, topic, id); err != nil {
 		return err
 	}
 	o.forgetTopic(topic)

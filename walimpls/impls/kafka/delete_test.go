@@ -305,3 +305,37 @@ func TestDeleteOpenDuringDeletion(t *testing.T) {
 	assert.Equal(t, []string{"new"}, got)
 	assert.False(t, slices.Contains(got, "old"))
 }
+
+// TestWaitTopicGoneAcceptsANewTopic: a Delete and an open on another node
+// both wait for the deleted topic to go; the open may see it go first and
+// create the new topic before the Delete looks again. The Delete must take
+// the new topic (another ID) for gone, not wait for it to go too.
+func TestWaitTopicGoneAcceptsANewTopic(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	o := newOpener(t, testConfig(c))
+	const name = "del-new-incarnation"
+	topic := o.cfg.topicName(name)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	w := open(t, o, name, 1, walimpls.ReadWrite)
+	appendOK(t, w, msg(t, "old", nil))
+	old, err := o.freshTopic(ctx, topic)
+	require.NoError(t, err)
+	require.True(t, old.exists)
+	require.NotEqual(t, topicID{}, old.id, "kfake lists topic IDs")
+	require.NoError(t, o.Delete(ctx, name))
+	open(t, o, name, 1, walimpls.ReadWrite)
+	cur, err := o.freshTopic(ctx, topic)
+	require.NoError(t, err)
+	require.True(t, cur.exists)
+	require.NotEqual(t, old.id, cur.id, "the name has a new topic")
+
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	require.NoError(t, o.waitTopicGone(short, topic, old.id), "the deleted topic is gone; the new one is not it")
+	require.True(t, listed(cur, cur.id))
+	require.True(t, listed(cur, topicID{}), "without an ID, any topic of the name is listed")
+	require.False(t, listed(cur, old.id))
+}

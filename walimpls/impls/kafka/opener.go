@@ -239,7 +239,7 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 		// deletion failed): the new channel needs a new topic.
 		o.log.Info("the channel is being deleted; waiting for its topic to go", "channel", ch.Name, "topic", topic)
 		wctx, cancel := context.WithTimeout(ctx, o.cfg.CreateTimeout)
-		err = o.waitTopicGone(wctx, topic)
+		err = o.waitTopicGone(wctx, topic, id)
 		cancel()
 		if err != nil {
 			return nil, errors.Mark(errors.Wrapf(err, "kafka: open channel %q: it is being deleted", ch.Name), errDeleting)

@@ -97,13 +97,18 @@ func isUnknownTopic(err error) bool {
 // one. A broker that cannot be reached is skipped: nobody gets metadata
 // from it either, and an open that does find a dying topic sees the
 // deletion marker in its claims and waits too (see Opener.Open).
-func (o *Opener) waitTopicGone(ctx context.Context, topic string) error {
+//
+// id is the ID of the dying topic, when known: a topic listed under
+// another ID is a new one, created after the deletion (an open on another
+// node that saw the deletion first), and counts as gone — waiting for it
+// to go would wait for ever.
+func (o *Opener) waitTopicGone(ctx context.Context, topic string, id topicID) error {
 	err := retry(ctx, func() error {
 		resp, err := metadataRequest(topic).RequestWith(ctx, o.admin)
 		if err != nil {
 			return err
 		}
-		if parseTopicMeta(resp, topic).exists {
+		if listed(parseTopicMeta(resp, topic), id) {
 			return errRetry
 		}
 		for _, b := range resp.Brokers {
@@ -119,7 +124,7 @@ func (o *Opener) waitTopicGone(ctx context.Context, topic string) error {
 			if !ok {
 				return errors.Newf("kafka: unexpected metadata response %T", kresp)
 			}
-			if parseTopicMeta(resp, topic).exists {
+			if listed(parseTopicMeta(resp, topic), id) {
 				return errRetry
 			}
 		}
@@ -129,6 +134,12 @@ func (o *Opener) waitTopicGone(ctx context.Context, topic string) error {
 		return errors.Wrapf(err, "kafka: wait for the deletion of topic %q", topic)
 	}
 	return nil
+}
+
+// listed reports whether m lists the topic of ID id (any topic of the name
+// when id or m's ID is unknown).
+func listed(m topicMeta, id topicID) bool {
+	return m.exists && (id == (topicID{}) || m.id == (topicID{}) || m.id == id)
 }
 
 // noteTopicID records the ID ensureTopic found topic under. When it
