@@ -36,7 +36,7 @@ type walView struct {
 	wab  *writeAheadBuffer
 	m    walMetrics
 	// budget is Options.ScannerBufferBytes: the reorder buffer's, and four
-	// times the backend's read-ahead up to maxReadAhead (readAhead).
+	// times the backend's read-ahead.
 	budget int
 	// localRelease: the writer publishes local release points of its
 	// term (term) in wab, which tailing scanners follow.
@@ -50,16 +50,6 @@ type walView struct {
 	live  *lifecycle.Group[*scanner]
 	hooks scanHooks
 }
-
-// maxReadAhead caps what a scanner asks its backend scanner to read ahead.
-// More did not read faster: the local backend reads a span of frames into
-// one buffer of that size, and allocating (and zeroing) buffers of
-// megabytes cost more than the system calls fewer, larger reads saved.
-const maxReadAhead = 1 << 20
-
-// readAhead is the backend read-ahead of the view's scanners: a quarter of
-// their budget, at most maxReadAhead.
-func (v walView) readAhead() int { return min(v.budget/4, maxReadAhead) }
 
 // scanner reads a channel's log from the backend (catch-up) or from the
 // write-ahead buffer (tailing), and turns it into data messages in strictly
@@ -153,7 +143,7 @@ func (s *scanner) openSource(ctx context.Context) error {
 			return nil
 		}
 	}
-	bs, err := s.v.read(ctx, walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: p, ReadAheadBytes: s.v.readAhead()})
+	bs, err := s.v.read(ctx, walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: p, ReadAheadBytes: s.v.budget / 4})
 	if err != nil {
 		return err
 	}

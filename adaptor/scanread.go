@@ -82,7 +82,7 @@ func (s *scanner) next() (message.Immutable, error) {
 			// again from where we are. A truncated position fails here
 			// with ErrPositionGone rather than skipping.
 			bs, err := s.v.read(s.Context(), walimpls.ReadOption{Name: s.opt.Name, DeliverPolicy: s.resume,
-				ReadAheadBytes: s.v.readAhead()})
+				ReadAheadBytes: s.v.budget / 4})
 			if err != nil {
 				if s.Stopped() {
 					// Cut short by the stop (its WAL closing, say): the
