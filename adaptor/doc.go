@@ -172,17 +172,17 @@
 // medians of two runs of make bench-table (3 runs each):
 //
 //	row                     issue  before  after  table       goal
-//	Append memory           0.47   0.47    0.65   0.57, 0.66  ≥ 0.9
-//	Append local, no sync   0.40   0.63    0.81   0.26, 0.48  ≥ 0.9
-//	Append local, fsync     0.87   0.86    0.92   1.03, 0.96  ≥ 0.95
-//	Scan memory             0.56   0.46    0.41   0.43, 0.43  ≥ 0.8
-//	Scan local, no sync     0.61   0.37    0.61   0.68, 0.82  ≥ 0.8
+//	Append memory           0.47   0.47    0.65   0.65, 0.61  ≥ 0.9
+//	Append local, no sync   0.40   0.63    0.81   0.36, 0.64  ≥ 0.9
+//	Append local, fsync     0.87   0.86    0.92   0.99, 0.96  ≥ 0.95
+//	Scan memory             0.56   0.48    0.44   0.40, 0.42  ≥ 0.8
+//	Scan local, no sync     0.61   0.40    0.42   0.49, 0.41  ≥ 0.8
 //
 // Per record, the adaptor's side spends about 15% less CPU appending to
-// and scanning the memory backend, and 35% less scanning the local one.
-// The memory scan's ratio fell all the same: its raw side got cheaper too
-// (0.68 to 0.51 µs of CPU per record), as the process it shares has less
-// garbage to collect.
+// the memory backend, 13% less scanning it and 6% less scanning the local
+// one. The memory scan's ratio fell all the same: its raw side got cheaper
+// too (0.56 to 0.40 µs of CPU per record), as the process it shares has
+// less garbage to collect.
 //
 // The adaptor's own work per append is now a few percent of the CPU: of
 // the 8 allocations of an append on the memory backend it makes one (the
