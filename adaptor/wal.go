@@ -805,7 +805,7 @@ func (w *wal) Append(ctx context.Context, m message.Message) (AppendResult, erro
 		if err == nil {
 			r = res[0]
 		}
-		w.putPrepared(p) // res points into it
+		w.putPrepared(p) // after res[0] was copied: res points into it
 	}
 	w.m.observe(start, size, err)
 	if err != nil {
@@ -871,7 +871,7 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		if err == nil {
 			r = res[0]
 		}
-		w.putPrepared(p) // res points into it
+		w.putPrepared(p) // after res[0] was copied: res points into it
 		cb(r, err)
 	}()
 }
@@ -914,6 +914,11 @@ type prepared struct {
 	// props are the property maps of the records stamped into maps from
 	// w.propMaps, to go back there once the backend stored them.
 	props []map[string]string
+	// reusable: every backend call that took the records has returned
+	// having stored them, so no backend still holds them (store sets it).
+	// An attempt of unknown outcome may still be sending them: a backend
+	// may keep them past its call then, as the tests' faulty backend does.
+	reusable bool
 	// one backs the slices of a single unsplit message (Append,
 	// AppendAsync): the batch is one allocation, not one per slice.
 	one struct {
@@ -926,17 +931,22 @@ type prepared struct {
 }
 
 // putPrepared gives a single append's batch back for the next one, once
-// nothing points into it any more (its results were copied out).
+// nothing points into it any more: its results were copied out, and no
+// backend holds its records (reusable).
 func (w *wal) putPrepared(p *prepared) {
+	if !p.reusable {
+		return
+	}
 	*p = prepared{}
 	w.prepPool.Put(p)
 }
 
 // recycle returns the batch's property maps to the WAL once the backend
-// stored every record: each backend stores a copy of a record's
-// properties (memory clones them, local encodes them, Kafka and Pulsar
-// copy them into headers), and no one else holds the records. After a
-// failure the backend may still be sending them: nothing is recycled.
+// stored every record at its first attempt: each backend stores a copy of
+// a record's properties (memory clones them, local encodes them, Kafka and
+// Pulsar copy them into headers), and no one else holds the records.
+// After an attempt of unknown outcome the backend may still be sending
+// them: nothing is recycled.
 func (p *prepared) recycle(w *wal) {
 	for i, m := range p.props {
 		clear(m)
@@ -1058,7 +1068,8 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 func (w *wal) store(ctx context.Context, p *prepared) ([]AppendResult, error) {
 	ids, retried, err := w.appendBatchRetry(ctx, p.records)
 	defer func() { p.finish(w, ids, err) }()
-	if err == nil {
+	if err == nil && !retried {
+		p.reusable = true
 		p.recycle(w)
 	}
 	if err == nil && w.confirm {
