@@ -18,6 +18,11 @@
 //   - Every acknowledged append is read back byte for byte (payload and every
 //     property, reserved ones included) by every reader started before or after
 //     it, until it is truncated.
+//   - Append and AppendBatch do not keep the caller's messages: once they
+//     return, the caller may reuse a message's payload bytes and its
+//     properties map (message.Restore hands the map over; the adaptor
+//     reuses its maps), and what readers get does not change. A backend
+//     stores copies, or encodes the message, before it returns.
 //   - Scanners deliver messages in ID order, without gaps.
 //   - AppendBatch stores a batch in slice order; a backend that declares
 //     Capabilities.AtomicBatch stores it whole or not at all (memory: one

@@ -24,6 +24,9 @@
 //	                     is stored byte for byte, one byte more ErrTooLarge
 //	ConcurrentAppendRead 8 appenders started together, 1,000 appends each,
 //	                     readers before and after, byte-for-byte
+//	CallerBuffers        payload bytes and property maps the caller
+//	                     overwrites after Append/AppendBatch returned do not
+//	                     change what readers get
 //	AppendBatch          concurrent batches stored in slice order and read
 //	                     back; an empty batch stores nothing; a batch with an
 //	                     oversized message stores nothing of it
@@ -70,7 +73,7 @@
 //
 // Every blocking call of a part is bounded by the wait timeout (a backend
 // that ignores its context, or a Close that never returns, fails the part in
-// seconds), and the package's own test runs the suite against forty-one
+// seconds), and the package's own test runs the suite against forty-two
 // deliberately broken backends to show that each part can fail.
 //
 // Beside the suite, the package has small helpers for a backend's own tests

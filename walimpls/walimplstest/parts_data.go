@@ -1,7 +1,9 @@
 package walimplstest
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -460,4 +462,45 @@ func testParallelChannels(t *testing.T, e *env) {
 		require.NoError(t, err)
 		require.Truef(t, last.EQ(ids[i][n-1]), "Last of %s: want %s, got %s", names[i], ids[i][n-1], last)
 	}
+}
+
+// testCallerBuffers checks that a backend keeps no reference to what the
+// caller handed it: payload bytes and property maps overwritten after
+// Append and AppendBatch returned do not change what readers get.
+func testCallerBuffers(t *testing.T, e *env) {
+	o := e.opener()
+	w := e.open(o, channelName("buffers"), 1, walimpls.ReadWrite)
+	const n = 4
+	type given struct {
+		payload []byte
+		props   map[string]string
+	}
+	var (
+		gave []given
+		want []message.Message
+		ids  []message.ID
+	)
+	fresh := func(i int) message.Message {
+		g := given{payload: []byte(fmt.Sprintf("payload-%d", i)), props: map[string]string{"k": fmt.Sprintf("v-%d", i)}}
+		gave = append(gave, g)
+		want = append(want, mustMessage(t, append([]byte(nil), g.payload...), maps.Clone(g.props)))
+		return message.Restore(g.payload, g.props)
+	}
+	for i := range n {
+		id, err := e.appendOne(w, fresh(i))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	batch := []message.Message{fresh(n), fresh(n + 1)}
+	got, err := within(e, "AppendBatch", func(ctx context.Context) ([]message.ID, error) { return w.AppendBatch(ctx, batch) })
+	require.NoError(t, err)
+	ids = append(ids, got...)
+	for _, g := range gave {
+		for i := range g.payload {
+			g.payload[i] = 'X'
+		}
+		g.props["k"] = "overwritten"
+		g.props["added"] = "after the append returned"
+	}
+	checkSequence(t, ids, want, e.recv(e.read(w, walimpls.DeliverAll()), len(want)))
 }

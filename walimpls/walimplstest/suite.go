@@ -57,6 +57,7 @@ var parts = []struct {
 	{"ChannelNames", testChannelNames},
 	{"SizeLimit", testSizeLimit},
 	{"ConcurrentAppendRead", testConcurrentAppendRead},
+	{"CallerBuffers", testCallerBuffers},
 	{"AppendBatch", testAppendBatch},
 	{"IDOrder", testIDOrder},
 	{"CanonicalIDs", testCanonicalIDs},

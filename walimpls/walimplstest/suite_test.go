@@ -73,6 +73,7 @@ var breakages = []struct {
 	{"same-term-both-write", []string{"SameTermTakeover"}},
 	{"fenced-truncate", []string{"Fencing", "SameTermTakeover"}},
 	{"refused-open-writes", []string{"RefusedOpen"}},
+	{"keeps-caller-buffers", []string{"CallerBuffers"}},
 	{"delete-is-noop", []string{"Delete", "DeleteFencesOtherNodes"}},
 	{"delete-missing-fails", []string{"Delete"}},
 	{"delete-keeps-term", []string{"Delete", "DeleteFencesOtherNodes"}},
@@ -139,6 +140,7 @@ type brokenNames struct {
 	mu      sync.Mutex
 	maxTerm map[string]int64 // highest term opened ReadWrite
 	deleted map[string]bool  // delete-keeps-messages: deleted, messages kept
+	kept    sync.Map         // keeps-caller-buffers: ID string → the caller's message
 }
 
 func (b brokenCluster) NewOpener(t *testing.T) walimpls.Opener {
@@ -350,6 +352,10 @@ func (w *brokenWAL) Append(ctx context.Context, m message.Message) (message.ID, 
 	if err == nil && w.broken == "reverse-ids" {
 		id = message.NewID(reversed{id.Value()})
 	}
+	if err == nil && w.broken == "keeps-caller-buffers" {
+		// Serves reads from the caller's own payload and map.
+		w.o.names.kept.Store(id.String(), m)
+	}
 	return id, err
 }
 
@@ -379,7 +385,13 @@ func (w *brokenWAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]
 		}
 		return ids, nil
 	}
-	return w.WALImpl.AppendBatch(ctx, msgs)
+	ids, err := w.WALImpl.AppendBatch(ctx, msgs)
+	if w.broken == "keeps-caller-buffers" {
+		for i, id := range ids {
+			w.o.names.kept.Store(id.String(), msgs[i])
+		}
+	}
+	return ids, err
 }
 
 func (w *brokenWAL) Truncate(ctx context.Context, upTo message.ID) error {
@@ -647,6 +659,11 @@ func (s *brokenScanner) run() {
 		}
 		if s.w.broken == "reverse-ids" {
 			m = message.NewImmutable(m.Message, message.NewID(reversed{m.ID().Value()}))
+		}
+		if s.w.broken == "keeps-caller-buffers" {
+			if kept, ok := s.w.o.names.kept.Load(m.ID().String()); ok {
+				m = message.NewImmutable(kept.(message.Message), m.ID())
+			}
 		}
 		select {
 		case s.out <- m:
