@@ -51,11 +51,27 @@ func (m Message) Kind() Kind {
 	if !ok {
 		return KindData
 	}
+	return parseKind(v)
+}
+
+// parseKind, parseTerm and parseTimeTick decode the reserved properties,
+// for the accessors and for Header alike.
+func parseKind(v string) Kind {
 	k, err := strconv.ParseUint(v, 10, 8)
 	if err != nil {
 		return kindCount
 	}
 	return Kind(k)
+}
+
+func parseTerm(v string) (int64, bool) {
+	t, err := strconv.ParseInt(v, 10, 64)
+	return t, err == nil
+}
+
+func parseTimeTick(v string) (uint64, bool) {
+	t, err := strconv.ParseUint(v, 10, 64)
+	return t, err == nil
 }
 
 // Term returns the writer's term, and false when the message carries none.
@@ -64,8 +80,7 @@ func (m Message) Term() (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	t, err := strconv.ParseInt(v, 10, 64)
-	return t, err == nil
+	return parseTerm(v)
 }
 
 // TimeTick returns the message's timetick, and false when it carries none.
@@ -74,8 +89,7 @@ func (m Message) TimeTick() (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	t, err := strconv.ParseUint(v, 10, 64)
-	return t, err == nil
+	return parseTimeTick(v)
 }
 
 // Header is what a WAL reads of every message it orders: the reserved
@@ -99,35 +113,14 @@ func (m Message) Header() Header {
 		h.Size += len(k) + len(v)
 		switch k {
 		case KeyKind:
-			h.Kind = kindCount
-			if n, ok := parseDecimal(v); ok && n <= 255 {
-				h.Kind = Kind(n)
-			}
+			h.Kind = parseKind(v)
 		case KeyTerm:
-			t, err := strconv.ParseInt(v, 10, 64)
-			h.Term, h.HasTerm = t, err == nil
+			h.Term, h.HasTerm = parseTerm(v)
 		case KeyTimeTick:
-			h.TimeTick, h.HasTimeTick = parseDecimal(v)
+			h.TimeTick, h.HasTimeTick = parseTimeTick(v)
 		}
 	}
 	return h
-}
-
-// parseDecimal is strconv.ParseUint(s, 10, 64) without its error value:
-// false for an empty string, a non-digit or an overflow.
-func parseDecimal(s string) (uint64, bool) {
-	if s == "" {
-		return 0, false
-	}
-	var n uint64
-	for i := 0; i < len(s); i++ {
-		d := s[i] - '0'
-		if d > 9 || n > (1<<64-1-uint64(d))/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(d)
-	}
-	return n, true
 }
 
 // VChannel returns the virtual channel the message belongs to, or "".

@@ -53,7 +53,6 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, err
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Wrap(err, "memory: new opener")
 	}
-	_ = walimpls.ApplyOptions(opts...)
 	cluster := cfg.Cluster
 	if cluster == nil {
 		cluster = NewCluster()
