@@ -32,7 +32,7 @@ var errStopped = errors.New("scanner stopped")
 // builds one per scanner.
 type walView struct {
 	// read opens a backend scanner, to catch up.
-	read func(context.Context, walimpls.ReadOption) (walimpls.Scanner, error)
+	read func(context.Context, walimpls.ReadOption) (*backendScan, error)
 	wab  *writeAheadBuffer
 	m    walMetrics
 	// budget is Options.ScannerBufferBytes: the reorder buffer's, and four
@@ -72,7 +72,7 @@ type scanner struct {
 	endHalt context.CancelFunc
 
 	// Source: a backend scanner while catching up, else the buffer cursor.
-	backend walimpls.Scanner
+	backend *backendScan
 	cursor  int64
 	pending []message.Immutable // copied from the buffer; pending[pendAt:] not yet handled
 	pendAt  int

@@ -1360,7 +1360,7 @@ func (w *wal) Read(ctx context.Context, opt ReadOption) (Scanner, error) {
 // once Open returned.
 func (w *wal) scanView() walView {
 	return walView{
-		read:           w.impl.Read,
+		read:           readBackend(w.impl),
 		wab:            w.wab,
 		m:              w.m,
 		budget:         w.opts.ScannerBufferBytes,

@@ -23,7 +23,9 @@
 //     properties map (message.Restore hands the map over; the adaptor
 //     reuses its maps), and what readers get does not change. A backend
 //     stores copies, or encodes the message, before it returns.
-//   - Scanners deliver messages in ID order, without gaps.
+//   - Scanners deliver messages in ID order, without gaps. A backend may
+//     also offer batch scanners (BatchReader), which deliver the same
+//     messages several per receive, in slices that belong to the receiver.
 //   - AppendBatch stores a batch in slice order; a backend that declares
 //     Capabilities.AtomicBatch stores it whole or not at all (memory: one
 //     lock; local: one journal group that recovery keeps or drops whole;

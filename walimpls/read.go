@@ -106,3 +106,18 @@ type Scanner interface {
 	// It is idempotent and returns nil.
 	Close() error
 }
+
+// BatchScanner delivers messages of one WAL in ID order, several at a time
+// (BatchReader).
+type BatchScanner interface {
+	// Batches delivers non-empty slices of messages, in ID order within and
+	// across slices, without gaps; it is closed when the scanner ends. A
+	// slice belongs to the receiver once received: the backend neither
+	// reads nor changes it again, so the receiver may keep, reorder or
+	// clear it.
+	Batches() <-chan []message.Immutable
+	// Done, Error and Close are those of Scanner.
+	Done() <-chan struct{}
+	Error() error
+	Close() error
+}

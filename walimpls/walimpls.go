@@ -94,6 +94,17 @@ type WALImpl interface {
 	Close() error
 }
 
+// BatchReader is implemented by a WALImpl whose scanners can hand over
+// several messages per channel receive. A consumer that reads through it
+// pays one goroutine hand-off per slice instead of one per message: the
+// adaptor catches up through it when a backend offers it.
+type BatchReader interface {
+	// ReadBatches starts a scanner like Read, with the same options and the
+	// same promises (ID order without gaps, where it starts, how it ends);
+	// only the unit of delivery differs.
+	ReadBatches(ctx context.Context, opt ReadOption) (BatchScanner, error)
+}
+
 // ConfigDecoder decodes a backend's configuration section into the backend's
 // own settings struct; a nil ConfigDecoder means "all defaults".
 type ConfigDecoder func(into any) error

@@ -70,10 +70,14 @@
 //	DeleteFencesOtherNodes
 //	                     a Delete on one node fences the writer of another,
 //	                     also after the name is opened again
+//	Batches/<part>       for a backend whose WALs are walimpls.BatchReaders,
+//	                     the parts that read run again reading through
+//	                     ReadBatches: the same promises, no empty slice, and
+//	                     a slice the receiver cleared changes nothing
 //
 // Every blocking call of a part is bounded by the wait timeout (a backend
 // that ignores its context, or a Close that never returns, fails the part in
-// seconds), and the package's own test runs the suite against forty-two
+// seconds), and the package's own test runs the suite against forty-four
 // deliberately broken backends to show that each part can fail.
 //
 // Beside the suite, the package has small helpers for a backend's own tests

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,14 +40,36 @@ type env struct {
 	// gets the wait timeout (see call and within).
 	ctx  context.Context
 	opts options
+	// batches: the part runs under "Batches", reading through ReadBatches
+	// (batches.go).
+	batches bool
+
+	mu         sync.Mutex
+	violations []error // of batch scanners, reported as the part ends
 }
 
-func newEnv(t *testing.T, c Cluster, opts options) *env {
+func newEnv(t *testing.T, c Cluster, opts options, batches bool) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := &env{t: t, c: c, ctx: ctx, opts: opts}
+	e := &env{t: t, c: c, ctx: ctx, opts: opts, batches: batches}
+	// Registered first, so it runs last: after the scanners closed.
+	t.Cleanup(func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, err := range e.violations {
+			t.Errorf("batch scanner: %v", err)
+		}
+	})
 	e.caps = e.opener().Capabilities()
 	return e
+}
+
+// violated records a broken promise found by a goroutine of the suite's
+// own, which may not fail the part itself.
+func (e *env) violated(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.violations = append(e.violations, err)
 }
 
 // prompt is how long an idle tailing scanner may take to deliver one append.
@@ -126,6 +149,13 @@ func (e *env) tryOpen(o walimpls.Opener, name string, term int64, mode walimpls.
 	w, err := within(e, "Open "+ch.String(), func(ctx context.Context) (walimpls.WALImpl, error) { return o.Open(ctx, ch) })
 	if err == nil && w != nil {
 		e.closeLater("WAL "+ch.String(), w.Close)
+		if e.batches {
+			br, ok := w.(walimpls.BatchReader)
+			if !ok {
+				e.t.Skip(noBatchReaderSkip)
+			}
+			w = &batchedWAL{WALImpl: w, br: br, e: e}
+		}
 	}
 	return w, err
 }

@@ -42,9 +42,19 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 	}
 	for _, p := range parts {
 		t.Run(p.name, func(t *testing.T) {
-			p.fn(t, newEnv(t, f(t), o))
+			p.fn(t, newEnv(t, f(t), o, false))
 		})
 	}
+	t.Run("Batches", func(t *testing.T) {
+		for _, p := range parts {
+			if !batchParts[p.name] {
+				continue
+			}
+			t.Run(p.name, func(t *testing.T) {
+				p.fn(t, newEnv(t, f(t), o, true))
+			})
+		}
+	})
 }
 
 // parts are the suite's parts, in the order they run.

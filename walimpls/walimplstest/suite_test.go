@@ -79,6 +79,8 @@ var breakages = []struct {
 	{"delete-keeps-term", []string{"Delete", "DeleteFencesOtherNodes"}},
 	{"delete-keeps-messages", []string{"Delete", "DeleteFencesOtherNodes"}},
 	{"delete-writer-reaches-new-channel", []string{"Delete", "DeleteFencesOtherNodes"}},
+	{"batches-empty-slice", []string{"Batches/ConcurrentAppendRead", "Batches/DeliverPolicies"}},
+	{"batches-drop-last", []string{"Batches/ConcurrentAppendRead", "Batches/DeliverPolicies"}},
 }
 
 // TestSuiteCatchesBrokenBackends runs the suite, in a child process, against
@@ -95,7 +97,18 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 			t.Parallel()
 			run := "^TestBrokenBackendChild$"
 			if c.mustFail != nil {
-				run += "/^(" + strings.Join(c.mustFail, "|") + ")$"
+				// go test matches each level of a subtest's name apart:
+				// parts under Batches (all of a breakage's, or none) need
+				// a level of their own.
+				parts := c.mustFail
+				if after, ok := strings.CutPrefix(parts[0], "Batches/"); ok {
+					run += "/^Batches$"
+					parts = []string{after}
+					for _, p := range c.mustFail[1:] {
+						parts = append(parts, strings.TrimPrefix(p, "Batches/"))
+					}
+				}
+				run += "/^(" + strings.Join(parts, "|") + ")$"
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
@@ -276,7 +289,82 @@ func (o *brokenOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.
 	if err != nil {
 		return nil, err
 	}
-	return &brokenWAL{WALImpl: w, asked: asked, o: o, broken: o.broken}, nil
+	bw := &brokenWAL{WALImpl: w, asked: asked, o: o, broken: o.broken}
+	if br, ok := w.(walimpls.BatchReader); ok && (o.broken == "none" || strings.HasPrefix(o.broken, "batches-")) {
+		return &brokenBatchWAL{brokenWAL: bw, br: br}, nil
+	}
+	return bw, nil
+}
+
+// brokenBatchWAL is a brokenWAL that offers batch scanners: unbroken for
+// "none", broken for the "batches-" breakages.
+type brokenBatchWAL struct {
+	*brokenWAL
+	br walimpls.BatchReader
+}
+
+func (w *brokenBatchWAL) ReadBatches(ctx context.Context, opt walimpls.ReadOption) (walimpls.BatchScanner, error) {
+	inner, err := w.br.ReadBatches(ctx, opt)
+	if err != nil || w.broken == "none" {
+		return inner, err
+	}
+	s := &brokenBatches{inner: inner, broken: w.broken, out: make(chan []message.Immutable), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.run()
+	return s, nil
+}
+
+// brokenBatches forwards an inner batch scanner, breaking it on purpose.
+type brokenBatches struct {
+	inner  walimpls.BatchScanner
+	broken string
+	out    chan []message.Immutable
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+func (s *brokenBatches) run() {
+	defer close(s.done)
+	defer close(s.out)
+	for batch := range s.inner.Batches() {
+		var send [][]message.Immutable
+		switch s.broken {
+		case "batches-empty-slice":
+			// An empty slice after every real one.
+			send = [][]message.Immutable{batch, nil}
+		case "batches-drop-last":
+			// Loses the last message of every slice of several.
+			if len(batch) > 1 {
+				batch = batch[:len(batch)-1]
+			}
+			send = [][]message.Immutable{batch}
+		}
+		for _, b := range send {
+			select {
+			case s.out <- b:
+			case <-s.stop:
+			}
+		}
+	}
+}
+
+func (s *brokenBatches) Batches() <-chan []message.Immutable { return s.out }
+func (s *brokenBatches) Done() <-chan struct{}               { return s.done }
+
+func (s *brokenBatches) Error() error {
+	select {
+	case <-s.done:
+		return s.inner.Error()
+	default:
+		return nil
+	}
+}
+
+func (s *brokenBatches) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	_ = s.inner.Close()
+	<-s.done
+	return nil
 }
 
 func (o *brokenOpener) UnmarshalID(s string) (message.ID, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/internal/scanout"
 )
 
 // Read implements walimpls.WALImpl. The scanner consumes partition 0
@@ -21,6 +22,15 @@ import (
 // one franz-go client per scanner, fetching at most the read-ahead bytes at
 // a time.
 func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
+	return w.read(ctx, opt, false)
+}
+
+// ReadBatches implements walimpls.BatchReader: a slice per fetch.
+func (w *wal) ReadBatches(ctx context.Context, opt walimpls.ReadOption) (walimpls.BatchScanner, error) {
+	return w.read(ctx, opt, true)
+}
+
+func (w *wal) read(ctx context.Context, opt walimpls.ReadOption, batches bool) (*scanner, error) {
 	if w.isClosed() {
 		return nil, w.closedErr()
 	}
@@ -57,7 +67,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 		}
 		return nil, errors.Wrapf(err, "kafka: read channel %q", w.ch.Name)
 	}
-	s := &scanner{Run: lifecycle.NewRun(), w: w, name: opt.Name, cl: cl, adm: adm, out: make(chan message.Immutable)}
+	s := &scanner{Run: lifecycle.NewRun(), w: w, name: opt.Name, cl: cl, adm: adm, out: scanout.New(batches, 0)}
 	switch id, inclusive, ok := p.StartID(); {
 	case p.IsAll():
 		s.next, s.all = start, true
@@ -105,15 +115,20 @@ type scanner struct {
 	name string
 	cl   *kgo.Client
 	adm  *kadm.Client
-	out  chan message.Immutable
+	out  *scanout.Out
 
 	// owned by run
 	next      int64
 	all       bool // DeliverAll: nothing delivered yet may follow the log start
 	delivered bool
+	offsets   []int64 // of the fetch being delivered
 }
 
-func (s *scanner) Chan() <-chan message.Immutable { return s.out }
+// Chan implements walimpls.Scanner (Read).
+func (s *scanner) Chan() <-chan message.Immutable { return s.out.Chan() }
+
+// Batches implements walimpls.BatchScanner (ReadBatches).
+func (s *scanner) Batches() <-chan []message.Immutable { return s.out.Batches() }
 
 // errReposition asks run for a new consumer at next.
 var errReposition = errors.New("reposition")
@@ -123,7 +138,7 @@ func (s *scanner) run() {
 	defer func() {
 		s.cl.Close()
 		s.w.scanners.Remove(s)
-		close(s.out)
+		s.out.Close()
 		if err != nil && !s.Stopped() {
 			s.w.log.Debug("scanner ended", "scanner", s.name, "err", err)
 		}
@@ -165,26 +180,26 @@ func (s *scanner) consume() error {
 				s.w.log.Debug("fetch error", "scanner", s.name, "err", fe.Err)
 			}
 		}
-		var stopped bool
+		msgs, offsets := s.out.Slice(fs.NumRecords()), s.offsets[:0]
 		fs.EachRecord(func(r *kgo.Record) {
-			if stopped || r.Offset < s.next || r.Partition != logPartition {
+			if r.Offset < s.next || r.Partition != logPartition {
 				return
 			}
 			props := make(map[string]string, len(r.Headers))
 			for _, h := range r.Headers {
 				props[h.Key] = string(h.Value)
 			}
-			m := message.NewImmutable(message.Restore(r.Value, props), message.NewSeqID(Name, r.Offset))
-			select {
-			case s.out <- m:
-				s.next = r.Offset + 1
-				s.delivered = true
-			case <-s.Stopping():
-				stopped = true
-			}
+			msgs = append(msgs, message.NewImmutable(message.Restore(r.Value, props), message.NewSeqID(Name, r.Offset)))
+			offsets = append(offsets, r.Offset)
 		})
-		if stopped {
-			return nil
+		s.offsets = offsets
+		n := s.out.Deliver(s.Stopping(), msgs)
+		if n > 0 {
+			s.next = offsets[n-1] + 1
+			s.delivered = true
+		}
+		if n < len(msgs) {
+			return nil // stopping
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/internal/scanout"
 )
 
 // scanner delivers one channel's messages from a cursor on. Its goroutine
@@ -21,7 +22,7 @@ type scanner struct {
 	name   string
 	cursor uint64 // the next seq to deliver; owned by run
 	budget int
-	out    chan message.Immutable
+	out    *scanout.Out
 
 	// Owned by run.
 	batch   []entry
@@ -29,17 +30,28 @@ type scanner struct {
 	advised uint64 // the last segment advised as read sequentially
 }
 
-var _ walimpls.Scanner = (*scanner)(nil)
+var (
+	_ walimpls.Scanner      = (*scanner)(nil)
+	_ walimpls.BatchScanner = (*scanner)(nil)
+)
 
-func newScanner(w *wal, name string, cursor uint64, budget int) *scanner {
+// sliceLen bounds the messages of one slice a batch scanner delivers: a
+// read-ahead of small messages holds thousands, and the consumer's budget
+// counts what it holds.
+const sliceLen = 256
+
+func newScanner(w *wal, name string, cursor uint64, budget int, batches bool) *scanner {
 	return &scanner{
 		Run: lifecycle.NewRun(), w: w, name: name, cursor: cursor, budget: budget,
-		out: make(chan message.Immutable),
+		out: scanout.New(batches, 0),
 	}
 }
 
-// Chan implements walimpls.Scanner.
-func (sc *scanner) Chan() <-chan message.Immutable { return sc.out }
+// Chan implements walimpls.Scanner (Read).
+func (sc *scanner) Chan() <-chan message.Immutable { return sc.out.Chan() }
+
+// Batches implements walimpls.BatchScanner (ReadBatches).
+func (sc *scanner) Batches() <-chan []message.Immutable { return sc.out.Batches() }
 
 // decoded is a message read ahead, with its seq.
 type decoded struct {
@@ -52,7 +64,7 @@ type decoded struct {
 func (sc *scanner) run() {
 	err := sc.deliver()
 	sc.w.scanners.Remove(sc)
-	close(sc.out)
+	sc.out.Close()
 	sc.End(err)
 }
 
@@ -80,17 +92,29 @@ func (sc *scanner) deliver() error {
 			}
 			return errors.Wrapf(err, "local: scanner %q of %s", sc.name, sc.w.info)
 		}
-		for _, d := range msgs {
+		step := 1
+		if sc.out.Batched() {
+			step = sliceLen
+		}
+		for i := 0; i < len(msgs); i += step {
+			part := msgs[i:min(i+step, len(msgs))]
 			// A deletion lets the messages read ahead go out (next ends
-			// the scanner after them); a truncation does not.
-			if ch.lastRemoved.Load() >= d.seq {
+			// the scanner after them); a truncation does not. It removes
+			// a prefix: if it reached any message of part, it reached the
+			// first.
+			if ch.lastRemoved.Load() >= part[0].seq {
 				return sc.gone()
 			}
-			select {
-			case sc.out <- d.m:
-				sc.cursor = d.seq + 1
-			case <-sc.Stopping():
-				return nil
+			out := sc.out.Slice(len(part))
+			for _, d := range part {
+				out = append(out, d.m)
+			}
+			n := sc.out.Deliver(sc.Stopping(), out)
+			if n > 0 {
+				sc.cursor = part[n-1].seq + 1
+			}
+			if n < len(part) {
+				return nil // stopping
 			}
 		}
 		// Hold no delivered message: the span buffers they alias belong to

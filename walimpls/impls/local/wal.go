@@ -262,6 +262,15 @@ func seqOf(id message.ID) (uint64, error) {
 
 // Read implements walimpls.WALImpl.
 func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
+	return w.read(ctx, opt, false)
+}
+
+// ReadBatches implements walimpls.BatchReader.
+func (w *wal) ReadBatches(ctx context.Context, opt walimpls.ReadOption) (walimpls.BatchScanner, error) {
+	return w.read(ctx, opt, true)
+}
+
+func (w *wal) read(ctx context.Context, opt walimpls.ReadOption, batches bool) (*scanner, error) {
 	if w.closed.Load() {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "local: read %s", w.info)
 	}
@@ -307,7 +316,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	if budget == 0 {
 		budget = w.s.cfg.ReadAheadBytes
 	}
-	sc := newScanner(w, opt.Name, cursor, budget)
+	sc := newScanner(w, opt.Name, cursor, budget, batches)
 	if !w.scanners.Add(sc) {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "local: read %s", w.info)
 	}

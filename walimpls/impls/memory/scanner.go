@@ -6,6 +6,7 @@ import (
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/internal/scanout"
 )
 
 // readBatch bounds how many messages a scanner copies per lock.
@@ -20,26 +21,33 @@ type scanner struct {
 	w         *wal
 	readAhead int
 	next      int64 // owned by run
-	out       chan message.Immutable
+	out       *scanout.Out
 }
 
-var _ walimpls.Scanner = (*scanner)(nil)
+var (
+	_ walimpls.Scanner      = (*scanner)(nil)
+	_ walimpls.BatchScanner = (*scanner)(nil)
+)
 
-func newScanner(w *wal, start int64, readAhead int) *scanner {
+func newScanner(w *wal, start int64, readAhead int, batches bool) *scanner {
 	if readAhead <= 0 {
 		readAhead = defaultReadAheadBytes
 	}
-	return &scanner{Run: lifecycle.NewRun(), w: w, readAhead: readAhead, next: start, out: make(chan message.Immutable)}
+	return &scanner{Run: lifecycle.NewRun(), w: w, readAhead: readAhead, next: start, out: scanout.New(batches, 0)}
 }
 
-func (s *scanner) Chan() <-chan message.Immutable { return s.out }
+// Chan implements walimpls.Scanner (Read).
+func (s *scanner) Chan() <-chan message.Immutable { return s.out.Chan() }
+
+// Batches implements walimpls.BatchScanner (ReadBatches).
+func (s *scanner) Batches() <-chan []message.Immutable { return s.out.Batches() }
 
 // run owns s.next and s.out until it returns. The WAL's Close stops it with
 // ErrClosed as the reason.
 func (s *scanner) run() {
 	err := s.deliver()
 	s.w.scans.Remove(s)
-	close(s.out)
+	s.out.Close()
 	s.End(err)
 }
 
@@ -49,12 +57,15 @@ func (s *scanner) deliver() error {
 		if gone {
 			return errors.Wrapf(walimpls.ErrPositionGone, "memory: scanner of %s at %d", s.w.ch, s.next)
 		}
-		for _, m := range msgs {
-			select {
-			case s.out <- message.NewImmutable(m, message.NewSeqID(Name, s.next)):
-				s.next++
-			case <-s.Stopping():
-				return nil
+		if len(msgs) > 0 {
+			out := s.out.Slice(len(msgs))
+			for i, m := range msgs {
+				out = append(out, message.NewImmutable(m, message.NewSeqID(Name, s.next+int64(i))))
+			}
+			n := s.out.Deliver(s.Stopping(), out)
+			s.next += int64(n)
+			if n < len(msgs) {
+				return nil // stopping
 			}
 		}
 		if wait == nil {

@@ -169,6 +169,15 @@ func (w *wal) Last(ctx context.Context) (message.ID, error) {
 }
 
 func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
+	return w.read(ctx, opt, false)
+}
+
+// ReadBatches implements walimpls.BatchReader.
+func (w *wal) ReadBatches(ctx context.Context, opt walimpls.ReadOption) (walimpls.BatchScanner, error) {
+	return w.read(ctx, opt, true)
+}
+
+func (w *wal) read(ctx context.Context, opt walimpls.ReadOption, batches bool) (*scanner, error) {
 	if w.closed.Load() {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: read %s", w.ch)
 	}
@@ -179,7 +188,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	if err != nil {
 		return nil, err
 	}
-	s := newScanner(w, start, opt.ReadAheadBytes)
+	s := newScanner(w, start, opt.ReadAheadBytes, batches)
 	if !w.scans.Add(s) {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: read %s", w.ch)
 	}
