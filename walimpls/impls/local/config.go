@@ -78,7 +78,9 @@ type Config struct {
 	// MaxMessageBytes is the largest Message.Size accepted (default 8 MiB).
 	MaxMessageBytes int `yaml:"maxMessageBytes" json:"maxMessageBytes"`
 	// ReadAheadBytes bounds what a scanner reads ahead of its consumer when
-	// its ReadOption does not say (default 1 MiB).
+	// its ReadOption does not say (default 1 MiB). A scanner reads at most
+	// 1 MiB (or one larger message) at a time whatever its read-ahead:
+	// larger chunks fall out of the CPU's caches.
 	ReadAheadBytes int `yaml:"readAheadBytes" json:"readAheadBytes"`
 	// MaxBatchBytes bounds the bytes one flush round writes (default 4 MiB);
 	// a single larger record, or a larger batch of AppendBatch, is written

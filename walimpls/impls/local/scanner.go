@@ -132,8 +132,16 @@ func (sc *scanner) gone() error {
 		sc.name, sc.w.info, sc.cursor, sc.w.ch.lastRemoved.Load())
 }
 
+// maxChunkBytes bounds what a scanner reads and decodes before it hands it
+// over, whatever its read-ahead budget: a chunk that no longer fits in the
+// CPU's caches is read from memory twice (decoded, then consumed), and the
+// kernel's read-ahead keeps the disk busy between chunks anyway. Measured
+// on a catch-up of 1 KiB records through the adaptor (8 MiB read-ahead):
+// 2.4-3.0 µs of CPU per record with 8 MiB chunks, 1.7-1.9 with 1 MiB.
+const maxChunkBytes = 1 << 20
+
 // next copies the index entries from the cursor on, up to the read-ahead
-// budget. With nothing to read it returns the channel to wait on; when the
+// budget and maxChunkBytes. With nothing to read it returns the channel to wait on; when the
 // cursor has been truncated, or the channel deleted, it returns nil, nil.
 func (sc *scanner) next() ([]entry, <-chan struct{}) {
 	ch := sc.w.ch
@@ -149,8 +157,8 @@ func (sc *scanner) next() ([]entry, <-chan struct{}) {
 	if i == len(ch.entries) {
 		return sc.batch[:0], ch.notify
 	}
-	batch, bytes := sc.batch[:0], 0
-	for ; i < len(ch.entries) && (len(batch) == 0 || bytes+int(ch.entries[i].size) <= sc.budget); i++ {
+	batch, bytes, limit := sc.batch[:0], 0, min(sc.budget, maxChunkBytes)
+	for ; i < len(ch.entries) && (len(batch) == 0 || bytes+int(ch.entries[i].size) <= limit); i++ {
 		batch = append(batch, ch.entries[i])
 		bytes += int(ch.entries[i].size)
 	}

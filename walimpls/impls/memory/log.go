@@ -10,7 +10,7 @@ import (
 // first+i; sequences below first were truncated.
 type channelLog struct {
 	mu      sync.Mutex
-	entries []message.Message
+	entries []entry
 	first   int64
 	term    int64
 	// claim counts ReadWrite opens at the current term: a writer whose claim
@@ -22,6 +22,13 @@ type channelLog struct {
 	// changed is closed and replaced whenever entries change, to wake
 	// scanners without polling.
 	changed chan struct{}
+}
+
+// entry is a stored message with its size, counted once: a message's size
+// walks its properties, and scanners bound their read-ahead by it.
+type entry struct {
+	m    message.Message
+	size int
 }
 
 func newChannelLog() *channelLog {
@@ -42,33 +49,35 @@ func (l *channelLog) broadcast() {
 func (l *channelLog) truncate(seq int64) {
 	drop := int(seq - l.first)
 	// Copy the kept tail so the dropped messages can be collected.
-	kept := make([]message.Message, len(l.entries)-drop, cap(l.entries)-drop)
+	kept := make([]entry, len(l.entries)-drop, cap(l.entries)-drop)
 	copy(kept, l.entries[drop:])
 	l.entries = kept
 	l.first = seq
 	l.broadcast()
 }
 
-// readFrom copies entries starting at seq: up to maxCount of them and,
-// beyond the first, up to maxBytes in all. gone is true when seq was
-// truncated; wait is the channel to wait on when nothing is there yet.
-func (l *channelLog) readFrom(seq int64, maxCount, maxBytes int) (msgs []message.Message, gone bool, wait <-chan struct{}) {
+// readFrom appends to dst the messages stored from seq on, with their IDs:
+// up to maxCount of them and, beyond the first, up to maxBytes in all. gone
+// is true when seq was truncated; wait is the channel to wait on when
+// nothing is there yet.
+func (l *channelLog) readFrom(dst []message.Immutable, seq int64, maxCount, maxBytes int) (msgs []message.Immutable, gone bool, wait <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq < l.first || l.deleted {
-		return nil, true, nil
+		return dst, true, nil
 	}
 	if seq >= l.next() {
-		return nil, false, l.changed
+		return dst, false, l.changed
 	}
 	i := int(seq - l.first)
-	n, size := 0, 0
-	for n < maxCount && i+n < len(l.entries) {
-		size += l.entries[i+n].Size()
+	size := 0
+	for n := 0; n < maxCount && i+n < len(l.entries); n++ {
+		e := l.entries[i+n]
+		size += e.size
 		if n > 0 && size > maxBytes {
 			break
 		}
-		n++
+		dst = append(dst, message.NewImmutable(e.m, message.NewSeqID(Name, seq+int64(n))))
 	}
-	return append([]message.Message(nil), l.entries[i:i+n]...), false, nil
+	return dst, false, nil
 }

@@ -53,16 +53,12 @@ func (s *scanner) run() {
 
 func (s *scanner) deliver() error {
 	for {
-		msgs, gone, wait := s.w.log.readFrom(s.next, readBatch, s.readAhead)
+		msgs, gone, wait := s.w.log.readFrom(s.out.Slice(readBatch), s.next, readBatch, s.readAhead)
 		if gone {
 			return errors.Wrapf(walimpls.ErrPositionGone, "memory: scanner of %s at %d", s.w.ch, s.next)
 		}
 		if len(msgs) > 0 {
-			out := s.out.Slice(len(msgs))
-			for i, m := range msgs {
-				out = append(out, message.NewImmutable(m, message.NewSeqID(Name, s.next+int64(i))))
-			}
-			n := s.out.Deliver(s.Stopping(), out)
+			n := s.out.Deliver(s.Stopping(), msgs)
 			s.next += int64(n)
 			if n < len(msgs) {
 				return nil // stopping

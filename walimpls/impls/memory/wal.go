@@ -105,9 +105,9 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]messag
 		return nil, walimpls.MarkNotStored(errors.Wrapf(ErrInjected, "memory: append to %s", w.ch))
 	}
 	// Own the bytes: the caller may reuse its buffers once we return.
-	stored := make([]message.Message, len(msgs))
+	stored := make([]entry, len(msgs))
 	for i, m := range msgs {
-		stored[i] = message.Restore(append([]byte(nil), m.Payload()...), m.Properties().All())
+		stored[i] = entry{m: message.Restore(append([]byte(nil), m.Payload()...), m.Properties().All()), size: m.Size()}
 	}
 	l := w.log
 	l.mu.Lock()
