@@ -46,8 +46,10 @@ func (b *fakeBackend) Chan() <-chan message.Immutable { return b.out }
 // the write-ahead buffer, no local releases, no truncation.
 func viewOf(backend walimpls.Scanner, live *lifecycle.Group[*scanner], hooks scanHooks) walView {
 	return walView{
-		read: func(context.Context, walimpls.ReadOption) (*backendScan, error) { return &backendScan{one: backend}, nil },
-		wab:  newWriteAheadBuffer(1 << 20), m: newWALMetrics(nil, "view"), budget: 1 << 20,
+		read: func(context.Context, walimpls.ReadOption) (*backendScan, error) {
+			return &backendScan{one: backend}, nil
+		},
+		wab: newWriteAheadBuffer(1 << 20), m: newWALMetrics(nil, "view"), budget: 1 << 20,
 		term: 1, termBefore: func(message.ID) int64 { return 0 }, truncatedBelow: func(message.ID) bool { return false },
 		live: live, hooks: hooks,
 	}
