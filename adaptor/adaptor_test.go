@@ -58,6 +58,20 @@ func recvN(t *testing.T, s Scanner, n int) []message.Immutable {
 	return out
 }
 
+// recvBatch takes the next slice from s; it must not be empty.
+func recvBatch(t *testing.T, s BatchScanner) []message.Immutable {
+	t.Helper()
+	select {
+	case batch, ok := <-s.Batches():
+		require.True(t, ok, "the batch scanner ended: %v", s.Error())
+		require.NotEmpty(t, batch, "an empty slice")
+		return batch
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "no batch within 30s")
+		return nil
+	}
+}
+
 func quietFor(t *testing.T, s Scanner, d time.Duration) {
 	t.Helper()
 	select {

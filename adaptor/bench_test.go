@@ -216,7 +216,11 @@ func fillLog(b *testing.B, o walimpls.Opener, name string, n int) {
 // log-level fencing, timetick ordering), one after the other in each op. The
 // adaptor reads from a read-only WAL, whose write-ahead buffer holds nothing
 // of the old log, so the scanner catches up from the backend all the way.
-// One op is one whole scan of each; use -benchtime Nx.
+// The adaptor catches up through the backend's batch scanner where there
+// is one (walimpls.BatchReader). "ratio" compares the two read message by
+// message (Read's Chan); "batch-ratio" the two read in slices (ReadBatches,
+// where the backend offers it). One op is one whole scan of each; use
+// -benchtime Nx.
 func BenchmarkScan(b *testing.B) {
 	for _, be := range benchBackends(false) {
 		b.Run(be.name, func(b *testing.B) {
@@ -231,7 +235,8 @@ func BenchmarkScan(b *testing.B) {
 			w, err := Open(ctx, o, Channel{Name: "bench"}, opts)
 			require.NoError(b, err)
 			defer w.Close()
-			var rawTook, adTook cost
+			br, batches := impl.(walimpls.BatchReader)
+			var rawTook, batchTook, adTook, adBatchTook cost
 			b.SetBytes(2 * benchRecord * benchScanLog)
 			b.ResetTimer()
 			for range b.N {
@@ -241,9 +246,24 @@ func BenchmarkScan(b *testing.B) {
 				adTook.add(scanOnce(b, func() (walimpls.Scanner, error) {
 					return w.Read(ctx, ReadOption{Name: "bench"})
 				}, func(message.Immutable) bool { return true }))
+				if batches {
+					batchTook.add(scanBatchesOnce(b, func() (walimpls.BatchScanner, error) {
+						return br.ReadBatches(ctx, walimpls.ReadOption{Name: "bench", DeliverPolicy: walimpls.DeliverAll()})
+					}, func(m message.Immutable) bool { return m.Kind() == message.KindData }))
+					adBatchTook.add(scanBatchesOnce(b, func() (walimpls.BatchScanner, error) {
+						return w.ReadBatches(ctx, ReadOption{Name: "bench"})
+					}, func(message.Immutable) bool { return true }))
+				}
 			}
 			b.StopTimer()
-			reportPair(b, float64(b.N*benchScanLog), rawTook, adTook)
+			records := float64(b.N * benchScanLog)
+			reportPair(b, records, rawTook, adTook)
+			if batches {
+				// Both read in slices (ReadBatches).
+				b.ReportMetric(batchTook.wall.Seconds()/adBatchTook.wall.Seconds(), "batch-ratio")
+				b.ReportMetric(float64(batchTook.cpu.Nanoseconds())/records, "raw-batch-cpu-ns/record")
+				b.ReportMetric(float64(adBatchTook.cpu.Nanoseconds())/records, "adaptor-batch-cpu-ns/record")
+			}
 		})
 	}
 }
@@ -262,6 +282,29 @@ func scanOnce(b *testing.B, read func() (walimpls.Scanner, error), isRecord func
 			}
 			if isRecord(m) {
 				n++
+			}
+		}
+	})
+	require.NoError(b, s.Close())
+	return took
+}
+
+// scanBatchesOnce is scanOnce through a batch scanner.
+func scanBatchesOnce(b *testing.B, read func() (walimpls.BatchScanner, error), isRecord func(message.Immutable) bool) cost {
+	var s walimpls.BatchScanner
+	took := measure(b, func() {
+		var err error
+		s, err = read()
+		require.NoError(b, err)
+		for n := 0; n < benchScanLog; {
+			batch, ok := <-s.Batches()
+			if !ok {
+				require.FailNow(b, fmt.Sprintf("scanner ended after %d records: %v", n, s.Error()))
+			}
+			for _, m := range batch {
+				if isRecord(m) {
+					n++
+				}
 			}
 		}
 	})

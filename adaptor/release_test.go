@@ -130,6 +130,14 @@ func TestLocalAndRemoteReadersAgree(t *testing.T) {
 	remote, err := ro.Read(ctx, ReadOption{Name: "remote"})
 	require.NoError(t, err)
 	defer remote.Close()
+	// Batch scanners deliver the same, read only at the end: they stall
+	// and fall back to the backend on the way.
+	localBatches, err := w.ReadBatches(ctx, ReadOption{Name: "local-batches"})
+	require.NoError(t, err)
+	defer localBatches.Close()
+	remoteBatches, err := ro.ReadBatches(ctx, ReadOption{Name: "remote-batches"})
+	require.NoError(t, err)
+	defer remoteBatches.Close()
 
 	faulty.setQuiet(false) // not while opening: a term-begin that fails fails the open
 	var wg sync.WaitGroup
@@ -181,6 +189,25 @@ func TestLocalAndRemoteReadersAgree(t *testing.T) {
 	require.NoError(t, err)
 	defer later.Close()
 	require.Equal(t, fromRemote, untilEnd(later))
+	batchesUntilEnd := func(s BatchScanner) []string {
+		var out []string
+		for {
+			batch := recvBatch(t, s)
+			for i, m := range batch {
+				out = append(out, fmt.Sprintf("%s@%s", m.Payload(), m.ID()))
+				batch[i] = message.Immutable{} // the slice is the reader's
+				if m.ID() == end.ID {
+					return out
+				}
+			}
+		}
+	}
+	require.Equal(t, fromRemote, batchesUntilEnd(localBatches), "a batch scanner of the writer")
+	require.Equal(t, fromRemote, batchesUntilEnd(remoteBatches), "a batch scanner of a reader")
+	laterBatches, err := ro.ReadBatches(ctx, ReadOption{Name: "later-batches"})
+	require.NoError(t, err)
+	defer laterBatches.Close()
+	require.Equal(t, fromRemote, batchesUntilEnd(laterBatches), "a batch scanner that catches up")
 	t.Logf("%d messages delivered alike; %d faults injected", len(fromLocal), faulty.injected())
 }
 

@@ -63,7 +63,10 @@ type scanner struct {
 	opt  ReadOption
 	kind kindSet
 
-	out chan message.Immutable
+	// out delivers one message per send (Read), batches a slice per send
+	// (ReadBatches); the other is nil.
+	out     chan message.Immutable
+	batches chan []message.Immutable
 	// halt closes when the scanner must end: stopped (Close, its WAL
 	// closing), or run ending, which stops the sender. One channel, a
 	// child of the Run's context, so that the per-message selects of run
@@ -98,9 +101,12 @@ type scanner struct {
 	termBegins []message.Immutable
 }
 
-var _ Scanner = (*scanner)(nil)
+var (
+	_ Scanner      = (*scanner)(nil)
+	_ BatchScanner = (*scanner)(nil)
+)
 
-func newScanner(ctx context.Context, v walView, opt ReadOption) (*scanner, error) {
+func newScanner(ctx context.Context, v walView, opt ReadOption, batches bool) (*scanner, error) {
 	kinds := opt.Filter.Kinds
 	if len(kinds) == 0 {
 		kinds = []message.Kind{message.KindData}
@@ -108,13 +114,17 @@ func newScanner(ctx context.Context, v walView, opt ReadOption) (*scanner, error
 	s := &scanner{
 		v:    v,
 		opt:  opt,
-		out:  make(chan message.Immutable),
 		buf:  reorder.New[message.Immutable](v.budget),
 		join: newJoiner(),
 		box:  newOutbox(),
 	}
 	for _, k := range kinds {
 		s.kind = s.kind.with(k)
+	}
+	if batches {
+		s.batches = make(chan []message.Immutable)
+	} else {
+		s.out = make(chan message.Immutable)
 	}
 	if err := s.openSource(ctx); err != nil {
 		return nil, err
@@ -177,8 +187,20 @@ func (s *scanner) setMode(mode string) {
 	}
 }
 
-// Chan implements Scanner; Close, Done and Error come with the Run.
+// Chan implements Scanner (Read); Close, Done and Error come with the Run.
 func (s *scanner) Chan() <-chan message.Immutable { return s.out }
+
+// Batches implements BatchScanner (ReadBatches).
+func (s *scanner) Batches() <-chan []message.Immutable { return s.batches }
+
+// closeOut closes the channel the reader reads.
+func (s *scanner) closeOut() {
+	if s.batches != nil {
+		close(s.batches)
+		return
+	}
+	close(s.out)
+}
 
 // abort releases a scanner whose run never started.
 func (s *scanner) abort() {
@@ -188,7 +210,7 @@ func (s *scanner) abort() {
 	s.setMode("")
 	s.endHalt()
 	s.End(nil)
-	close(s.out)
+	s.closeOut()
 }
 
 // run is the scanner's goroutine. It ends the Run before it closes Chan,
@@ -218,7 +240,7 @@ func (s *scanner) run() {
 	s.box.clear()
 	s.v.live.Remove(s)
 	s.End(nil) // the failure, or the stop's reason
-	close(s.out)
+	s.closeOut()
 }
 
 // readLoop reads and orders the log until the scanner stops (errStopped) or

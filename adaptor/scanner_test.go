@@ -89,7 +89,7 @@ func TestScannerErrorContract(t *testing.T) {
 				default:
 				}
 			}}
-			sc, err := newScanner(context.Background(), viewOf(newFakeBackend([]message.Immutable{data, watermark}, tc.fail), &live, hooks), ReadOption{})
+			sc, err := newScanner(context.Background(), viewOf(newFakeBackend([]message.Immutable{data, watermark}, tc.fail), &live, hooks), ReadOption{}, false)
 			require.NoError(t, err)
 			require.True(t, live.Add(sc))
 			go sc.run()

@@ -9,7 +9,8 @@ import (
 )
 
 // Delivery: run hands what it releases to a sender goroutine in chunks, and
-// the sender hands the messages to the reader one by one (the Chan API).
+// the sender hands the messages to the reader one by one (Read's Chan), or
+// each chunk whole (ReadBatches' Batches).
 //
 // A watermark releases thousands of messages at once. Sent by run itself,
 // the scan alternated between two phases, each a hand-off per message
@@ -116,14 +117,17 @@ func (o *outbox) pop() (outChunk, bool) {
 }
 
 // sent returns a chunk the sender delivered, and wakes run if it waits for
-// room. Called by the sender.
-func (o *outbox) sent(c outChunk) {
-	clear(c.msgs)
-	o.mu.Lock()
-	if len(o.free) < outFreeChunks {
-		o.free = append(o.free, c.msgs[:0])
+// room. A chunk handed over whole (handedOver: ReadBatches) belongs to the
+// reader; another is cleared and filled again. Called by the sender.
+func (o *outbox) sent(c outChunk, handedOver bool) {
+	if !handedOver {
+		clear(c.msgs)
+		o.mu.Lock()
+		if len(o.free) < outFreeChunks {
+			o.free = append(o.free, c.msgs[:0])
+		}
+		o.mu.Unlock()
 	}
-	o.mu.Unlock()
 	o.bytes.Sub(int64(c.bytes))
 	select {
 	case o.drained <- struct{}{}:
@@ -204,12 +208,21 @@ func (s *scanner) sendLoop() {
 				return
 			}
 		}
+		if s.batches != nil {
+			select {
+			case s.batches <- c.msgs:
+			case <-s.halt:
+				return
+			}
+			s.box.sent(c, true)
+			continue
+		}
 		for _, m := range c.msgs {
 			if !s.send(m) {
 				return
 			}
 		}
-		s.box.sent(c)
+		s.box.sent(c, false)
 	}
 }
 

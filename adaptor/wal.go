@@ -1335,6 +1335,14 @@ func (w *wal) Tail(ctx context.Context) (Checkpoint, error) {
 }
 
 func (w *wal) Read(ctx context.Context, opt ReadOption) (Scanner, error) {
+	return w.read(ctx, opt, false)
+}
+
+func (w *wal) ReadBatches(ctx context.Context, opt ReadOption) (BatchScanner, error) {
+	return w.read(ctx, opt, true)
+}
+
+func (w *wal) read(ctx context.Context, opt ReadOption, batches bool) (*scanner, error) {
 	w.mu.Lock()
 	closed := w.closed
 	w.mu.Unlock()
@@ -1344,7 +1352,7 @@ func (w *wal) Read(ctx context.Context, opt ReadOption) (Scanner, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)
 	}
-	s, err := newScanner(ctx, w.scanView(), opt)
+	s, err := newScanner(ctx, w.scanView(), opt, batches)
 	if err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)
 	}

@@ -104,21 +104,36 @@ type Header struct {
 	Size        int
 }
 
-// Header returns m's Header in one pass over its properties, where Kind,
-// Term, TimeTick and Size take one each: on a scan, parsing these was a
-// quarter of the ordering goroutine's CPU.
+// Header returns m's Header. Kind, Term, TimeTick and Size would walk or
+// look up the properties once each: on a scan, parsing these was a quarter
+// of the ordering goroutine's CPU. It looks up the reserved properties a
+// stored message carries and walks the map only when it holds others (a
+// walk costs about twice the lookups of a message that carries only
+// reserved properties).
 func (m Message) Header() Header {
 	h := Header{Size: len(m.payload)}
-	for k, v := range m.props {
-		h.Size += len(k) + len(v)
-		switch k {
-		case KeyKind:
-			h.Kind = parseKind(v)
-		case KeyTerm:
-			h.Term, h.HasTerm = parseTerm(v)
-		case KeyTimeTick:
-			h.TimeTick, h.HasTimeTick = parseTimeTick(v)
-		}
+	found := 0
+	if v, ok := m.props[KeyKind]; ok {
+		h.Kind = parseKind(v)
+		h.Size += len(KeyKind) + len(v)
+		found++
+	}
+	if v, ok := m.props[KeyTerm]; ok {
+		h.Term, h.HasTerm = parseTerm(v)
+		h.Size += len(KeyTerm) + len(v)
+		found++
+	}
+	if v, ok := m.props[KeyTimeTick]; ok {
+		h.TimeTick, h.HasTimeTick = parseTimeTick(v)
+		h.Size += len(KeyTimeTick) + len(v)
+		found++
+	}
+	if v, ok := m.props[KeyVChannel]; ok {
+		h.Size += len(KeyVChannel) + len(v)
+		found++
+	}
+	if found < len(m.props) {
+		h.Size = m.Size()
 	}
 	return h
 }
@@ -252,3 +267,4 @@ func (s Stamper) StampInto(props map[string]string, m Message, k Kind, tt uint64
 	m.props = props
 	return m
 }
+

@@ -95,16 +95,35 @@ func (v *WAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]adapto
 // vchannel only; any other is ErrWrongVChannel. Control kinds asked for in
 // opt.Filter.Kinds are the pchannel's (see the package documentation).
 func (v *WAL) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error) {
+	opt, err := v.readOption(opt)
+	if err != nil {
+		return nil, err
+	}
+	return v.w.Read(ctx, opt)
+}
+
+// ReadBatches is Read delivering several messages per receive
+// (adaptor.WAL.ReadBatches).
+func (v *WAL) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
+	opt, err := v.readOption(opt)
+	if err != nil {
+		return nil, err
+	}
+	return v.w.ReadBatches(ctx, opt)
+}
+
+// readOption narrows opt to the vchannel.
+func (v *WAL) readOption(opt adaptor.ReadOption) (adaptor.ReadOption, error) {
 	for _, vc := range opt.Filter.VChannels {
 		if vc != v.name {
-			return nil, errors.Wrapf(ErrWrongVChannel, "vchannel %s: read filter names vchannel %q", v.name, vc)
+			return opt, errors.Wrapf(ErrWrongVChannel, "vchannel %s: read filter names vchannel %q", v.name, vc)
 		}
 	}
 	opt.Filter.VChannels = []string{v.name}
 	if opt.Name == "" {
 		opt.Name = v.name
 	}
-	return v.w.Read(ctx, opt)
+	return opt, nil
 }
 
 // Sync appends a watermark to the pchannel (adaptor.WAL.Sync).

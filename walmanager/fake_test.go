@@ -120,6 +120,9 @@ func (w *fakeWAL) AppendBatch(context.Context, []message.Message) ([]adaptor.App
 func (w *fakeWAL) Read(context.Context, adaptor.ReadOption) (adaptor.Scanner, error) {
 	return nil, errFakeWAL
 }
+func (w *fakeWAL) ReadBatches(context.Context, adaptor.ReadOption) (adaptor.BatchScanner, error) {
+	return nil, errFakeWAL
+}
 func (w *fakeWAL) Sync(context.Context) error                 { return errFakeWAL }
 func (w *fakeWAL) Truncate(context.Context, message.ID) error { return errFakeWAL }
 func (w *fakeWAL) Tail(context.Context) (adaptor.Checkpoint, error) {

@@ -7,6 +7,7 @@ import "github.com/streamwal/streamwal/adaptor"
 
 // The mocks must keep satisfying the interfaces they stand in for.
 var (
-	_ adaptor.WAL     = (*MockWAL)(nil)
-	_ adaptor.Scanner = (*MockScanner)(nil)
+	_ adaptor.WAL          = (*MockWAL)(nil)
+	_ adaptor.Scanner      = (*MockScanner)(nil)
+	_ adaptor.BatchScanner = (*MockBatchScanner)(nil)
 )

@@ -600,6 +600,74 @@ func (_c *MockWAL_Read_Call) RunAndReturn(run func(ctx context.Context, opt adap
 	return _c
 }
 
+// ReadBatches provides a mock function for the type MockWAL
+func (_mock *MockWAL) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
+	ret := _mock.Called(ctx, opt)
+
+	if len(ret) == 0 {
+		panic("no return value specified for ReadBatches")
+	}
+
+	var r0 adaptor.BatchScanner
+	var r1 error
+	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) (adaptor.BatchScanner, error)); ok {
+		return returnFunc(ctx, opt)
+	}
+	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) adaptor.BatchScanner); ok {
+		r0 = returnFunc(ctx, opt)
+	} else {
+		if ret.Get(0) != nil {
+			r0 = ret.Get(0).(adaptor.BatchScanner)
+		}
+	}
+	if returnFunc, ok := ret.Get(1).(func(context.Context, adaptor.ReadOption) error); ok {
+		r1 = returnFunc(ctx, opt)
+	} else {
+		r1 = ret.Error(1)
+	}
+	return r0, r1
+}
+
+// MockWAL_ReadBatches_Call is a *mock.Call that shadows Run/Return methods with type explicit version for method 'ReadBatches'
+type MockWAL_ReadBatches_Call struct {
+	*mock.Call
+}
+
+// ReadBatches is a helper method to define mock.On call
+//   - ctx context.Context
+//   - opt adaptor.ReadOption
+func (_e *MockWAL_Expecter) ReadBatches(ctx any, opt any) *MockWAL_ReadBatches_Call {
+	return &MockWAL_ReadBatches_Call{Call: _e.mock.On("ReadBatches", ctx, opt)}
+}
+
+func (_c *MockWAL_ReadBatches_Call) Run(run func(ctx context.Context, opt adaptor.ReadOption)) *MockWAL_ReadBatches_Call {
+	_c.Call.Run(func(args mock.Arguments) {
+		var arg0 context.Context
+		if args[0] != nil {
+			arg0 = args[0].(context.Context)
+		}
+		var arg1 adaptor.ReadOption
+		if args[1] != nil {
+			arg1 = args[1].(adaptor.ReadOption)
+		}
+		run(
+			arg0,
+			arg1,
+		)
+	})
+	return _c
+}
+
+func (_c *MockWAL_ReadBatches_Call) Return(batchScanner adaptor.BatchScanner, err error) *MockWAL_ReadBatches_Call {
+	_c.Call.Return(batchScanner, err)
+	return _c
+}
+
+func (_c *MockWAL_ReadBatches_Call) RunAndReturn(run func(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error)) *MockWAL_ReadBatches_Call {
+	_c.Call.Return(run)
+	return _c
+}
+
 // Sync provides a mock function for the type MockWAL
 func (_mock *MockWAL) Sync(ctx context.Context) error {
 	ret := _mock.Called(ctx)

@@ -7,8 +7,10 @@ import "github.com/streamwal/streamwal/walimpls"
 
 // The mocks must keep satisfying the contract they stand in for.
 var (
-	_ walimpls.Builder = (*MockBuilder)(nil)
-	_ walimpls.Opener  = (*MockOpener)(nil)
-	_ walimpls.WALImpl = (*MockWALImpl)(nil)
-	_ walimpls.Scanner = (*MockScanner)(nil)
+	_ walimpls.Builder      = (*MockBuilder)(nil)
+	_ walimpls.Opener       = (*MockOpener)(nil)
+	_ walimpls.WALImpl      = (*MockWALImpl)(nil)
+	_ walimpls.Scanner      = (*MockScanner)(nil)
+	_ walimpls.BatchReader  = (*MockBatchReader)(nil)
+	_ walimpls.BatchScanner = (*MockBatchScanner)(nil)
 )
