@@ -167,6 +167,56 @@ func (b *backendScan) Close() error {
 	return b.one.Close()
 }
 
+// receiveBatch takes what the backend scanner has ready, at least one
+// message, waiting until it has some: a slice as the backend delivered it,
+// or up to max messages received one by one into dst. ok is false when the
+// scanner ended, stopped true when stop closed first. The messages are the
+// caller's.
+func (b *backendScan) receiveBatch(dst []message.Immutable, max int, stop <-chan struct{}) (batch []message.Immutable, ok, stopped bool) {
+	if b.at < len(b.batch) {
+		batch = b.batch[b.at:]
+		b.batch, b.at = nil, 0
+		return batch, true, false
+	}
+	if b.many != nil {
+		for {
+			select {
+			case batch, ok = <-b.many.Batches():
+				if ok && len(batch) == 0 {
+					continue // not the contract's; nothing to take
+				}
+				return batch, ok, false
+			case <-stop:
+				return nil, false, true
+			}
+		}
+	}
+	var m message.Immutable
+	select {
+	case m, ok = <-b.one.Chan():
+	case <-stop:
+		return nil, false, true
+	}
+	if !ok {
+		return nil, false, false
+	}
+	batch = append(dst[:0], m)
+	// Take what else is ready without blocking; a single-case select with
+	// a default is a cheap non-blocking receive.
+	for len(batch) < max {
+		select {
+		case m, ok = <-b.one.Chan():
+		default:
+			ok = false
+		}
+		if !ok {
+			break
+		}
+		batch = append(batch, m)
+	}
+	return batch, true, false
+}
+
 // receive takes the next message from the backend scanner. A message that
 // is ready is taken with a non-blocking receive (a single-case select with a
 // default): a three-way select locks all three channels, a visible share of

@@ -164,7 +164,7 @@ func partBytes(configured, backend int) int {
 
 func (w *wal) start(ctx context.Context) error {
 	if w.opts.ReadOnly {
-		s, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverLatest()})
+		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverLatest()})
 		if err != nil {
 			return err
 		}
@@ -222,7 +222,7 @@ func (w *wal) start(ctx context.Context) error {
 		w.ticks.trackReleases()
 		w.localRelease = true
 	}
-	s, err := w.impl.Read(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartFrom(beginID)})
+	s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartFrom(beginID)})
 	if err != nil {
 		return errors.Wrap(err, "start tail reader")
 	}
@@ -494,7 +494,7 @@ func (w *wal) recover(ctx context.Context, s walimpls.Scanner, r *recovered, don
 }
 
 // startTail runs the reader that feeds the write-ahead buffer.
-func (w *wal) startTail(s walimpls.Scanner) {
+func (w *wal) startTail(s *backendScan) {
 	w.wg.Add(1)
 	go w.tail(s)
 }
@@ -509,44 +509,23 @@ const tailBatch = 64
 //
 // It takes what the backend has ready without blocking and pushes it as a
 // batch: one lock, one wake-up of tailing scanners and one gauge update per
-// batch instead of per message, on the append path of every WAL.
-func (w *wal) tail(s walimpls.Scanner) {
+// batch instead of per message, on the append path of every WAL. Where the
+// backend offers batch scanners, the batch is the backend's slice: one
+// hand-off per slice, not per message.
+func (w *wal) tail(s *backendScan) {
 	defer w.wg.Done()
 	defer w.wab.close()
 	defer w.tailMoves(func() { w.tailEnded = true })
 	var last message.ID
-	batch := make([]message.Immutable, 0, tailBatch)
+	buf := make([]message.Immutable, 0, tailBatch)
 	for attempt := 0; ; {
-		var (
-			m      message.Immutable
-			ok     bool
-			closed bool
-		)
-		select {
-		case m, ok = <-s.Chan():
-		case <-w.ctx.Done():
-			closed = true
-		}
-		if closed {
+		batch, ok, stopped := s.receiveBatch(buf, tailBatch, w.ctx.Done())
+		if stopped {
 			_ = s.Close()
 			return
 		}
 		if ok {
 			attempt = 0
-			batch = append(batch[:0], m)
-			// Take what else is ready without blocking; a single-case
-			// select with a default is a cheap non-blocking receive.
-			for len(batch) < tailBatch {
-				select {
-				case m, ok = <-s.Chan():
-				default:
-					ok = false
-				}
-				if !ok {
-					break
-				}
-				batch = append(batch, m)
-			}
 			last = batch[len(batch)-1].ID()
 			w.tailed(batch)
 			clear(batch) // the buffer holds them now; do not pin them here
@@ -571,7 +550,7 @@ func (w *wal) tail(s walimpls.Scanner) {
 			return
 		}
 		attempt++
-		ns, rerr := w.impl.Read(w.ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartAfter(last)})
+		ns, rerr := readBackend(w.impl)(w.ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartAfter(last)})
 		if rerr != nil {
 			w.log.Warn("tail reader restart failed", "error", rerr)
 			return
