@@ -266,3 +266,43 @@ func TestBadRequests(t *testing.T) {
 	require.NoError(t, stream.Close())
 	require.Equal(t, []string{before.Msg.GetId(), after.Msg.GetId()}, got)
 }
+
+// A read's responses carry at most the batch asked for, every message once
+// and in order, whether the scanner catches up or tails.
+func TestReadBatchBound(t *testing.T) {
+	c := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	n1 := c.startNode("n1")
+	c.assign("ch", "n1", 1)
+	api := apiClient(n1)
+	var want []string
+	appendSome := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			p := fmt.Sprintf("m%03d", i)
+			_, err := api.Append(ctx, appendReq("ch", p, ""))
+			require.NoError(t, err)
+			want = append(want, p)
+		}
+	}
+	appendSome(0, 100) // caught up from the log
+	stream, err := api.Read(ctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "ch", Batch: 3}))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, stream.Close()) }()
+	var got []string
+	receive := func(n int) {
+		for len(got) < n && stream.Receive() {
+			msgs := stream.Msg().GetMessages()
+			require.NotEmpty(t, msgs, "an empty response")
+			require.LessOrEqual(t, len(msgs), 3, "a response above the batch asked for")
+			for _, d := range msgs {
+				got = append(got, string(d.GetPayload()))
+			}
+		}
+		require.NoError(t, stream.Err())
+	}
+	receive(100)
+	appendSome(100, 50) // tailed
+	receive(150)
+	require.Equal(t, want, got)
+}

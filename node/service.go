@@ -289,7 +289,9 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 	if err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	sc, err := w.Read(ctx, opt)
+	// A batch scanner: the messages come in slices, a response takes up to
+	// batch of them, from one slice or several.
+	sc, err := w.ReadBatches(ctx, opt)
 	if err != nil {
 		if errors.Is(err, walimpls.ErrPositionGone) {
 			return connect.NewError(connect.CodeOutOfRange, err)
@@ -301,41 +303,45 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 	if batch <= 0 {
 		batch = 64
 	}
+	var pending []message.Immutable // received, not yet sent
+	ended := false
 	for {
-		var m message.Immutable
-		var ok bool
-		select {
-		case m, ok = <-sc.Chan():
-		case <-ctx.Done():
-			return nil
+		if len(pending) == 0 {
+			select {
+			case pending, ended = <-sc.Batches():
+				ended = !ended
+			case <-ctx.Done():
+				return nil
+			}
 		}
-		if !ok {
+		resp := &streamwalv1.ReadResponse{}
+		for !ended && len(resp.Messages) < batch {
+			if len(pending) == 0 {
+				// Take what else is ready, up to the batch.
+				var ok bool
+				select {
+				case pending, ok = <-sc.Batches():
+					ended = !ok
+					continue
+				default:
+				}
+				break
+			}
+			n := min(len(pending), batch-len(resp.Messages))
+			for _, m := range pending[:n] {
+				resp.Messages = append(resp.Messages, delivered(m))
+			}
+			pending = pending[n:]
+		}
+		if len(resp.Messages) > 0 {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+		if ended {
 			if err := sc.Error(); errors.Is(err, walimpls.ErrPositionGone) {
 				return connect.NewError(connect.CodeOutOfRange, err)
 			} else if err != nil {
-				return s.appendError(r.GetChannel(), err)
-			}
-			return nil
-		}
-		resp := &streamwalv1.ReadResponse{Messages: []*streamwalv1.Delivered{delivered(m)}}
-		// Take what else is ready, up to the batch.
-	more:
-		for len(resp.Messages) < batch {
-			select {
-			case m, ok = <-sc.Chan():
-				if !ok {
-					break more
-				}
-				resp.Messages = append(resp.Messages, delivered(m))
-			default:
-				break more
-			}
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-		if !ok {
-			if err := sc.Error(); err != nil {
 				return s.appendError(r.GetChannel(), err)
 			}
 			return nil
