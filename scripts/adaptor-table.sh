@@ -25,7 +25,11 @@ go test -c -o "$out/adaptor.test" ./adaptor/
 
 # One line per run: name and its ratio; then runs and the median per name.
 awk '/^Benchmark/ {
-	for (i = 1; i <= NF; i++) if ($i == "ratio") { name = $1; sub(/-[0-9]+$/, "", name); print name, $(i-1) }
+	name = $1; sub(/-[0-9]+$/, "", name)
+	for (i = 1; i <= NF; i++) {
+		if ($i == "ratio") print name, $(i-1)
+		if ($i == "batch-ratio") print name "/batches", $(i-1)
+	}
 }' "$out/bench.txt" | sort -s -k1,1 | awk '
 function median(   n, i, j, t, a) {
 	n = split(vals, a, " ")
