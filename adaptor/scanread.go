@@ -248,20 +248,19 @@ func (s *scanner) receive() (m message.Immutable, ok bool, err error) {
 		}
 	}
 	var batch []message.Immutable
-	select {
-	case batch, ok = <-b.many.Batches():
-	default:
+	for len(batch) == 0 { // an empty slice (not the contract's) has nothing to take
 		select {
 		case batch, ok = <-b.many.Batches():
-		case <-s.halt:
-			return message.Immutable{}, false, errStopped
+		default:
+			select {
+			case batch, ok = <-b.many.Batches():
+			case <-s.halt:
+				return message.Immutable{}, false, errStopped
+			}
 		}
-	}
-	if !ok {
-		return message.Immutable{}, false, nil
-	}
-	if len(batch) == 0 {
-		return message.Immutable{}, false, errors.Newf("adaptor: scanner %q: the backend delivered an empty batch", s.opt.Name)
+		if !ok {
+			return message.Immutable{}, false, nil
+		}
 	}
 	m = batch[0]
 	batch[0] = message.Immutable{}
