@@ -267,4 +267,3 @@ func (s Stamper) StampInto(props map[string]string, m Message, k Kind, tt uint64
 	m.props = props
 	return m
 }
-
