@@ -286,7 +286,8 @@
 // StartAfter at the offset plus one. The client never resets an offset on
 // its own (NoResetOffset): OFFSET_OUT_OF_RANGE below the log start ends the
 // scanner with ErrPositionGone (Read itself checks the start first), and a
-// position beyond the end is waited for.
+// position beyond the end is waited for. A batch scanner (ReadBatches)
+// hands over the records of each fetch as one slice.
 //
 // DeliverTail(n) cannot start at the last stable offset minus n: offsets
 // are not message counts (a commit marker follows every transaction, aborted

@@ -387,10 +387,12 @@
 // are): one lookup, whatever the channel's length, so reading the end of
 // a long channel reads no more than its end. Its goroutine reads up to
 // its read-ahead budget (ReadOption.ReadAheadBytes, else
-// Config.ReadAheadBytes) at a time, with one pread per run of neighbouring
-// frames of a segment, so catching up on a busy channel costs few system
-// calls; it checks the CRC of every frame, then hands the messages over one
-// by one. Its first read of a segment advises the kernel that the file is
+// Config.ReadAheadBytes) and at most 1 MiB at a time (a larger chunk
+// leaves the CPU's caches before it is consumed), with one pread per run of
+// neighbouring frames of a segment, so catching up on a busy channel costs
+// few system calls; it checks the CRC of every frame, then hands the
+// messages over one by one, or in slices of up to 256 to a batch scanner
+// (ReadBatches). Its first read of a segment advises the kernel that the file is
 // read sequentially, which doubles the kernel's read-ahead window: the disk
 // reads the next chunks while the scanner decodes and hands over, and
 // those pages sit in the page cache, not in the scanner's budget. (A second

@@ -23,7 +23,8 @@
 // A scanner copies up to ReadOption.ReadAheadBytes (1 MiB by default, at
 // least one message) from the log at a time and checks the truncation point
 // again before the next copy, so a truncation overtakes it after at most
-// that much.
+// that much. A batch scanner (ReadBatches) hands each copy over as one
+// slice.
 //
 // Fault injection, per Cluster: FailNextAppends makes the next n appends fail
 // with the retryable ErrInjected, and SetAppendLatency delays every append.

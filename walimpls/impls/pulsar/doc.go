@@ -199,7 +199,8 @@
 //
 // A scanner is a pulsar Reader (a non-durable subscription) on the opener's
 // shared client, with a receiver queue of ReadAheadBytes/4 KiB messages
-// (10 to 1000). DeliverAll starts at the recorded truncation point
+// (10 to 1000). The client hands messages over one at a time, so the
+// backend offers no batch scanner (walimpls.BatchReader). DeliverAll starts at the recorded truncation point
 // (inclusive), or at the earliest message; StartFrom(id) is inclusive,
 // StartAfter(id) exclusive; DeliverLatest starts at the topic's end and
 // counts the last message stored when Read returns as delivered. A start
