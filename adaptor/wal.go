@@ -577,12 +577,14 @@ func (w *wal) tailed(batch []message.Immutable) {
 		// rule: the later claim wins). A backend that fences has stopped
 		// this writer already; on one that cannot, this is where it stops.
 		if t > w.ch.Term || t == w.ch.Term && w.beginID.LT(m.ID()) {
+			// Fenced first: an append that sees fencedAt reports the
+			// fence's reason, which must be there to read.
+			w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: t})
 			w.tailMoves(func() {
 				if w.fencedAt.IsZero() {
 					w.fencedAt = m.ID()
 				}
 			})
-			w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: t})
 		}
 	}
 	w.m.wabBytes.Set(float64(w.wab.push(batch...)))
@@ -613,8 +615,8 @@ func (w *wal) confirmAck(ctx context.Context, id message.ID) error {
 		switch {
 		case !at.IsZero() && at.LT(id):
 			// Stored after the term-begin of the new owner: every reader
-			// drops it.
-			return walimpls.MarkNotStored(errors.Wrapf(w.reason, "adaptor: append to %s: stored at %s after the fencing term-begin at %s", w.ch.Name, id, at))
+			// drops it. The WAL was fenced before fencedAt was set (tailed).
+			return walimpls.MarkNotStored(errors.Wrapf(w.usable(), "adaptor: append to %s: stored at %s after the fencing term-begin at %s", w.ch.Name, id, at))
 		case !pos.IsZero() && id.LTE(pos):
 			return nil
 		case ended:
