@@ -192,16 +192,17 @@
 // changes: the catch-up reads the backend in slices (one hand-off per
 // slice instead of per message: memory 0.41 to 0.67-0.73 on its own), the
 // local backend decodes at most 1 MiB before handing it over (an 8 MiB
-// chunk had left the CPU's caches before it was consumed: 2.4-3.0 to
-// 1.2-1.9 µs of CPU per record), and Header looks up the reserved
-// properties instead of walking the map (52 against 88 ns per message).
+// chunk had left the CPU's caches before it was consumed: the adaptor's
+// CPU per record fell to 0.5-0.7 of what it was, runs alternating), and
+// Header looks up the reserved properties instead of walking the map (0.6
+// of the walk's time, BenchmarkHeader against the old code in one run).
 //
 // What is left of a scan is the adaptor's ordering goroutine: per message
 // it parses the header from the property map (about a third of its CPU),
-// pushes and pops the reorder buffer, and computes resume positions; about
-// 0.4-0.6 µs of CPU per message on the memory backend, where the raw
-// backend's batch scan costs 0.13-0.3 µs. On two CPUs the reader, the
-// sender and the ordering goroutine share them.
+// pushes and pops the reorder buffer, and computes resume positions. On
+// the memory backend the adaptor's batch scan spends 2-4 times the CPU per
+// message of the raw backend's batch scan in the same run. On two CPUs the
+// reader, the sender and the ordering goroutine share them.
 //
 // The adaptor's own work per append is a few percent of the CPU: of the 8
 // allocations of an append on the memory backend it makes one (the

@@ -47,7 +47,7 @@ func (b *fakeBackend) Chan() <-chan message.Immutable { return b.out }
 func viewOf(backend walimpls.Scanner, live *lifecycle.Group[*scanner], hooks scanHooks) walView {
 	return walView{
 		read: func(context.Context, walimpls.ReadOption) (*backendScan, error) {
-			return &backendScan{one: backend}, nil
+			return &backendScan{scanLife: backend, one: backend}, nil
 		},
 		wab: newWriteAheadBuffer(1 << 20), m: newWALMetrics(nil, "view"), budget: 1 << 20,
 		term: 1, termBefore: func(message.ID) int64 { return 0 }, truncatedBelow: func(message.ID) bool { return false },

@@ -109,16 +109,27 @@ func (s *scanner) next() (message.Immutable, error) {
 	}
 }
 
-// backendScan is the backend scanner a scanner catches up from: a batch
-// scanner when the backend offers one (walimpls.BatchReader), which saves
-// a goroutine hand-off per message, else a one-by-one scanner.
+// backendScan is a backend scanner the adaptor reads: a batch scanner when
+// the backend offers one (walimpls.BatchReader), which saves a goroutine
+// hand-off per message, else a one-by-one scanner. Done, Error and Close
+// are those of the scanner either way.
 type backendScan struct {
-	one  walimpls.Scanner
-	many walimpls.BatchScanner
-	// batch is the slice last received from many; batch[at:] is not yet
-	// taken.
+	scanLife
+	one  walimpls.Scanner      // Read; nil with many
+	many walimpls.BatchScanner // ReadBatches; nil with one
+	// batch is what the adaptor's scanner received and did not take yet:
+	// batch[at:].
 	batch []message.Immutable
 	at    int
+	// scratch is where receiveBatch gathers one-by-one messages.
+	scratch []message.Immutable
+}
+
+// scanLife is what both kinds of backend scanner share.
+type scanLife interface {
+	Done() <-chan struct{}
+	Error() error
+	Close() error
 }
 
 // readBackend starts a backend scanner through ReadBatches when impl
@@ -130,7 +141,7 @@ func readBackend(impl walimpls.WALImpl) func(context.Context, walimpls.ReadOptio
 			if err != nil {
 				return nil, err
 			}
-			return &backendScan{many: bs}, nil
+			return &backendScan{scanLife: bs, many: bs}, nil
 		}
 	}
 	return func(ctx context.Context, opt walimpls.ReadOption) (*backendScan, error) {
@@ -138,22 +149,8 @@ func readBackend(impl walimpls.WALImpl) func(context.Context, walimpls.ReadOptio
 		if err != nil {
 			return nil, err
 		}
-		return &backendScan{one: s}, nil
+		return &backendScan{scanLife: s, one: s}, nil
 	}
-}
-
-func (b *backendScan) Done() <-chan struct{} {
-	if b.many != nil {
-		return b.many.Done()
-	}
-	return b.one.Done()
-}
-
-func (b *backendScan) Error() error {
-	if b.many != nil {
-		return b.many.Error()
-	}
-	return b.one.Error()
 }
 
 // Close stops the backend scanner and drops what it delivered and was not
@@ -161,31 +158,23 @@ func (b *backendScan) Error() error {
 func (b *backendScan) Close() error {
 	clear(b.batch[b.at:])
 	b.batch, b.at = nil, 0
-	if b.many != nil {
-		return b.many.Close()
-	}
-	return b.one.Close()
+	return b.scanLife.Close()
 }
 
-// receiveBatch takes what the backend scanner has ready, at least one
-// message, waiting until it has some: a slice as the backend delivered it,
-// or up to max messages received one by one into dst. ok is false when the
-// scanner ended, stopped true when stop closed first. The messages are the
-// caller's.
-func (b *backendScan) receiveBatch(dst []message.Immutable, max int, stop <-chan struct{}) (batch []message.Immutable, ok, stopped bool) {
-	if b.at < len(b.batch) {
-		batch = b.batch[b.at:]
-		b.batch, b.at = nil, 0
-		return batch, true, false
-	}
+// receiveBatch waits for the backend scanner's next messages and takes
+// what it has ready: a slice as the backend delivered it, or up to max
+// messages received one by one (the first waited for, the rest taken
+// without blocking). ok is false when the scanner ended, stopped true when
+// stop closed first. A slice from the backend is the caller's; gathered
+// messages are valid until the next call.
+func (b *backendScan) receiveBatch(max int, stop <-chan struct{}) (batch []message.Immutable, ok, stopped bool) {
 	if b.many != nil {
-		for {
+		for { // an empty slice (not the contract's) has nothing to take
 			select {
 			case batch, ok = <-b.many.Batches():
-				if ok && len(batch) == 0 {
-					continue // not the contract's; nothing to take
+				if !ok || len(batch) > 0 {
+					return batch, ok, false
 				}
-				return batch, ok, false
 			case <-stop:
 				return nil, false, true
 			}
@@ -200,9 +189,8 @@ func (b *backendScan) receiveBatch(dst []message.Immutable, max int, stop <-chan
 	if !ok {
 		return nil, false, false
 	}
-	batch = append(dst[:0], m)
-	// Take what else is ready without blocking; a single-case select with
-	// a default is a cheap non-blocking receive.
+	batch = append(b.scratch[:0], m)
+	// A single-case select with a default is a cheap non-blocking receive.
 	for len(batch) < max {
 		select {
 		case m, ok = <-b.one.Chan():
@@ -214,57 +202,34 @@ func (b *backendScan) receiveBatch(dst []message.Immutable, max int, stop <-chan
 		}
 		batch = append(batch, m)
 	}
+	b.scratch = batch
 	return batch, true, false
 }
 
-// receive takes the next message from the backend scanner. A message that
-// is ready is taken with a non-blocking receive (a single-case select with a
-// default): a three-way select locks all three channels, a visible share of
-// a catch-up scan's CPU. Stopping is checked first, the same way, so that a
+// receive takes the next message from the backend scanner: from the slice
+// it received last, else from the next one, or one message of a one-by-one
+// scanner (held messages do not count against the scanner's budget).
+// Stopping is checked before each receive without blocking, so that a
 // backend that always has a message ready cannot keep a stopped scanner
-// running; a batch is taken whole, with one check.
+// running.
 func (s *scanner) receive() (m message.Immutable, ok bool, err error) {
 	b := s.backend
-	if b.at < len(b.batch) {
-		m = b.batch[b.at]
-		b.batch[b.at] = message.Immutable{}
-		b.at++
-		return m, true, nil
-	}
-	if err := s.stopping(); err != nil {
-		return message.Immutable{}, false, err
-	}
-	if b.many == nil {
-		select {
-		case m, ok = <-b.one.Chan():
-			return m, ok, nil
-		default:
+	if b.at == len(b.batch) {
+		if err := s.stopping(); err != nil {
+			return message.Immutable{}, false, err
 		}
-		select {
-		case m, ok = <-b.one.Chan():
-			return m, ok, nil
-		case <-s.halt:
+		batch, ok, stopped := b.receiveBatch(1, s.halt)
+		switch {
+		case stopped:
 			return message.Immutable{}, false, errStopped
-		}
-	}
-	var batch []message.Immutable
-	for len(batch) == 0 { // an empty slice (not the contract's) has nothing to take
-		select {
-		case batch, ok = <-b.many.Batches():
-		default:
-			select {
-			case batch, ok = <-b.many.Batches():
-			case <-s.halt:
-				return message.Immutable{}, false, errStopped
-			}
-		}
-		if !ok {
+		case !ok:
 			return message.Immutable{}, false, nil
 		}
+		b.batch, b.at = batch, 0
 	}
-	m = batch[0]
-	batch[0] = message.Immutable{}
-	b.batch, b.at = batch, 1
+	m = b.batch[b.at]
+	b.batch[b.at] = message.Immutable{}
+	b.at++
 	return m, true, nil
 }
 

@@ -517,9 +517,8 @@ func (w *wal) tail(s *backendScan) {
 	defer w.wab.close()
 	defer w.tailMoves(func() { w.tailEnded = true })
 	var last message.ID
-	buf := make([]message.Immutable, 0, tailBatch)
 	for attempt := 0; ; {
-		batch, ok, stopped := s.receiveBatch(buf, tailBatch, w.ctx.Done())
+		batch, ok, stopped := s.receiveBatch(tailBatch, w.ctx.Done())
 		if stopped {
 			_ = s.Close()
 			return

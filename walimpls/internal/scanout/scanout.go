@@ -14,8 +14,8 @@ import "github.com/streamwal/streamwal/message"
 type Out struct {
 	one  chan message.Immutable
 	many chan []message.Immutable
-	// scratch is the slice Slice lends for one-by-one delivery, where it
-	// can be filled again once delivered.
+	// scratch is the slice Slice lends: filled again once delivered one by
+	// one, or while a batch was not handed over.
 	scratch []message.Immutable
 }
 
@@ -40,12 +40,9 @@ func (o *Out) Chan() <-chan message.Immutable { return o.one }
 func (o *Out) Batches() <-chan []message.Immutable { return o.many }
 
 // Slice returns an empty slice with room for n messages, to fill and pass
-// to Deliver. One-by-one delivery reuses one slice; a delivered slice
-// belongs to its receiver, so with batches every call makes a new one.
+// to Deliver. It lends the same slice again until a batch is handed over:
+// a delivered slice belongs to its receiver and is never lent again.
 func (o *Out) Slice(n int) []message.Immutable {
-	if o.many != nil {
-		return make([]message.Immutable, 0, n)
-	}
 	if cap(o.scratch) < n {
 		o.scratch = make([]message.Immutable, 0, n)
 	}
@@ -65,6 +62,7 @@ func (o *Out) Deliver(stop <-chan struct{}, msgs []message.Immutable) int {
 	if o.many != nil {
 		select {
 		case o.many <- msgs:
+			o.scratch = nil // the receiver's now
 			return len(msgs)
 		case <-stop:
 			return 0
