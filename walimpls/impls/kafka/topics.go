@@ -83,8 +83,7 @@ func topicGone(ctx context.Context, cl *kgo.Client, topic string, id topicID) (b
 	if err != nil {
 		return false, err
 	}
-	m := parseTopicMeta(resp, topic)
-	return !m.exists || id != (topicID{}) && m.id != (topicID{}) && m.id != id, nil
+	return !listed(parseTopicMeta(resp, topic), id), nil
 }
 
 // isUnknownTopic reports the errors a request for a deleted topic gets.

@@ -2,7 +2,8 @@ package claimown
 
 import (
 	"sync"
-	"sync/atomic"
+
+	"go.uber.org/atomic"
 )
 
 // Fence latches a writer's fence. The first error set is the fence for

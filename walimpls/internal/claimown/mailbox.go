@@ -3,7 +3,8 @@ package claimown
 import (
 	"context"
 	"sync"
-	"sync/atomic"
+
+	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/walimpls"
 )
