@@ -24,10 +24,6 @@ type wal struct {
 	log     *slog.Logger
 	m       walMetrics
 	ticks   *timeticks // nil when read-only
-	stamp   message.Stamper
-	// propMaps recycles the property maps of stamped appends (recycle):
-	// one map per append was the largest allocation the adaptor added.
-	propMaps sync.Pool
 	// prepPool recycles the batches of single appends (Append,
 	// AppendAsync), which copy their result out before they return one.
 	prepPool  sync.Pool
@@ -126,7 +122,6 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		log:       opts.Logger.With("channel", ch.Name, "term", ch.Term),
 		m:         newWALMetrics(opts.Metrics, ch.Name),
 		partBytes: partBytes(opts.PartBytes, caps.MaxMessageBytes),
-		stamp:     message.NewStamper(ch.Term),
 		inflight:  make(chan struct{}, opts.MaxInflightAppends),
 		wab:       newWriteAheadBuffer(opts.WriteAheadBufferBytes),
 		ctx:       wctx,
@@ -891,9 +886,6 @@ type prepared struct {
 	records []message.Message // what the backend stores, in order
 	first   []int             // index in records of each message's first record
 	bytes   int               // the stamped messages' total size
-	// props are the property maps of the records stamped into maps from
-	// w.propMaps, to go back there once the backend stored them.
-	props []map[string]string
 	// reusable: every backend call that took the records has returned
 	// having stored them, so no backend still holds them (store sets it).
 	// An attempt of unknown outcome may still be sending them: a backend
@@ -906,7 +898,6 @@ type prepared struct {
 		record [1]message.Message
 		first  [1]int
 		result [1]AppendResult
-		props  [1]map[string]string
 	}
 }
 
@@ -919,22 +910,6 @@ func (w *wal) putPrepared(p *prepared) {
 	}
 	*p = prepared{}
 	w.prepPool.Put(p)
-}
-
-// recycle returns the batch's property maps to the WAL once the backend
-// stored every record at its first attempt: each backend stores a copy of
-// a record's properties (memory clones them, local encodes them, Kafka and
-// Pulsar copy them into headers), and no one else holds the records.
-// After an attempt of unknown outcome the backend may still be sending
-// them: nothing is recycled.
-func (p *prepared) recycle(w *wal) {
-	for i, m := range p.props {
-		clear(m)
-		w.propMaps.Put(m)
-		p.props[i] = nil
-	}
-	p.props = p.props[:0]
-	clear(p.records) // they point at the maps
 }
 
 // finishInline is how many messages finish and end track in arrays on the
@@ -1009,7 +984,6 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 	}
 	if len(msgs) == 1 {
 		p.ticks, p.first, p.records = p.one.tick[:], p.one.first[:], p.one.record[:0]
-		p.props = p.one.props[:0]
 	} else {
 		p.ticks, p.first = make([]uint64, len(msgs)), make([]int, len(msgs))
 	}
@@ -1017,11 +991,7 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 		return nil, walimpls.MarkNotStored(err)
 	}
 	for i, m := range msgs {
-		props, _ := w.propMaps.Get().(map[string]string)
-		if props == nil {
-			props = make(map[string]string, 4)
-		}
-		msg := w.stamp.StampInto(props, m, message.KindData, p.ticks[i])
+		msg := m.Stamp(message.KindData, w.ch.Term, p.ticks[i])
 		msgSize := msg.Size()
 		p.bytes += msgSize
 		p.first[i] = len(p.records)
@@ -1032,10 +1002,8 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 				return nil, errors.Wrapf(err, "adaptor: append to %s: message %d", w.ch.Name, i)
 			}
 			p.records = append(p.records, parts...)
-			p.props = append(p.props, props)
 			continue
 		}
-		p.props = append(p.props, props)
 		p.records = append(p.records, msg)
 	}
 	return p, nil
@@ -1050,7 +1018,6 @@ func (w *wal) store(ctx context.Context, p *prepared) ([]AppendResult, error) {
 	defer func() { p.finish(w, ids, err) }()
 	if err == nil && !retried {
 		p.reusable = true
-		p.recycle(w)
 	}
 	if err == nil && w.confirm {
 		if err = w.confirmAck(ctx, ids[len(ids)-1]); err != nil {

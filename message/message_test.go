@@ -2,6 +2,8 @@ package message_test
 
 import (
 	stderrors "errors"
+	"maps"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -112,28 +114,106 @@ func TestCorruptIDKeepsItsCause(t *testing.T) {
 	require.Equal(t, `memory id "9999999999999999999": strconv.ParseInt: parsing "9999999999999999999": value out of range: `+message.ErrCorruptID.Error(), err.Error())
 }
 
-// A Stamper stamps exactly what Message.Stamp does, and leaves the
-// original's properties alone.
-func TestStamperMatchesStamp(t *testing.T) {
+// Stamp sets what WithKind, WithTerm and WithTimeTick set, and leaves the
+// original alone.
+func TestStampMatchesTheWithMethods(t *testing.T) {
 	m, err := message.New([]byte("p"), map[string]string{"user": "u"})
 	require.NoError(t, err)
-	s := message.NewStamper(-12)
 	for _, k := range []message.Kind{message.KindData, message.KindTimeTick, message.KindPart} {
-		got := s.Stamp(m.WithKind(message.KindTermBegin), k, 1<<40+9)
-		want := m.WithKind(message.KindTermBegin).Stamp(k, -12, 1<<40+9)
+		got := m.WithKind(message.KindTermBegin).Stamp(k, -12, 1<<40+9)
+		want := m.WithKind(k).WithTerm(-12).WithTimeTick(1<<40 + 9)
 		require.True(t, got.Properties().Equal(want.Properties()), "kind %s", k)
+		all := got.Properties().All()
+		delete(all, message.KeyKind)
+		require.Equal(t, map[string]string{"user": "u", message.KeyTerm: "-12", message.KeyTimeTick: "1099511627785"}, all)
 		require.Equal(t, k, got.Kind())
-		term, _ := got.Term()
-		require.EqualValues(t, -12, term)
-		tt, _ := got.TimeTick()
-		require.EqualValues(t, 1<<40+9, tt)
 	}
 	require.Equal(t, 1, m.Properties().Len(), "the original keeps its properties")
+	// A reserved value the map kept (not canonical) gives way to the stamp.
+	odd := message.Restore(nil, map[string]string{message.KeyTerm: "+3", message.KeyTimeTick: "007"})
+	require.Equal(t, map[string]string{message.KeyTerm: "4", message.KeyTimeTick: "8"},
+		odd.Stamp(message.KindData, 4, 8).Properties().All())
+}
 
-	props := map[string]string{}
-	into := s.StampInto(props, m, message.KindData, 5)
-	require.True(t, into.Properties().Equal(m.Stamp(message.KindData, -12, 5).Properties()))
-	require.Len(t, props, 3, "the message's properties are the map given")
+// Restore keeps every property as it was stored, whether the stamp or the
+// map holds it, and both forms of one message are Equal.
+func TestRestoreKeepsEveryValue(t *testing.T) {
+	for _, props := range []map[string]string{
+		{message.KeyKind: "2", message.KeyTerm: "-5", message.KeyTimeTick: "18446744073709551615", "a": "b"},
+		{message.KeyKind: "02", message.KeyTerm: "+5", message.KeyTimeTick: "x"},
+		{message.KeyKind: "0", message.KeyTerm: "-0", message.KeyTimeTick: "0"},
+		{message.KeyKind: "256", message.KeyVChannel: "vc"},
+		{},
+	} {
+		m := message.Restore([]byte("p"), maps.Clone(props))
+		require.Equal(t, len(props), m.Properties().Len())
+		if len(props) == 0 {
+			require.Nil(t, m.Properties().All())
+		} else {
+			require.Equal(t, props, m.Properties().All())
+		}
+		require.Equal(t, slices.Sorted(maps.Keys(props)), m.Properties().Keys())
+		for k, v := range props {
+			got, ok := m.Properties().Get(k)
+			require.True(t, ok)
+			require.Equal(t, v, got)
+		}
+		viaWith, err := message.New([]byte("p"), maps.Collect(func(yield func(string, string) bool) {
+			for k, v := range props {
+				if !message.IsReserved(k) && !yield(k, v) {
+					return
+				}
+			}
+		}))
+		require.NoError(t, err)
+		for k, v := range props {
+			if !message.IsReserved(k) {
+				continue
+			}
+			viaWith, err = viaWith.WithReserved(k, v)
+			require.NoError(t, err)
+		}
+		require.True(t, viaWith.Properties().Equal(m.Properties()))
+		require.Equal(t, m.Header(), viaWith.Header())
+		size := 1
+		for k, v := range props {
+			size += len(k) + len(v)
+		}
+		require.Equal(t, size, m.Size())
+	}
+	a := message.Message{}.Stamp(message.KindPart, 3, 4)
+	b := message.Restore(nil, map[string]string{message.KeyKind: "3", message.KeyTerm: "3", message.KeyTimeTick: "4"})
+	require.True(t, a.Properties().Equal(b.Properties()))
+	require.False(t, a.Properties().Equal(a.WithTimeTick(5).Properties()))
+}
+
+// A stamp's binary form carries it through a backend: RestoreStamped
+// rebuilds what AppendStamp and Unstamped gave, and refuses bytes that are
+// not a stamp.
+func TestStampRoundTrip(t *testing.T) {
+	user, err := message.New([]byte("payload"), map[string]string{"u": "v"})
+	require.NoError(t, err)
+	for _, m := range []message.Message{
+		{},
+		user,
+		user.Stamp(message.KindData, 1, 2),
+		user.Stamp(message.KindTermBegin, -9223372036854775808, 18446744073709551615).WithVChannel("vc"),
+		message.Restore(nil, map[string]string{message.KeyTerm: "+1", message.KeyTimeTick: "9"}),
+	} {
+		b := append(m.AppendStamp([]byte("prefix")), "trailer"...)
+		got, n, err := message.RestoreStamped(m.Payload(), b[len("prefix"):], m.Unstamped().All())
+		require.NoError(t, err)
+		require.Equal(t, "trailer", string(b[len("prefix")+n:]), "the stamp says where it ends")
+		require.Equal(t, m.Properties().All(), got.Properties().All())
+		require.Equal(t, m.Header(), got.Header())
+	}
+	full := message.Message{}.Stamp(message.KindPart, 300, 1<<40).AppendStamp(nil)
+	for _, bad := range [][]byte{nil, {0x08}, {0xff}, full[:1], full[:2], full[:4], full[:len(full)-1]} {
+		_, _, err := message.RestoreStamped(nil, bad, nil)
+		require.ErrorIs(t, err, message.ErrBadProperty, "%x", bad)
+	}
+	_, _, err = message.RestoreStamped(nil, full, map[string]string{message.KeyTerm: "300"})
+	require.ErrorIs(t, err, message.ErrBadProperty, "a key held twice")
 }
 
 // Header reports exactly what Kind, Term, TimeTick and Size do, whatever

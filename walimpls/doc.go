@@ -20,9 +20,14 @@
 //     it, until it is truncated.
 //   - Append and AppendBatch do not keep the caller's messages: once they
 //     return, the caller may reuse a message's payload bytes and its
-//     properties map (message.Restore hands the map over; the adaptor
-//     reuses its maps), and what readers get does not change. A backend
-//     stores copies, or encodes the message, before it returns.
+//     properties map (message.Restore hands the map over), and what
+//     readers get does not change. A backend stores copies
+//     (message.Message.Copy), or encodes the message, before it returns.
+//     A message's kind, term and timetick are held in its stamp, not its
+//     map: a backend that encodes the stamp's binary form
+//     (Message.AppendStamp, message.RestoreStamped) keeps no map for a
+//     record that has no other properties; one that stores every
+//     property as a string (Properties().Pairs) keeps them too.
 //   - Scanners deliver messages in ID order, without gaps. A backend may
 //     also offer batch scanners (BatchReader), which deliver the same
 //     messages several per receive, in slices that belong to the receiver.

@@ -51,6 +51,13 @@ func (e *env) writerMessages(t *testing.T, g int) []message.Message {
 		if i%7 == 3 {
 			m = m.WithTerm(int64(g)).WithTimeTick(uint64(i)<<20 | 7).WithVChannel("vc-" + strconv.Itoa(g)).WithKind(message.KindTimeTick)
 		}
+		if i%11 == 4 {
+			// A reserved value that is not in decimal canonical form is
+			// still a property to keep byte for byte.
+			var err error
+			m, err = m.WithReserved(message.KeyTimeTick, "+0"+strconv.Itoa(i))
+			require.NoError(t, err)
+		}
 		msgs[i] = m
 	}
 	return msgs

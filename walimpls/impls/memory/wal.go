@@ -107,7 +107,7 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]messag
 	// Own the bytes: the caller may reuse its buffers once we return.
 	stored := make([]entry, len(msgs))
 	for i, m := range msgs {
-		stored[i] = entry{m: message.Restore(append([]byte(nil), m.Payload()...), m.Properties().All()), size: m.Size()}
+		stored[i] = entry{m: m.Copy(), size: m.Size()}
 	}
 	l := w.log
 	l.mu.Lock()
