@@ -107,7 +107,7 @@ func diskBatches(t *testing.T, dir string) int {
 				require.Zero(t, h.flags, "segment %d offset %d: a %d frame with flags", num, f.off, h.typ)
 				continue
 			}
-			m, err := decodeMessage(body, true)
+			m, err := decodeMessage(h.typ, body, true)
 			require.NoError(t, err)
 			tag, ok := m.Properties().Get("batch")
 			if !ok {

@@ -55,10 +55,11 @@
 //	synced  offset in this segment up to which the file was known to be
 //	        fdatasynced when the frame was written (see Recovery)
 //	chan    channel id (0 for frames that belong to no channel)
-//	typ     1 segment start, 2 message, 3 term, 4 truncate, 5 seal,
-//	        6 delete
+//	typ     1 segment start, 2 message (unstamped; read, no longer
+//	        written), 3 term, 4 truncate, 5 seal, 6 delete, 7 message
 //	flg     flags: 1 "more": the next frame belongs to the same batch
-//	        (message frames only; see Batches); 0 on every other frame
+//	        (message frames of either type only; see Batches); 0 on every
+//	        other frame
 //	0 0     zero
 //
 // Bodies:
@@ -71,8 +72,13 @@
 //	               channel id, uvarint n, then n times: uvarint id,
 //	               uvarint len+name, varint term, uvarint truncate seq,
 //	               uvarint last removed seq, uvarint last seq
-//	message        uvarint n properties, n times (uvarint len+key,
-//	               uvarint len+value), then the payload to the end of the body
+//	message        the message's stamp (its kind, term and timetick in
+//	               binary: message.Message.AppendStamp documents the
+//	               bytes), then as an unstamped message: the properties the
+//	               stamp does not hold, then the payload
+//	unstamped      uvarint n properties, n times (uvarint len+key,
+//	message        uvarint len+value), then the payload to the end of the
+//	               body
 //	term           varint term, uvarint len+channel name (the first term frame
 //	               of a channel id defines it)
 //	truncate       uvarint first kept seq, uvarint last removed seq
@@ -104,6 +110,13 @@
 // by a torn write can never be mistaken for the continuation of the log.
 //
 // # Batches
+//
+// Message frames are written with type 7 (stamped): the kind, term and
+// timetick every record of a WAL carries take a few bytes of binary
+// instead of three properties, and a reader builds no property map for a
+// record that has no other properties. Type 2 frames, written before, are
+// read unchanged (a batch may mix both types); a root written since must
+// not be opened by an older version, which takes type 7 for damage.
 //
 // A batch (AppendBatch; an Append is a batch of one) is a run of message
 // frames of one channel with consecutive sequence numbers, contiguous in

@@ -22,12 +22,22 @@ type frameType uint8
 
 const (
 	typeSegmentStart frameType = 1
-	typeMessage      frameType = 2
-	typeTerm         frameType = 3
-	typeTruncate     frameType = 4
-	typeSeal         frameType = 5
-	typeDelete       frameType = 6
+	// typeMessageV1 is a message whose kind, term and timetick are
+	// properties like any other: written before typeMessage existed, read
+	// still, no longer written.
+	typeMessageV1 frameType = 2
+	typeTerm      frameType = 3
+	typeTruncate  frameType = 4
+	typeSeal      frameType = 5
+	typeDelete    frameType = 6
+	// typeMessage is a message: its stamp, properties and payload.
+	typeMessage frameType = 7
 )
+
+// isMessage reports whether a frame of type typ holds a message.
+func isMessage[T frameType | byte](typ T) bool {
+	return frameType(typ) == typeMessage || frameType(typ) == typeMessageV1
+}
 
 // Frame flags, header byte 29.
 const (
@@ -156,10 +166,10 @@ func decodeFrame(b []byte, seg uint32) (frameHeader, []byte, int, frameStatus) {
 // validTypeAndFlags reports whether typ is a frame type and flags are flags
 // that type may carry (only message frames belong to batches).
 func validTypeAndFlags(typ, flags byte) bool {
-	if typ < byte(typeSegmentStart) || typ > byte(typeDelete) {
+	if typ < byte(typeSegmentStart) || typ > byte(typeMessage) {
 		return false
 	}
-	return flags == 0 || flags == flagMore && typ == byte(typeMessage)
+	return flags == 0 || flags == flagMore && isMessage(typ)
 }
 
 func allZero(b []byte) bool {
@@ -232,16 +242,17 @@ func (r *bodyReader) err(what string) error {
 	return nil
 }
 
-// encodeMessage encodes a message body: its properties, then its payload.
+// encodeMessage encodes the body of a message frame: the message's stamp,
+// its other properties, then its payload.
 func encodeMessage(m message.Message) []byte {
-	props := m.Properties().All()
-	n := binary.MaxVarintLen64 + len(m.Payload())
-	for k, v := range props {
+	props := m.Unstamped()
+	n := stampMaxBytes + binary.MaxVarintLen64 + len(m.Payload())
+	for k, v := range props.Pairs() {
 		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
 	}
-	b := make([]byte, 0, n)
-	b = binary.AppendUvarint(b, uint64(len(props)))
-	for k, v := range props {
+	b := m.AppendStamp(make([]byte, 0, n))
+	b = binary.AppendUvarint(b, uint64(props.Len()))
+	for k, v := range props.Pairs() {
 		b = binary.AppendUvarint(b, uint64(len(k)))
 		b = append(b, k...)
 		b = binary.AppendUvarint(b, uint64(len(v)))
@@ -250,21 +261,38 @@ func encodeMessage(m message.Message) []byte {
 	return append(b, m.Payload()...)
 }
 
-// decodeMessage decodes a message body. The properties are copied; the
-// payload aliases body unless copyPayload is set.
-func decodeMessage(body []byte, copyPayload bool) (message.Message, error) {
-	r := bodyReader{b: body}
-	n := r.uvarint()
-	// Each property takes at least two bytes, which bounds n before it is
-	// used as a capacity.
-	if n > uint64(len(r.b))/2 {
-		return message.Message{}, errors.Wrapf(errBadBody, "message: %d properties in %d bytes", n, len(r.b))
+// stampMaxBytes bounds a stamp's binary form: flags, kind, two varints.
+const stampMaxBytes = 2 + 2*binary.MaxVarintLen64
+
+// decodeMessage decodes the body of a message frame of type typ. The
+// properties are copied; the payload aliases body unless copyPayload is
+// set.
+func decodeMessage(typ frameType, body []byte, copyPayload bool) (message.Message, error) {
+	var (
+		stamp []byte
+		n     int
+	)
+	if typ == typeMessage {
+		// The stamp is decoded with everything else below; here only
+		// its length is needed, to find the properties after it.
+		_, sn, err := message.RestoreStamped(nil, body, nil)
+		if err != nil {
+			return message.Message{}, errors.Wrapf(errBadBody, "message stamp: %v", err)
+		}
+		stamp, n = body[:sn], sn
+	}
+	r := bodyReader{b: body[n:]}
+	count := r.uvarint()
+	// Each property takes at least two bytes, which bounds count before it
+	// is used as a capacity.
+	if count > uint64(len(r.b))/2 {
+		return message.Message{}, errors.Wrapf(errBadBody, "message: %d properties in %d bytes", count, len(r.b))
 	}
 	var props map[string]string
-	if n > 0 {
-		props = make(map[string]string, n)
+	if count > 0 {
+		props = make(map[string]string, count)
 	}
-	for i := uint64(0); i < n && !r.bad; i++ {
+	for i := uint64(0); i < count && !r.bad; i++ {
 		k := r.bytes()
 		v := r.bytes()
 		props[string(k)] = string(v)
@@ -272,7 +300,7 @@ func decodeMessage(body []byte, copyPayload bool) (message.Message, error) {
 	if err := r.err("message properties"); err != nil {
 		return message.Message{}, err
 	}
-	if uint64(len(props)) != n {
+	if uint64(len(props)) != count {
 		return message.Message{}, errors.Wrap(errBadBody, "message: duplicate property key")
 	}
 	var payload []byte
@@ -282,7 +310,14 @@ func decodeMessage(body []byte, copyPayload bool) (message.Message, error) {
 			payload = slices.Clone(r.b)
 		}
 	}
-	return message.Restore(payload, props), nil
+	if typ != typeMessage {
+		return message.Restore(payload, props), nil
+	}
+	m, _, err := message.RestoreStamped(payload, stamp, props)
+	if err != nil {
+		return message.Message{}, errors.Wrapf(errBadBody, "message: %v", err)
+	}
+	return m, nil
 }
 
 func encodeTerm(term int64, name string) []byte {

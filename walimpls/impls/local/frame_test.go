@@ -2,6 +2,7 @@ package local
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,21 +46,49 @@ func TestFrameRoundTrip(t *testing.T) {
 func TestMessageBodyRoundTrip(t *testing.T) {
 	m, err := message.New([]byte("payload"), map[string]string{"a": "1", "": "", "ü": "世界"})
 	require.NoError(t, err)
-	m = m.WithTerm(5).WithKind(message.KindTimeTick)
-	got, err := decodeMessage(encodeMessage(m), true)
-	require.NoError(t, err)
-	require.Equal(t, m.Payload(), got.Payload())
-	require.True(t, m.Properties().Equal(got.Properties()))
+	for _, m := range []message.Message{
+		m.WithTerm(5).WithKind(message.KindTimeTick),
+		m.Stamp(message.KindPart, -1, 1<<63).WithVChannel("vc"),
+		message.Restore([]byte("p"), map[string]string{message.KeyTerm: "+5", message.KeyKind: "3"}),
+		{},
+	} {
+		got, err := decodeMessage(typeMessage, encodeMessage(m), true)
+		require.NoError(t, err)
+		require.Equal(t, string(m.Payload()), string(got.Payload()))
+		require.Equal(t, m.Properties().All(), got.Properties().All())
 
-	got, err = decodeMessage(encodeMessage(message.Message{}), true)
-	require.NoError(t, err)
-	require.Empty(t, got.Payload())
-	require.Zero(t, got.Properties().Len())
-
-	for _, bad := range [][]byte{{}, {0x80}, {5}, {1, 3, 'a'}, {2, 1, 'a', 0, 1, 'a', 0}} {
-		_, err := decodeMessage(bad, true)
+		got, err = decodeMessage(typeMessageV1, encodeMessageV1(m), true)
+		require.NoError(t, err, "a message written before stamps")
+		require.Equal(t, string(m.Payload()), string(got.Payload()))
+		require.Equal(t, m.Properties().All(), got.Properties().All())
+		require.Equal(t, m.Header(), got.Header())
+	}
+	stamped := message.Message{}.Stamp(message.KindPart, 300, 1<<40)
+	for _, bad := range [][]byte{{}, {0x80}, {5}, {0, 1, 3, 'a'}, {0, 2, 1, 'a', 0, 1, 'a', 0}, {0x08, 0},
+		stamped.AppendStamp(nil)[:3],
+		append(stamped.AppendStamp(nil), 1, 2, '_', 't', 1, '1'), // the term twice
+	} {
+		_, err := decodeMessage(typeMessage, bad, true)
 		require.ErrorIs(t, err, errBadBody, "%x", bad)
 	}
+	for _, bad := range [][]byte{{}, {0x80}, {5}, {1, 3, 'a'}, {2, 1, 'a', 0, 1, 'a', 0}} {
+		_, err := decodeMessage(typeMessageV1, bad, true)
+		require.ErrorIs(t, err, errBadBody, "%x", bad)
+	}
+}
+
+// encodeMessageV1 encodes a message frame's body the way it was written
+// before stamps: every property as a string, then the payload.
+func encodeMessageV1(m message.Message) []byte {
+	props := m.Properties()
+	b := binary.AppendUvarint(nil, uint64(props.Len()))
+	for k, v := range props.Pairs() {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return append(b, m.Payload()...)
 }
 
 func TestMetaBodiesRoundTrip(t *testing.T) {
@@ -94,7 +123,9 @@ func TestMetaBodiesRoundTrip(t *testing.T) {
 	}
 	require.True(t, validTypeAndFlags(byte(typeDelete), 0))
 	require.False(t, validTypeAndFlags(byte(typeDelete), flagMore), "only message frames belong to batches")
-	require.False(t, validTypeAndFlags(byte(typeDelete)+1, 0))
+	require.True(t, validTypeAndFlags(byte(typeMessageV1), flagMore))
+	require.True(t, validTypeAndFlags(byte(typeMessage), flagMore))
+	require.False(t, validTypeAndFlags(byte(typeMessage)+1, 0))
 
 	next, err := decodeSeal(encodeSeal(1 << 40))
 	require.NoError(t, err)
@@ -110,6 +141,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	m, _ := message.New([]byte("hello"), map[string]string{"k": "v"})
 	seeds := [][]byte{
 		appendFrame(nil, frameHeader{seq: 1, seg: 1, typ: typeMessage, chanID: 1}, encodeMessage(m)),
+		appendFrame(nil, frameHeader{seq: 1, seg: 1, typ: typeMessageV1, chanID: 1}, encodeMessageV1(m.Stamp(message.KindData, 2, 3))),
 		appendFrame(nil, frameHeader{seq: 2, seg: 1, typ: typeTerm, chanID: 1}, encodeTerm(4, "c")),
 		appendFrame(nil, frameHeader{seq: 3, seg: 1, typ: typeTruncate, chanID: 1}, encodeTruncate(2, 1)),
 		appendFrame(nil, frameHeader{seq: 4, seg: 1, typ: typeSegmentStart}, encodeSegmentStart(segmentStart{prevEnd: 64, nextChanID: 2, chans: []chanSnapshot{{id: 1, name: "c", term: 4}}})),
@@ -128,7 +160,8 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// The body decoders see the raw bytes too: a valid CRC is rare in
 		// random input, and they must be robust on their own.
-		_, _ = decodeMessage(b, false)
+		_, _ = decodeMessage(typeMessage, b, false)
+		_, _ = decodeMessage(typeMessageV1, b, false)
 		_, _, _ = decodeTerm(b)
 		_, _, _ = decodeTruncate(b)
 		_, _ = decodeSegmentStart(b)
@@ -146,10 +179,14 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("re-encoding differs")
 		}
 		switch h.typ {
-		case typeMessage:
-			if m, err := decodeMessage(body, false); err == nil {
-				if _, err := decodeMessage(encodeMessage(m), true); err != nil {
+		case typeMessage, typeMessageV1:
+			if m, err := decodeMessage(h.typ, body, false); err == nil {
+				again, err := decodeMessage(typeMessage, encodeMessage(m), true)
+				if err != nil {
 					t.Fatalf("re-encoded message does not decode: %v", err)
+				}
+				if !again.Properties().Equal(m.Properties()) || !bytes.Equal(again.Payload(), m.Payload()) {
+					t.Fatalf("re-encoded message differs")
 				}
 			}
 		case typeTerm:

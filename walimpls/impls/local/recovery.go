@@ -244,7 +244,7 @@ func (r *replayer) scan(num uint64, buf *[]byte, oldest bool) (*segScan, error) 
 			return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: seq %d after %d", num, off, h.seq, seen)
 		}
 		seen = h.seq
-		if len(batch) > 0 && (h.typ != typeMessage || h.chanID != batch[0].h.chanID || h.seq != batch[len(batch)-1].h.seq+1) {
+		if len(batch) > 0 && (!isMessage(h.typ) || h.chanID != batch[0].h.chanID || h.seq != batch[len(batch)-1].h.seq+1) {
 			// A batch is framed at once, in one piece of one segment.
 			return nil, errors.Wrapf(ErrCorrupt, "local: segment %d offset %d: a frame of type %d, channel %d, seq %d inside a batch of channel %d",
 				num, off, h.typ, h.chanID, h.seq, batch[0].h.chanID)
@@ -430,7 +430,7 @@ func (r *replayer) checkOldest(first *segScan) error {
 // apply replays one frame into the channels' state.
 func (s *Store) apply(seg *segment, byID map[uint32]*channel, rs *recovered, h frameHeader, body []byte, off, size uint32) error {
 	switch h.typ {
-	case typeMessage:
+	case typeMessage, typeMessageV1:
 		ch, ok := byID[h.chanID]
 		if !ok {
 			return errors.Wrapf(ErrCorrupt, "message of undefined channel %d", h.chanID)

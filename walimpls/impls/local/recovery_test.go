@@ -235,3 +235,32 @@ func TestRecoveryLeftoverSpareIsRemoved(t *testing.T) {
 	_, err := os.Stat(filepath.Join(cfg.Dir, "spare-7.tmp"))
 	require.True(t, os.IsNotExist(err))
 }
+
+// A journal written before stamps holds its messages in frames of type 2,
+// every property a string: they are read back as they were, between and
+// beside the stamped frames written since.
+func TestMessagesWrittenBeforeStampsReadBack(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t.TempDir())
+	s, err := New(ctx, cfg)
+	require.NoError(t, err)
+	w, err := s.Open(ctx, walimpls.Channel{Name: "a", Term: 4}) // id 1
+	require.NoError(t, err)
+	appendN(t, w, "a", 2)
+	require.NoError(t, s.Close())
+	old, err := message.New([]byte("old"), map[string]string{"u": "v"})
+	require.NoError(t, err)
+	old = old.Stamp(message.KindTimeTick, 4, 1<<50).WithVChannel("vc")
+	appendRawFrame(t, cfg.Dir, typeMessageV1, 1, encodeMessageV1(old))
+
+	s = openStore(t, cfg)
+	w, err = s.Open(ctx, walimpls.Channel{Name: "a", Term: 5})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	appendN(t, w, "a", 1)
+	got := readAll(t, w)
+	require.Len(t, got, 4)
+	require.Equal(t, "old", string(got[2].Payload()))
+	require.Equal(t, old.Properties().All(), got[2].Properties().All())
+	require.Equal(t, old.Header(), got[2].Header())
+}

@@ -227,10 +227,10 @@ func decodeEntry(b []byte, e entry) (message.Immutable, error) {
 	if st != frameOK {
 		return message.Immutable{}, errors.Wrapf(ErrCorrupt, "segment %d offset %d: %s", e.seg, e.off, st)
 	}
-	if h.typ != typeMessage || h.seq != e.seq {
+	if !isMessage(h.typ) || h.seq != e.seq {
 		return message.Immutable{}, errors.Wrapf(ErrCorrupt, "segment %d offset %d: frame type %d seq %d, want a message at seq %d", e.seg, e.off, h.typ, h.seq, e.seq)
 	}
-	m, err := decodeMessage(body, false)
+	m, err := decodeMessage(h.typ, body, false)
 	if err != nil {
 		return message.Immutable{}, errors.WithStack(fmt.Errorf("segment %d offset %d: %w: %w", e.seg, e.off, err, ErrCorrupt))
 	}
