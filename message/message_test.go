@@ -251,3 +251,23 @@ func TestHeaderMatchesTheAccessors(t *testing.T) {
 	}
 	check(base.Stamp(message.KindPart, 3, 1<<62))
 }
+
+// Size counts a stamp's values as their decimal strings, at every length.
+func TestSizeOfStampedValues(t *testing.T) {
+	values := []uint64{0, 1, 9, 10, 99, 100, 9999, 10000, 99999, 1 << 40, 1<<63 - 1, 1 << 63, 1<<64 - 1}
+	for _, u := range values {
+		for _, m := range []message.Message{
+			message.Message{}.WithTimeTick(u),
+			message.Message{}.WithTerm(int64(u)),
+			message.Message{}.WithTerm(-int64(u)),
+			message.Message{}.WithKind(message.Kind(u % 256)),
+		} {
+			require.Equal(t, message.Restore(nil, m.Properties().All()).Size(), m.Size())
+			want := 0
+			for k, v := range m.Properties().Pairs() {
+				want += len(k) + len(v)
+			}
+			require.Equal(t, want, m.Size(), "%v", m.Properties().All())
+		}
+	}
+}

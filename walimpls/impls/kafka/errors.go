@@ -44,8 +44,7 @@ func wireSize(m message.Message) int {
 	body += varintLen(int64(len(p))) + len(p)
 	props := m.Properties()
 	body += varintLen(int64(props.Len()))
-	for _, k := range props.Keys() {
-		v, _ := props.Get(k)
+	for k, v := range props.Pairs() {
 		body += varintLen(int64(len(k))) + len(k) + varintLen(int64(len(v))) + len(v)
 	}
 	return batchOverhead + varintLen(int64(body)) + body

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -263,12 +265,12 @@ func (w *wal) tooLarge(size, i, n int) error {
 
 func (w *wal) record(m message.Message) *kgo.Record {
 	props := m.Properties()
-	keys := props.Keys()
-	hs := make([]kgo.RecordHeader, 0, len(keys))
-	for _, k := range keys {
-		v, _ := props.Get(k)
+	hs := make([]kgo.RecordHeader, 0, props.Len())
+	for k, v := range props.Pairs() {
 		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
+	// Sorted, so that a record's headers do not depend on map order.
+	slices.SortFunc(hs, func(a, b kgo.RecordHeader) int { return strings.Compare(a.Key, b.Key) })
 	return &kgo.Record{Topic: w.topic, Partition: logPartition, Value: m.Payload(), Headers: hs}
 }
 
