@@ -31,6 +31,10 @@
 //   - Scanners deliver messages in ID order, without gaps. A backend may
 //     also offer batch scanners (BatchReader), which deliver the same
 //     messages several per receive, in slices that belong to the receiver.
+//   - A backend may offer asynchronous appends (AsyncAppender): a batch
+//     handed over is answered later, through a callback, with what
+//     AppendBatch would have returned; batches handed over one after the
+//     other are stored in call order.
 //   - AppendBatch stores a batch in slice order; a backend that declares
 //     Capabilities.AtomicBatch stores it whole or not at all (memory: one
 //     lock; local: one journal group that recovery keeps or drops whole;

@@ -94,6 +94,29 @@ type WALImpl interface {
 	Close() error
 }
 
+// AsyncAppender is implemented by a WALImpl that can take a batch to store
+// and answer later: a caller with many appends in flight hands each over
+// and goes on, without a goroutine of its own per append. The adaptor's
+// AppendAsync uses it when a backend offers it.
+type AsyncAppender interface {
+	// AppendBatchAsync stores msgs as AppendBatch does (same checks,
+	// refusals, atomicity and errors) and calls done exactly once with
+	// what AppendBatch would have returned: from a goroutine of the
+	// backend, or before AppendBatchAsync returns when the batch is
+	// refused at once (a closed or fenced WAL, a message above the limit,
+	// ctx already done). done must not block: the backend may hold the
+	// answers of later batches until it returns.
+	//
+	// Batches handed over by calls that do not overlap (one returned
+	// before the next began) are stored in call order: every ID of a
+	// stored batch is above every ID of the batches stored before it. A
+	// batch after a failed one may still be stored. The caller may reuse
+	// the messages' payloads and property maps once done was called, not
+	// before. ctx bounds the whole append; Close ends the appends in
+	// flight, each with its own error.
+	AppendBatchAsync(ctx context.Context, msgs []message.Message, done func([]message.ID, error))
+}
+
 // BatchReader is implemented by a WALImpl whose scanners can hand over
 // several messages per channel receive. A consumer that reads through it
 // pays one goroutine hand-off per slice instead of one per message: the

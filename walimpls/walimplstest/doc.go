@@ -74,10 +74,17 @@
 //	                     the parts that read run again reading through
 //	                     ReadBatches: the same promises, no empty slice, and
 //	                     a slice the receiver cleared changes nothing
+//	Async/<part>         for a backend whose WALs are walimpls.AsyncAppenders,
+//	                     the parts that append run again appending through
+//	                     AppendBatchAsync: the same promises, done called
+//	                     exactly once
+//	Async/AsyncPipeline  batches handed over back to back without waiting are
+//	                     stored in call order; batches in flight as the WAL
+//	                     closes get one answer each, and what they say is so
 //
 // Every blocking call of a part is bounded by the wait timeout (a backend
 // that ignores its context, or a Close that never returns, fails the part in
-// seconds), and the package's own test runs the suite against forty-four
+// seconds), and the package's own test runs the suite against forty-six
 // deliberately broken backends to show that each part can fail.
 //
 // Beside the suite, the package has small helpers for a backend's own tests

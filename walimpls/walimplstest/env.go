@@ -41,23 +41,34 @@ type env struct {
 	ctx  context.Context
 	opts options
 	// batches: the part runs under "Batches", reading through ReadBatches
-	// (batches.go).
-	batches bool
+	// (batches.go); async: under "Async", appending through
+	// AppendBatchAsync (async.go).
+	batches, async bool
 
 	mu         sync.Mutex
 	violations []error // of batch scanners, reported as the part ends
 }
 
-func newEnv(t *testing.T, c Cluster, opts options, batches bool) *env {
+// variant is how a part's WALs read and append: as they are, or through
+// batch scanners, or through asynchronous appends.
+type variant int
+
+const (
+	plainVariant variant = iota
+	batchesVariant
+	asyncVariant
+)
+
+func newEnv(t *testing.T, c Cluster, opts options, v variant) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := &env{t: t, c: c, ctx: ctx, opts: opts, batches: batches}
+	e := &env{t: t, c: c, ctx: ctx, opts: opts, batches: v == batchesVariant, async: v == asyncVariant}
 	// Registered first, so it runs last: after the scanners closed.
 	t.Cleanup(func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		for _, err := range e.violations {
-			t.Errorf("batch scanner: %v", err)
+			t.Errorf("broken promise: %v", err)
 		}
 	})
 	e.caps = e.opener().Capabilities()
@@ -155,6 +166,13 @@ func (e *env) tryOpen(o walimpls.Opener, name string, term int64, mode walimpls.
 				e.t.Skip(noBatchReaderSkip)
 			}
 			w = &batchedWAL{WALImpl: w, br: br, e: e}
+		}
+		if e.async {
+			aa, ok := w.(walimpls.AsyncAppender)
+			if !ok {
+				e.t.Skip(noAsyncAppenderSkip)
+			}
+			w = &asyncWAL{WALImpl: w, aa: aa, e: e}
 		}
 	}
 	return w, err

@@ -42,7 +42,7 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 	}
 	for _, p := range parts {
 		t.Run(p.name, func(t *testing.T) {
-			p.fn(t, newEnv(t, f(t), o, false))
+			p.fn(t, newEnv(t, f(t), o, plainVariant))
 		})
 	}
 	t.Run("Batches", func(t *testing.T) {
@@ -51,9 +51,22 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 				continue
 			}
 			t.Run(p.name, func(t *testing.T) {
-				p.fn(t, newEnv(t, f(t), o, true))
+				p.fn(t, newEnv(t, f(t), o, batchesVariant))
 			})
 		}
+	})
+	t.Run("Async", func(t *testing.T) {
+		for _, p := range parts {
+			if !asyncParts[p.name] {
+				continue
+			}
+			t.Run(p.name, func(t *testing.T) {
+				p.fn(t, newEnv(t, f(t), o, asyncVariant))
+			})
+		}
+		t.Run("AsyncPipeline", func(t *testing.T) {
+			testAsyncPipeline(t, newEnv(t, f(t), o, asyncVariant))
+		})
 	})
 }
 

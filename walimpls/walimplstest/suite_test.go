@@ -81,6 +81,8 @@ var breakages = []struct {
 	{"delete-writer-reaches-new-channel", []string{"Delete", "DeleteFencesOtherNodes"}},
 	{"batches-empty-slice", []string{"Batches/ConcurrentAppendRead", "Batches/DeliverPolicies"}},
 	{"batches-drop-last", []string{"Batches/ConcurrentAppendRead", "Batches/DeliverPolicies"}},
+	{"async-done-twice", []string{"Async/AppendBatch", "Async/AsyncPipeline"}},
+	{"async-swap", []string{"Async/AsyncPipeline"}},
 }
 
 // TestSuiteCatchesBrokenBackends runs the suite, in a child process, against
@@ -98,14 +100,14 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 			run := "^TestBrokenBackendChild$"
 			if c.mustFail != nil {
 				// go test matches each level of a subtest's name apart:
-				// parts under Batches (all of a breakage's, or none) need
-				// a level of their own.
+				// parts under Batches or Async (all of a breakage's, or
+				// none) need a level of their own.
 				parts := c.mustFail
-				if after, ok := strings.CutPrefix(parts[0], "Batches/"); ok {
-					run += "/^Batches$"
-					parts = []string{after}
-					for _, p := range c.mustFail[1:] {
-						parts = append(parts, strings.TrimPrefix(p, "Batches/"))
+				if group, _, ok := strings.Cut(parts[0], "/"); ok {
+					run += "/^" + group + "$"
+					parts = nil
+					for _, p := range c.mustFail {
+						parts = append(parts, strings.TrimPrefix(p, group+"/"))
 					}
 				}
 				run += "/^(" + strings.Join(parts, "|") + ")$"
@@ -290,10 +292,77 @@ func (o *brokenOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.
 		return nil, err
 	}
 	bw := &brokenWAL{WALImpl: w, asked: asked, o: o, broken: o.broken}
-	if br, ok := w.(walimpls.BatchReader); ok && (o.broken == "none" || strings.HasPrefix(o.broken, "batches-")) {
+	br, batches := w.(walimpls.BatchReader)
+	batches = batches && (o.broken == "none" || strings.HasPrefix(o.broken, "batches-"))
+	aa, async := w.(walimpls.AsyncAppender)
+	async = async && (o.broken == "none" || strings.HasPrefix(o.broken, "async-"))
+	switch {
+	case batches && async:
+		return &brokenBatchAsyncWAL{brokenBatchWAL: &brokenBatchWAL{brokenWAL: bw, br: br}, async: &brokenAsyncWAL{brokenWAL: bw, aa: aa}}, nil
+	case batches:
 		return &brokenBatchWAL{brokenWAL: bw, br: br}, nil
+	case async:
+		return &brokenAsyncWAL{brokenWAL: bw, aa: aa}, nil
 	}
 	return bw, nil
+}
+
+// brokenAsyncWAL is a brokenWAL that offers asynchronous appends: unbroken
+// for "none", broken for the "async-" breakages.
+type brokenAsyncWAL struct {
+	*brokenWAL
+	aa walimpls.AsyncAppender
+
+	mu   sync.Mutex
+	held func() // async-swap: the batch held back until the next one
+}
+
+func (w *brokenAsyncWAL) AppendBatchAsync(ctx context.Context, msgs []message.Message, done func([]message.ID, error)) {
+	switch w.broken {
+	case "async-done-twice":
+		// Answers every batch twice, as a retry loop that forgot it had
+		// answered might.
+		w.aa.AppendBatchAsync(ctx, msgs, func(ids []message.ID, err error) {
+			done(ids, err)
+			done(ids, err)
+		})
+	case "async-swap":
+		// Stores each pair of batches handed over back to back in the
+		// wrong order; a batch left alone goes after a while.
+		store := func() { ids, err := w.WALImpl.AppendBatch(ctx, msgs); done(ids, err) }
+		w.mu.Lock()
+		held := w.held
+		w.held = nil
+		if held == nil {
+			w.held = store
+			time.AfterFunc(50*time.Millisecond, func() {
+				w.mu.Lock()
+				alone := w.held
+				w.held = nil
+				w.mu.Unlock()
+				if alone != nil {
+					alone()
+				}
+			})
+		}
+		w.mu.Unlock()
+		if held != nil {
+			store()
+			held()
+		}
+	default:
+		w.aa.AppendBatchAsync(ctx, msgs, done)
+	}
+}
+
+// brokenBatchAsyncWAL offers both batch scanners and asynchronous appends.
+type brokenBatchAsyncWAL struct {
+	*brokenBatchWAL
+	async *brokenAsyncWAL
+}
+
+func (w *brokenBatchAsyncWAL) AppendBatchAsync(ctx context.Context, msgs []message.Message, done func([]message.ID, error)) {
+	w.async.AppendBatchAsync(ctx, msgs, done)
 }
 
 // brokenBatchWAL is a brokenWAL that offers batch scanners: unbroken for

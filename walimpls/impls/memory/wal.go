@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -22,6 +23,9 @@ type wal struct {
 	closed  atomic.Bool
 	closing chan struct{} // closed by Close: ends appends waiting out an injected latency
 	scans   lifecycle.Group[*scanner]
+
+	asyncMu sync.Mutex
+	async   asyncAppends // guarded by asyncMu
 }
 
 var _ walimpls.WALImpl = (*wal)(nil)
@@ -232,6 +236,7 @@ func (w *wal) Close() error {
 		return nil
 	}
 	close(w.closing)
+	w.stopAsync()
 	w.scans.StopAll(errors.Wrapf(walimpls.ErrClosed, "memory: scanner of %s", w.ch))
 	w.opener.forget(w)
 	return nil
