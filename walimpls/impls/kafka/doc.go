@@ -91,6 +91,16 @@
 // outcome is unknown makes the appends fail with a retryable error: they may
 // or may not be stored, as with a cancelled Append.
 //
+// AppendBatchAsync (walimpls.AsyncAppender) takes the same path without a
+// caller waiting on it: with transactions it queues the request for the
+// writer goroutine and returns (it blocks only while MaxBatchRecords
+// requests are queued already), and the writer answers it as it answers a
+// waiting caller; without, it hands the records to the client, and the
+// last record's promise answers. Requests the writer never took when the
+// WAL closes are answered as not stored. So a caller with many appends in
+// flight needs no goroutine per append, and calls that follow each other
+// are stored in call order (one queue, one producer).
+//
 // An Append or AppendBatch refused before any of its records reached the
 // broker fails with an error marked walimpls.MarkNotStored
 // (walimpls.NotStored reports true): on a closed WAL, on a WAL that knows

@@ -53,7 +53,10 @@ type wal struct {
 	wr       appender // nil for ReadOnly; set before the WAL is shared
 }
 
-var _ walimpls.WALImpl = (*wal)(nil)
+var (
+	_ walimpls.WALImpl       = (*wal)(nil)
+	_ walimpls.AsyncAppender = (*wal)(nil)
+)
 
 func newWAL(o *Opener, ch walimpls.Channel, topic string, id topicID, limit int) *wal {
 	w := &wal{
@@ -214,43 +217,75 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 // walimpls.MarkNotStored; a message above the limit refuses the whole batch
 // with a *walimpls.TooLargeError.
 func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
+	recs, sizes, err := w.records(ctx, msgs)
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	start := time.Now()
+	offs, err := w.wr.appendBatch(ctx, recs, sizes)
+	w.o.m.observeAppend(start, sizes, len(offs), err)
+	return seqIDs(offs), err
+}
+
+// AppendBatchAsync implements walimpls.AsyncAppender: AppendBatch, handed
+// to the writer without waiting (the transactional writer's queue, or the
+// client's buffer when transactions are off), answered from the writer's
+// goroutine.
+func (w *wal) AppendBatchAsync(ctx context.Context, msgs []message.Message, done func([]message.ID, error)) {
+	recs, sizes, err := w.records(ctx, msgs)
+	if err != nil || len(recs) == 0 {
+		done(nil, err)
+		return
+	}
+	start := time.Now()
+	w.wr.appendBatchAsync(ctx, recs, sizes, func(offs []int64, err error) {
+		w.o.m.observeAppend(start, sizes, len(offs), err)
+		done(seqIDs(offs), err)
+	})
+}
+
+// records checks an append (the WAL, its fence, the sizes, ctx) and
+// returns the records to produce with each message's Size; none for an
+// empty batch.
+func (w *wal) records(ctx context.Context, msgs []message.Message) ([]*kgo.Record, []int, error) {
 	if w.isClosed() {
-		return nil, walimpls.MarkNotStored(w.closedErr())
+		return nil, nil, walimpls.MarkNotStored(w.closedErr())
 	}
 	if w.wr == nil {
-		return nil, errors.Wrapf(walimpls.ErrReadOnly, "kafka: append to channel %q", w.ch.Name)
+		return nil, nil, errors.Wrapf(walimpls.ErrReadOnly, "kafka: append to channel %q", w.ch.Name)
 	}
 	if err := w.fencedErr(); err != nil {
-		return nil, walimpls.MarkNotStored(err)
+		return nil, nil, walimpls.MarkNotStored(err)
 	}
 	sizes := make([]int, len(msgs))
 	for i, m := range msgs {
 		sizes[i] = m.Size()
 		if sizes[i] > w.declared || wireSize(m) > w.limit {
-			return nil, w.tooLarge(sizes[i], i, len(msgs))
+			return nil, nil, w.tooLarge(sizes[i], i, len(msgs))
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, walimpls.MarkNotStored(err)
+		return nil, nil, walimpls.MarkNotStored(err)
 	}
 	if len(msgs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
 		recs[i] = w.record(m)
 	}
-	start := time.Now()
-	offs, err := w.wr.appendBatch(ctx, recs, sizes)
-	w.o.m.observeAppend(start, sizes, len(offs), err)
-	var ids []message.ID
-	if len(offs) > 0 {
-		ids = make([]message.ID, len(offs))
-		for i, off := range offs {
-			ids[i] = message.NewSeqID(Name, off)
-		}
+	return recs, sizes, nil
+}
+
+func seqIDs(offs []int64) []message.ID {
+	if len(offs) == 0 {
+		return nil
 	}
-	return ids, err
+	ids := make([]message.ID, len(offs))
+	for i, off := range offs {
+		ids[i] = message.NewSeqID(Name, off)
+	}
+	return ids
 }
 
 // tooLarge is the error of message i of a batch of n whose size is above

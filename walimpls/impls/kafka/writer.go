@@ -24,6 +24,9 @@ type appender interface {
 	// failure it returns the offsets of a prefix of recs known to be stored
 	// (always none with transactions) with the error.
 	appendBatch(ctx context.Context, recs []*kgo.Record, sizes []int) ([]int64, error)
+	// appendBatchAsync is appendBatch answering through done, exactly once
+	// (see walimpls.AsyncAppender), instead of waiting.
+	appendBatchAsync(ctx context.Context, recs []*kgo.Record, sizes []int, done func([]int64, error))
 	// close stops the appender and waits for it; pending appends fail.
 	close()
 }
@@ -35,7 +38,9 @@ type appendReq struct {
 	recs  []*kgo.Record
 	sizes []int // Message.Size of each record, for TooLargeError
 	bytes int   // the sum of sizes
-	res   chan appendRes
+	// answer is called exactly once with the outcome: it hands it to the
+	// waiting caller (appendBatch) or to its callback (appendBatchAsync).
+	answer func(appendRes)
 }
 
 type appendRes struct {
@@ -78,6 +83,8 @@ func newTxnWriter(ctx context.Context, w *wal) (*txnWriter, error) {
 		w:   w,
 		box: claimown.NewMailbox[*appendReq, appendRes](w.o.cfg.MaxBatchRecords, w.closedErr, claimown.AnswersTaken),
 	}
+	// Requests the loop never took stored nothing.
+	tw.box.SetOrphans(func(r *appendReq) { r.answer(appendRes{err: walimpls.MarkNotStored(w.closedErr())}) })
 	tw.ctx = tw.box.Context()
 	cl, err := tw.acquire(ctx, false)
 	if err != nil {
@@ -172,15 +179,30 @@ func (tw *txnWriter) acquire(ctx context.Context, precheck bool) (*kgo.Client, e
 // appendBatch queues recs as one request and waits for its transaction.
 // The WAL has checked the fence, the sizes and ctx.
 func (tw *txnWriter) appendBatch(ctx context.Context, recs []*kgo.Record, sizes []int) ([]int64, error) {
-	req := &appendReq{ctx: ctx, recs: recs, sizes: sizes, res: make(chan appendRes, 1)}
-	for _, n := range sizes {
-		req.bytes += n
-	}
-	res, err := tw.box.Submit(ctx, req, req.res)
+	res := make(chan appendRes, 1)
+	req := newAppendReq(ctx, recs, sizes, func(r appendRes) { res <- r })
+	r, err := tw.box.Submit(ctx, req, res)
 	if err != nil {
 		return nil, err
 	}
-	return res.offs, res.err
+	return r.offs, r.err
+}
+
+// appendBatchAsync queues recs as one request, whose transaction answers
+// done. The WAL has checked the fence, the sizes and ctx.
+func (tw *txnWriter) appendBatchAsync(ctx context.Context, recs []*kgo.Record, sizes []int, done func([]int64, error)) {
+	req := newAppendReq(ctx, recs, sizes, func(r appendRes) { done(r.offs, r.err) })
+	if err := tw.box.Post(ctx, req); err != nil {
+		done(nil, err)
+	}
+}
+
+func newAppendReq(ctx context.Context, recs []*kgo.Record, sizes []int, answer func(appendRes)) *appendReq {
+	req := &appendReq{ctx: ctx, recs: recs, sizes: sizes, answer: answer}
+	for _, n := range sizes {
+		req.bytes += n
+	}
+	return req
 }
 
 func (tw *txnWriter) close() { tw.box.Close() }
@@ -246,14 +268,14 @@ func (tw *txnWriter) run() {
 func (tw *txnWriter) failPending(held *appendReq) {
 	err := walimpls.MarkNotStored(tw.w.closedErr())
 	if held != nil {
-		held.res <- appendRes{err: err}
+		held.answer(appendRes{err: err})
 	}
-	tw.box.Drain(func(r *appendReq) { r.res <- appendRes{err: err} })
+	tw.box.Drain(func(r *appendReq) { r.answer(appendRes{err: err}) })
 }
 
 func reply(group []*appendReq, err error) {
 	for _, r := range group {
-		r.res <- appendRes{err: err}
+		r.answer(appendRes{err: err})
 	}
 }
 
@@ -262,7 +284,7 @@ func (tw *txnWriter) commit(group []*appendReq) {
 	live := group[:0:0]
 	for _, r := range group {
 		if err := r.ctx.Err(); err != nil {
-			r.res <- appendRes{err: walimpls.MarkNotStored(err)} // the caller is gone: never sent
+			r.answer(appendRes{err: walimpls.MarkNotStored(err)}) // the caller is gone: never sent
 			continue
 		}
 		live = append(live, r)
@@ -357,7 +379,7 @@ func (tw *txnWriter) commitAttempt(live []*appendReq, attempt int) {
 				for i, rec := range r.recs {
 					offs[i] = rec.Offset
 				}
-				r.res <- appendRes{offs: offs}
+				r.answer(appendRes{offs: offs})
 			}
 			return
 		}
@@ -503,10 +525,10 @@ func (tw *txnWriter) fail(group []*appendReq, cause error, stage sendStage, errs
 	case isTooLarge(cause) && errs != nil:
 		for k, r := range group {
 			if i := largestTooLarge(errs[k], r.sizes); i >= 0 {
-				r.res <- appendRes{err: w.tooLarge(r.sizes[i], i, len(r.recs))}
+				r.answer(appendRes{err: w.tooLarge(r.sizes[i], i, len(r.recs))})
 				continue
 			}
-			r.res <- appendRes{err: errors.Wrapf(cause, "kafka: append to channel %q: transaction aborted: another append in it was too large for the broker", w.ch.Name)}
+			r.answer(appendRes{err: errors.Wrapf(cause, "kafka: append to channel %q: transaction aborted: another append in it was too large for the broker", w.ch.Name)})
 		}
 	case isFenced(cause):
 		w.log.Warn("producer fenced by a concurrent open that lost the term claim; re-acquiring", "err", cause)
@@ -604,6 +626,35 @@ wait:
 		return offs, waitErr
 	}
 	return offs, pw.failed(ctx, errs, sizes, p)
+}
+
+// appendBatchAsync produces recs in slice order and answers done once the
+// client answered every record, as appendBatch would have returned. The
+// client calls the promises of a partition in order, one at a time.
+func (pw *plainWriter) appendBatchAsync(ctx context.Context, recs []*kgo.Record, sizes []int, done func([]int64, error)) {
+	errs := make([]error, len(recs))
+	var left atomic.Int64
+	left.Store(int64(len(recs)))
+	for i, r := range recs {
+		pw.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			errs[i] = err // published to the last promise by the decrement
+			if left.Dec() > 0 {
+				return
+			}
+			var offs []int64
+			for i, r := range recs {
+				if errs[i] != nil {
+					break
+				}
+				offs = append(offs, r.Offset)
+			}
+			if p := len(offs); p < len(recs) {
+				done(offs, pw.failed(ctx, errs, sizes, p))
+				return
+			}
+			done(offs, nil)
+		})
+	}
 }
 
 // largestTooLarge returns the index of the largest record whose error is a

@@ -35,8 +35,11 @@ type Mailbox[Q, R any] struct {
 	closed  func() error
 	answers Answers
 
+	orphans func(Q) // answers what the loop left queued (SetOrphans)
+
 	stop     chan struct{}
 	done     chan struct{}
+	drained  chan struct{} // closed once the orphans were answered, after done
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopOnce sync.Once
@@ -53,6 +56,7 @@ func NewMailbox[Q, R any](capacity int, closed func() error, answers Answers) *M
 		answers: answers,
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
+		drained: make(chan struct{}),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m
@@ -97,6 +101,36 @@ func (m *Mailbox[Q, R]) Submit(ctx context.Context, req Q, reply <-chan R) (R, e
 	}
 }
 
+// SetOrphans sets how a request that the loop left queued as it returned
+// is answered, for requests queued with Post (whose callers do not wait
+// for an answer, as Submit's do): orphans answers each exactly once. Call
+// it before Go.
+func (m *Mailbox[Q, R]) SetOrphans(orphans func(Q)) { m.orphans = orphans }
+
+// Post queues req and returns without waiting for its answer: for a writer
+// whose requests answer through a callback. When req cannot be queued (ctx
+// ends first, or the loop has returned) Post returns the error Submit
+// would, marked walimpls.MarkNotStored, and nothing answers req. A queued
+// request is answered exactly once: by the loop, or, when the loop
+// returned without taking it, by the orphans function (SetOrphans).
+func (m *Mailbox[Q, R]) Post(ctx context.Context, req Q) error {
+	select {
+	case m.reqs <- req:
+	case <-ctx.Done():
+		return walimpls.MarkNotStored(ctx.Err()) // never queued
+	case <-m.done:
+		return walimpls.MarkNotStored(m.closed())
+	}
+	select {
+	case <-m.done:
+		// Queued after the loop returned, and perhaps after Go's drain
+		// of what it left: answer whatever is still queued here.
+		m.Drain(m.orphans)
+	default:
+	}
+	return nil
+}
+
 // Requests is the queue the loop takes requests from.
 func (m *Mailbox[Q, R]) Requests() <-chan Q { return m.reqs }
 
@@ -128,8 +162,12 @@ func (m *Mailbox[Q, R]) Go(loop func()) {
 		panic("claimown: Mailbox.Go called twice")
 	}
 	go func() {
-		defer close(m.done)
+		defer close(m.drained)
 		loop()
+		close(m.done)
+		if m.orphans != nil {
+			m.Drain(m.orphans)
+		}
 	}()
 }
 
@@ -137,13 +175,14 @@ func (m *Mailbox[Q, R]) Go(loop func()) {
 func (m *Mailbox[Q, R]) Started() bool { return m.started.Load() }
 
 // Close closes Stopping, cancels Context, and waits for the loop to return
-// if it was started. It is idempotent.
+// (and the requests it left to be answered, see SetOrphans) if it was
+// started. It is idempotent.
 func (m *Mailbox[Q, R]) Close() {
 	m.stopOnce.Do(func() {
 		close(m.stop)
 		m.cancel()
 	})
 	if m.started.Load() {
-		<-m.done
+		<-m.drained
 	}
 }

@@ -3,6 +3,8 @@ package claimown
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,4 +239,50 @@ func TestMailboxLifecycle(t *testing.T) {
 	assert.Panics(t, func() { n.Go(func() {}) })
 	n.Close()
 	n.Close()
+}
+
+// Every request Post queued is answered exactly once, by the loop or, when
+// the loop returned without taking it, by the orphans function; a request
+// Post refused is answered by no one. Posters race Close, and the loop
+// leaves its queue behind.
+func TestMailboxPostAnswersEveryQueuedRequestOnce(t *testing.T) {
+	for range 50 {
+		m := newBox(2, AnswersTaken)
+		var orphaned, answered, refused, queued atomic.Int64
+		counts := make([]atomic.Int32, 200)
+		m.SetOrphans(func(r *req) { counts[r.n].Add(1); orphaned.Add(1) })
+		m.Go(func() {
+			for {
+				select {
+				case <-m.Stopping():
+					return // leaves the queue to the orphans function
+				case r := <-m.Requests():
+					counts[r.n].Add(1)
+					answered.Add(1)
+				}
+			}
+		})
+		var wg sync.WaitGroup
+		for p := range 4 {
+			wg.Go(func() {
+				for i := p; i < len(counts); i += 4 {
+					if err := m.Post(context.Background(), &req{n: i}); err != nil {
+						require.True(t, walimpls.NotStored(err))
+						counts[i].Add(100) // marks it refused
+						refused.Add(1)
+						continue
+					}
+					queued.Add(1)
+				}
+			})
+		}
+		m.Close()
+		wg.Wait()
+		for i := range counts {
+			n := counts[i].Load()
+			require.Truef(t, n == 1 || n == 100, "request %d answered %d times (100: refused)", i, n)
+		}
+		require.Equal(t, queued.Load(), answered.Load()+orphaned.Load())
+		require.EqualValues(t, len(counts), queued.Load()+refused.Load())
+	}
 }
