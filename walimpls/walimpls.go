@@ -112,8 +112,10 @@ type AsyncAppender interface {
 	// stored batch is above every ID of the batches stored before it. A
 	// batch after a failed one may still be stored. The caller may reuse
 	// the messages' payloads and property maps once done was called, not
-	// before. ctx bounds the whole append; Close ends the appends in
-	// flight, each with its own error.
+	// before: so done comes once the backend no longer holds them. ctx
+	// ends an append the backend can still refuse (queued, not sent); one
+	// on its way is answered when its outcome is known. Close ends the
+	// appends in flight, each with its own answer.
 	AppendBatchAsync(ctx context.Context, msgs []message.Message, done func([]message.ID, error))
 }
 
