@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -527,4 +529,49 @@ func TestTooLargeNamesTheLimit(t *testing.T) {
 	last, err := w.impl.Last(ctx)
 	require.NoError(t, err)
 	require.Equal(t, w.lastWatermark, last, "nothing was stored after the first watermark")
+}
+
+// On a backend that appends asynchronously, AppendAsync hands the batch
+// over without a goroutine per append: fifty appends held up by the
+// backend add no fifty goroutines. Close answers them all.
+func TestAppendAsyncNeedsNoGoroutinePerAppend(t *testing.T) {
+	c := memory.NewCluster()
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "async-goroutines", 1, Options{TimeTickInterval: time.Hour, MaxInflightAppends: 64})
+	require.NotNil(t, w.async, "the memory backend appends asynchronously")
+	m, _ := message.New([]byte("x"), nil)
+	c.SetAppendLatency(time.Hour)
+	before := runtime.NumGoroutine()
+	const n = 50
+	errs := make(chan error, n)
+	for range n {
+		w.AppendAsync(context.Background(), m, func(_ AppendResult, err error) { errs <- err })
+	}
+	require.Less(t, runtime.NumGoroutine()-before, 10, "goroutines added by %d appends in flight", n)
+	require.NoError(t, w.Close())
+	for range n {
+		require.ErrorIs(t, <-errs, walimpls.ErrClosed)
+	}
+}
+
+// A first asynchronous attempt that fails retryably is retried as a
+// synchronous append would be, and the message is stored once.
+func TestAppendAsyncRetriesAFailedFirstAttempt(t *testing.T) {
+	c := memory.NewCluster()
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "async-retry", 1, Options{TimeTickInterval: time.Hour})
+	s, err := w.Read(context.Background(), ReadOption{DeliverPolicy: DeliverAll()})
+	require.NoError(t, err)
+	defer s.Close()
+	c.FailNextAppends(1)
+	done := make(chan AppendResult, 1)
+	w.AppendAsync(context.Background(), payload(1, 10), func(r AppendResult, err error) {
+		assert.NoError(t, err)
+		done <- r
+	})
+	r := <-done
+	require.EqualValues(t, 1, testutil.ToFloat64(w.m.retries), "the first attempt failed and was retried")
+	got := recvN(t, s, 1)[0]
+	require.Equal(t, r.ID, got.ID())
+	_, err = w.Append(context.Background(), payload(2, 10))
+	require.NoError(t, err)
+	require.Equal(t, string(payload(2, 10).Payload()), string(recvN(t, s, 1)[0].Payload()), "the retried message is delivered once")
 }

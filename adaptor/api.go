@@ -34,11 +34,16 @@ type WAL interface {
 	// otherwise its outcome is unknown (see the package documentation).
 	Append(ctx context.Context, m message.Message) (AppendResult, error)
 	// AppendAsync stores m in the background and calls cb with the outcome,
-	// exactly once, from another goroutine (from the caller's own only when
-	// the WAL is closed). It takes m's timetick before it returns, so one
-	// caller's async appends are delivered in call order. It blocks
-	// (back-pressure) while the number of appends in flight is at its
-	// bound, until ctx ends.
+	// exactly once, from the WAL's callback goroutine (from the caller's
+	// own only when the WAL is closed). Callbacks run one at a time, in
+	// the order the appends were answered: a callback that blocks holds
+	// back the callbacks after it (not the appends), and one must not wait
+	// for another append's callback. It takes m's timetick before it
+	// returns, so one caller's async appends are delivered in call order.
+	// It blocks (back-pressure) while the number of appends in flight is
+	// at its bound, until ctx ends. On a backend that appends
+	// asynchronously (walimpls.AsyncAppender: Kafka, memory) the message
+	// goes to the backend without a goroutine per append.
 	AppendAsync(ctx context.Context, m message.Message, cb func(AppendResult, error))
 	// AppendBatch stores msgs as one backend batch, with timeticks
 	// increasing in slice order: they are stored and delivered in slice

@@ -228,8 +228,10 @@
 //     payload copy it needs (callers may reuse a payload's bytes once
 //     Append returned), since it takes a lock and a push per backend call
 //     where the tail reader pushes a slice at once.
-//   - AppendAsync starts a goroutine per append to reach the backend; an
-//     asynchronous append in the backend contract would remove it for
-//     backends that pipeline (Kafka, Pulsar). These benchmarks append
-//     synchronously from 16 goroutines and do not measure it.
+//   - AppendAsync hands a message to a backend that appends
+//     asynchronously (walimpls.AsyncAppender: Kafka, memory) without a
+//     goroutine per append, and runs callbacks on one goroutine of the
+//     WAL; on the others (local, Pulsar) a goroutine per append waits for
+//     the backend. These benchmarks append synchronously from 16
+//     goroutines and do not measure it.
 package adaptor

@@ -27,7 +27,12 @@ type wal struct {
 	// prepPool recycles the batches of single appends (Append,
 	// AppendAsync), which copy their result out before they return one.
 	prepPool  sync.Pool
-	partBytes int // 0: never split
+	// async is the backend's asynchronous append, when it offers one and
+	// appends need no confirmation; AppendAsync then needs no goroutine
+	// per append.
+	async     walimpls.AsyncAppender
+	callbacks *callbacks // runs AppendAsync's callbacks
+	partBytes int        // 0: never split
 	inflight  chan struct{}
 	wab       *writeAheadBuffer
 
@@ -131,8 +136,12 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		confirm:   !caps.Fencing && !opts.ReadOnly,
 		fencing:   caps.Fencing,
 		tailMoved: make(chan struct{}),
+		callbacks: newCallbacks(),
 
 		watermarked: make(chan struct{}),
+	}
+	if aa, ok := impl.(walimpls.AsyncAppender); ok && !w.confirm && !opts.ReadOnly {
+		w.async = aa
 	}
 	if err := w.start(ctx); err != nil {
 		w.cancel()
@@ -791,7 +800,9 @@ func (w *wal) Append(ctx context.Context, m message.Message) (AppendResult, erro
 
 // AppendAsync takes the message's timetick before it returns, in the
 // caller's goroutine: one caller's async appends are delivered in call
-// order, whatever order the backend acknowledges them in.
+// order, whatever order the backend acknowledges them in. A backend that
+// appends asynchronously (walimpls.AsyncAppender) gets the batch without a
+// goroutine in between; callbacks run on the WAL's callback goroutine.
 func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(AppendResult, error)) {
 	if cb == nil {
 		cb = func(AppendResult, error) {}
@@ -820,19 +831,17 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		}
 		w.wg.Add(1)
 		w.mu.Unlock()
-		go func() {
+		w.callbacks.post(func() {
 			defer w.wg.Done()
 			cb(AppendResult{}, err)
-		}()
+		})
 		return
 	}
-	w.wg.Add(1)
+	w.wg.Add(1) // done once cb has run
 	w.mu.Unlock()
-	go func() {
-		defer w.wg.Done()
-		actx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(w.ctx, cancel)
-		res, err := w.store(actx, p)
+	actx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(w.ctx, cancel)
+	answer := func(res []AppendResult, err error) {
 		stop()
 		cancel()
 		if err != nil && ctx.Err() == nil && w.ctx.Err() != nil {
@@ -847,8 +856,36 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 			r = res[0]
 		}
 		w.putPrepared(p) // after res[0] was copied: res points into it
-		cb(r, err)
-	}()
+		w.callbacks.post(func() {
+			defer w.wg.Done()
+			cb(r, err)
+		})
+	}
+	if w.async == nil {
+		go func() { answer(w.store(actx, p)) }()
+		return
+	}
+	w.storeAsync(actx, p, answer)
+}
+
+// storeAsync is store through the backend's asynchronous append: answer
+// is called once, from the backend's goroutine when its first attempt
+// stored the batch (nothing there blocks), from a goroutine of its own
+// when it failed (retries wait out their backoff), or before storeAsync
+// returns when the WAL refuses at once.
+func (w *wal) storeAsync(ctx context.Context, p *prepared, answer func([]AppendResult, error)) {
+	if w.usable() != nil {
+		answer(w.storeFrom(ctx, p, nil)) // refused before any attempt
+		return
+	}
+	w.async.AppendBatchAsync(ctx, p.records, func(ids []message.ID, err error) {
+		first := &appendOutcome{ids: ids, err: err}
+		if err == nil {
+			answer(w.storeFrom(ctx, p, first))
+			return
+		}
+		go func() { answer(w.storeFrom(ctx, p, first)) }()
+	})
 }
 
 // AppendBatch stamps msgs with increasing timeticks in slice order and
@@ -1014,7 +1051,13 @@ func (w *wal) prepare(ctx context.Context, msgs []message.Message) (*prepared, e
 // the messages known stored whole (a prefix, on a backend without atomic
 // batches) come with the error.
 func (w *wal) store(ctx context.Context, p *prepared) ([]AppendResult, error) {
-	ids, retried, err := w.appendBatchRetry(ctx, p.records)
+	return w.storeFrom(ctx, p, nil)
+}
+
+// storeFrom is store going on from a first attempt already made (nil: none
+// made yet).
+func (w *wal) storeFrom(ctx context.Context, p *prepared, first *appendOutcome) ([]AppendResult, error) {
+	ids, retried, err := w.retryAppend(ctx, p.records, first)
 	defer func() { p.finish(w, ids, err) }()
 	if err == nil && !retried {
 		p.reusable = true
@@ -1100,6 +1143,18 @@ func (w *wal) appendRetry(ctx context.Context, m message.Message) (message.ID, e
 // attempt may have stored what was not reported stored; the IDs of the
 // stored prefix come with it.
 func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) (ids []message.ID, retriedUnknown bool, err error) {
+	return w.retryAppend(ctx, records, nil)
+}
+
+// appendOutcome is what one backend append of a batch returned.
+type appendOutcome struct {
+	ids []message.ID
+	err error
+}
+
+// retryAppend is appendBatchRetry going on from a first attempt already
+// made (nil: none made yet).
+func (w *wal) retryAppend(ctx context.Context, records []message.Message, first *appendOutcome) (ids []message.ID, retriedUnknown bool, err error) {
 	unknown := false // an attempt failed with an unknown outcome
 	outcome := func(err error) error {
 		if unknown {
@@ -1108,10 +1163,18 @@ func (w *wal) appendBatchRetry(ctx context.Context, records []message.Message) (
 		return walimpls.MarkNotStored(err)
 	}
 	for attempt := 0; ; attempt++ {
-		if err := w.usable(); err != nil {
-			return ids, unknown, outcome(err)
+		var (
+			got []message.ID
+			err error
+		)
+		if attempt == 0 && first != nil {
+			got, err = first.ids, first.err
+		} else {
+			if err := w.usable(); err != nil {
+				return ids, unknown, outcome(err)
+			}
+			got, err = w.impl.AppendBatch(ctx, records[len(ids):])
 		}
-		got, err := w.impl.AppendBatch(ctx, records[len(ids):])
 		if len(got) > len(records)-len(ids) {
 			got = got[:len(records)-len(ids)]
 		}
@@ -1343,6 +1406,7 @@ func (w *wal) Close() error {
 	w.scanners.StopAll(errors.Wrap(walimpls.ErrClosed, "wal closed"))
 	w.cancel()
 	w.wg.Wait()
+	w.callbacks.close()
 	err := w.impl.Close()
 	w.m.forget()
 	w.log.Info("wal closed")
