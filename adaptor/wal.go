@@ -26,7 +26,7 @@ type wal struct {
 	ticks   *timeticks // nil when read-only
 	// prepPool recycles the batches of single appends (Append,
 	// AppendAsync), which copy their result out before they return one.
-	prepPool  sync.Pool
+	prepPool sync.Pool
 	// async is the backend's asynchronous append, when it offers one and
 	// appends need no confirmation; AppendAsync then needs no goroutine
 	// per append.
