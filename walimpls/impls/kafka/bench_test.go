@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -190,4 +192,90 @@ func BenchmarkScan(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N*records)/time.Since(start).Seconds(), "records/s")
 	})
+}
+
+// BenchmarkAppendAsync: one goroutine appending without waiting, up to 256
+// appends in flight: franz-go's Produce (raw-async), the backend's
+// AppendBatchAsync (wal-async), the adaptor's AppendAsync handing batches
+// to it (adaptor-async), and the adaptor with the backend's asynchronous
+// append hidden, a goroutine per append in flight (adaptor-goroutines);
+// the adaptor only with transactions (without, it confirms every append
+// by reading it back, on a goroutine per append either way).
+func BenchmarkAppendAsync(b *testing.B) {
+	c, cfg := benchCluster(b)
+	ctx := context.Background()
+	payload := make([]byte, benchRecord)
+	const inflight = 256
+	run := func(b *testing.B, appendOne func(done func(error))) {
+		sem := make(chan struct{}, inflight)
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		start := time.Now()
+		wg.Add(b.N)
+		for range b.N {
+			sem <- struct{}{}
+			appendOne(func(err error) {
+				if err != nil {
+					b.Error(err)
+				}
+				<-sem
+				wg.Done()
+			})
+		}
+		wg.Wait()
+		report(b, start)
+	}
+	runs := 0 // a benchmark function runs more than once: one topic or channel each time
+	b.Run("raw-async", func(b *testing.B) {
+		cl := rawProducer(b, cfg)
+		runs++
+		topic := fmt.Sprintf("bench-async-raw-%d", runs)
+		createTopic(b, c, topic)
+		rec := func() *kgo.Record { return &kgo.Record{Topic: topic, Value: payload} }
+		run(b, func(done func(error)) { cl.Produce(ctx, rec(), func(_ *kgo.Record, err error) { done(err) }) })
+	})
+	for _, txn := range []bool{true, false} {
+		wcfg := cfg
+		wcfg.DisableTransactions = !txn
+		o := newOpener(b, wcfg)
+		m := message.Restore(payload, nil)
+		b.Run(fmt.Sprintf("wal-async/transactions=%t", txn), func(b *testing.B) {
+			runs++
+			w, err := o.Open(ctx, walimpls.Channel{Name: fmt.Sprintf("bench-async-wal-%t-%d", txn, runs), Term: 1})
+			require.NoError(b, err)
+			defer w.Close()
+			aa := w.(walimpls.AsyncAppender)
+			msgs := []message.Message{m}
+			run(b, func(done func(error)) { aa.AppendBatchAsync(ctx, msgs, func(_ []message.ID, err error) { done(err) }) })
+		})
+		if !txn {
+			continue // the adaptor confirms every append on a backend that cannot fence: no asynchronous path
+		}
+		for _, hide := range []bool{false, true} {
+			name := "adaptor-async"
+			var opener walimpls.Opener = o
+			if hide {
+				name, opener = "adaptor-goroutines", hideAsync{o}
+			}
+			b.Run(fmt.Sprintf("%s/transactions=%t", name, txn), func(b *testing.B) {
+				runs++
+				w, err := adaptor.Open(ctx, opener, adaptor.Channel{Name: fmt.Sprintf("bench-%s-%d", name, runs), Term: 1},
+					adaptor.Options{Logger: slog.New(slog.DiscardHandler), MaxInflightAppends: inflight})
+				require.NoError(b, err)
+				defer w.Close()
+				run(b, func(done func(error)) { w.AppendAsync(ctx, m, func(_ adaptor.AppendResult, err error) { done(err) }) })
+			})
+		}
+	}
+}
+
+// hideAsync is an opener whose WALs offer no optional interface.
+type hideAsync struct{ walimpls.Opener }
+
+func (h hideAsync) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
+	w, err := h.Opener.Open(ctx, ch)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ walimpls.WALImpl }{w}, nil
 }
