@@ -57,6 +57,12 @@
 // pulsar-client-go v0.19.0 (grabCnx writes producerName/encryptor while
 // internalSingleSend reads them).
 //
+// AppendBatchAsync (walimpls.AsyncAppender) queues its batch the same way
+// and returns; the goroutine answers it as it answers a waiting caller. As
+// the WAL closes, that goroutine answers every batch it took: those with
+// messages in flight with ErrClosed (their outcome unknown), the others as
+// not stored; a batch it never took is answered as not stored too.
+//
 // The producer keeps send order on its connection and resends pending
 // entries in order after a reconnect, and the broker stores them in
 // order, so a batch's IDs increase in slice order.

@@ -38,7 +38,10 @@ type wal struct {
 	watch    *watcher // set by Open before the WAL is shared
 }
 
-var _ walimpls.WALImpl = (*wal)(nil)
+var (
+	_ walimpls.WALImpl       = (*wal)(nil)
+	_ walimpls.AsyncAppender = (*wal)(nil)
+)
 
 func newWAL(o *Opener, ch walimpls.Channel) *wal {
 	return &wal{
@@ -181,33 +184,53 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 // Refusals decided before anything was handed to the producer (a closed or
 // fenced WAL, a done context) are marked walimpls.MarkNotStored.
 func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
+	if err := w.checkAppend(ctx, msgs); err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	ids, err := w.wr.append(ctx, msgs)
+	return pulsarIDs(ids), err
+}
+
+// AppendBatchAsync implements walimpls.AsyncAppender: AppendBatch queued
+// for the writer without waiting, answered from the writer's goroutine.
+func (w *wal) AppendBatchAsync(ctx context.Context, msgs []message.Message, done func([]message.ID, error)) {
+	if err := w.checkAppend(ctx, msgs); err != nil || len(msgs) == 0 {
+		done(nil, err)
+		return
+	}
+	w.wr.appendAsync(ctx, msgs, func(ids []msgID, err error) { done(pulsarIDs(ids), err) })
+}
+
+// checkAppend refuses an append that cannot go to the writer: a closed or
+// read-only WAL, a message above the limit, a done context.
+func (w *wal) checkAppend(ctx context.Context, msgs []message.Message) error {
 	if w.isClosed() {
-		return nil, walimpls.MarkNotStored(w.closedErr())
+		return walimpls.MarkNotStored(w.closedErr())
 	}
 	if w.wr == nil {
-		return nil, errors.Wrapf(walimpls.ErrReadOnly, "pulsar: append to channel %q", w.ch.Name)
+		return errors.Wrapf(walimpls.ErrReadOnly, "pulsar: append to channel %q", w.ch.Name)
 	}
 	for i, m := range msgs {
 		if size := m.Size(); size > w.declared {
-			return nil, errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.declared},
+			return errors.Wrapf(&walimpls.TooLargeError{Size: size, Limit: w.declared},
 				"pulsar: append to channel %q: message %d of %d", w.ch.Name, i, len(msgs))
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, walimpls.MarkNotStored(err)
+		return walimpls.MarkNotStored(err)
 	}
-	if len(msgs) == 0 {
-		return nil, nil
+	return nil
+}
+
+func pulsarIDs(ids []msgID) []message.ID {
+	if len(ids) == 0 {
+		return nil
 	}
-	ids, err := w.wr.append(ctx, msgs)
-	var out []message.ID
-	if len(ids) > 0 {
-		out = make([]message.ID, len(ids))
-		for i, id := range ids {
-			out[i] = message.NewID(id)
-		}
+	out := make([]message.ID, len(ids))
+	for i, id := range ids {
+		out[i] = message.NewID(id)
 	}
-	return out, err
+	return out
 }
 
 // Truncate implements walimpls.WALImpl. It folds the term claims (a

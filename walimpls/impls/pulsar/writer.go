@@ -32,7 +32,9 @@ type appendReq struct {
 	ctx   context.Context
 	msgs  []*pulsar.ProducerMessage
 	sizes []int // Message.Size of each, for TooLargeError
-	res   chan appendRes
+	// answer is called exactly once with the outcome: it hands it to the
+	// waiting caller (append) or to its callback (appendAsync).
+	answer func(appendRes)
 	// failed is set by the callback of a message of msgs that failed,
 	// which the client may call inside SendAsync (a message it refuses
 	// at once): run hands nothing more of msgs over once it sees it.
@@ -61,9 +63,9 @@ type appendRes struct {
 // documentation).
 type writer struct {
 	w *wal
-	// box queues the appends for run, which answers the requests it
-	// sent nothing of when it stops; those in flight learn ErrClosed from
-	// the box (claimown.AnswersUnsent).
+	// box queues the appends for run, which answers every request it
+	// took when it stops (claimown.AnswersTaken): those in flight with
+	// ErrClosed, the others as not stored.
 	box     *claimown.Mailbox[*appendReq, appendRes]
 	results chan sendResult      // producer callbacks → run
 	flushCh chan pulsar.Producer // run → flusher; one flush queued at most
@@ -116,7 +118,7 @@ func newWriter(w *wal) *writer {
 	n := w.o.cfg.MaxBatchMessages
 	wr := &writer{
 		w:   w,
-		box: claimown.NewMailbox[*appendReq, appendRes](n, w.closedErr, claimown.AnswersUnsent),
+		box: claimown.NewMailbox[*appendReq, appendRes](n, w.closedErr, claimown.AnswersTaken),
 		// Callbacks must never block the client (nor run, which closes
 		// producers, and a closing producer reports what it holds): a
 		// producer reports at most the window (n) of messages in flight,
@@ -131,6 +133,8 @@ func newWriter(w *wal) *writer {
 		outstanding: map[*appendReq]struct{}{},
 	}
 	wr.ctx = wr.box.Context()
+	// Requests run never took stored nothing.
+	wr.box.SetOrphans(func(r *appendReq) { r.answer(appendRes{err: walimpls.MarkNotStored(w.closedErr())}) })
 	return wr
 }
 
@@ -342,21 +346,40 @@ func (wr *writer) append(ctx context.Context, msgs []message.Message) ([]msgID, 
 	if err := wr.fencedErr(); err != nil {
 		return nil, walimpls.MarkNotStored(err)
 	}
+	res := make(chan appendRes, 1)
+	req := newAppendReq(ctx, msgs, func(r appendRes) { res <- r })
+	r, err := wr.box.Submit(ctx, req, res)
+	if err != nil {
+		return nil, err
+	}
+	return r.ids, r.err
+}
+
+// appendAsync queues a batch for run, which answers done with what append
+// would have returned.
+func (wr *writer) appendAsync(ctx context.Context, msgs []message.Message, done func([]msgID, error)) {
+	if err := wr.fencedErr(); err != nil {
+		done(nil, walimpls.MarkNotStored(err))
+		return
+	}
+	req := newAppendReq(ctx, msgs, func(r appendRes) { done(r.ids, r.err) })
+	if err := wr.box.Post(ctx, req); err != nil {
+		done(nil, err)
+	}
+}
+
+func newAppendReq(ctx context.Context, msgs []message.Message, answer func(appendRes)) *appendReq {
 	req := &appendReq{
-		ctx:   ctx,
-		msgs:  make([]*pulsar.ProducerMessage, len(msgs)),
-		sizes: make([]int, len(msgs)),
-		res:   make(chan appendRes, 1),
+		ctx:    ctx,
+		msgs:   make([]*pulsar.ProducerMessage, len(msgs)),
+		sizes:  make([]int, len(msgs)),
+		answer: answer,
 	}
 	for i, m := range msgs {
 		req.msgs[i] = &pulsar.ProducerMessage{Payload: m.Payload(), Properties: m.Properties().All()}
 		req.sizes[i] = m.Size()
 	}
-	res, err := wr.box.Submit(ctx, req, req.res)
-	if err != nil {
-		return nil, err
-	}
-	return res.ids, res.err
+	return req
 }
 
 // close stops run and the flusher and waits for them; pending appends
@@ -400,7 +423,10 @@ func (wr *writer) run() {
 		}
 		select {
 		case <-wr.box.Stopping():
-			// Appends in flight learn ErrClosed from done.
+			// Every request taken is answered: those in flight with
+			// ErrClosed (their outcome unknown), the others as not
+			// stored.
+			wr.retire(wr.w.closedErr())
 			wr.failPending()
 			return
 		case <-wr.kick:
@@ -452,11 +478,11 @@ func (wr *writer) failPending() {
 	err := walimpls.MarkNotStored(wr.w.closedErr())
 	for _, r := range wr.queue {
 		if r.st.sent == 0 {
-			r.res <- appendRes{err: err}
+			r.answer(appendRes{err: err})
 		}
 	}
 	wr.queue, wr.unsent = nil, 0
-	wr.box.Drain(func(r *appendReq) { r.res <- appendRes{err: err} })
+	wr.box.Drain(func(r *appendReq) { r.answer(appendRes{err: err}) })
 }
 
 // pump hands queued messages to the producer, in queue order, while
@@ -503,7 +529,7 @@ func (wr *writer) pump() {
 		if err := r.ctx.Err(); err != nil {
 			if r.st.sent == 0 {
 				wr.popHead()
-				r.res <- appendRes{err: walimpls.MarkNotStored(err)} // the caller is gone: never sent
+				r.answer(appendRes{err: walimpls.MarkNotStored(err)}) // the caller is gone: never sent
 			} else {
 				wr.stopHead(walimpls.MarkNotStored(err))
 			}
@@ -550,7 +576,7 @@ func (wr *writer) dropGone() {
 	for _, r := range wr.queue {
 		if err := r.ctx.Err(); err != nil && r.st.sent == 0 {
 			wr.unsent -= r.st.unsent()
-			r.res <- appendRes{err: walimpls.MarkNotStored(err)} // never sent
+			r.answer(appendRes{err: walimpls.MarkNotStored(err)}) // never sent
 			continue
 		}
 		kept = append(kept, r)
@@ -583,7 +609,7 @@ func (wr *writer) refuseQueued(err error) {
 		if r.st.sent > 0 {
 			panic("pulsar: writer: a request partly handed over to a retired producer is still queued")
 		}
-		r.res <- appendRes{err: err}
+		r.answer(appendRes{err: err})
 	}
 	clear(wr.queue)
 	wr.queue, wr.unsent = wr.queue[:0], 0
@@ -640,7 +666,7 @@ func (wr *writer) settle(r *appendReq) {
 	}
 	delete(wr.outstanding, r)
 	ids, err := r.st.outcome()
-	r.res <- appendRes{ids: ids, err: err}
+	r.answer(appendRes{ids: ids, err: err})
 }
 
 // retire closes the producer and answers every outstanding request: the
