@@ -229,9 +229,8 @@
 //     Append returned), since it takes a lock and a push per backend call
 //     where the tail reader pushes a slice at once.
 //   - AppendAsync hands a message to a backend that appends
-//     asynchronously (walimpls.AsyncAppender: Kafka, memory) without a
-//     goroutine per append, and runs callbacks on one goroutine of the
-//     WAL; on the others (local, Pulsar) a goroutine per append waits for
-//     the backend. These benchmarks append synchronously from 16
-//     goroutines and do not measure it.
+//     asynchronously (walimpls.AsyncAppender: Kafka, Pulsar, memory)
+//     without a goroutine per append, and runs callbacks on one goroutine
+//     of the WAL; on the others a goroutine per append waits for the
+//     backend.
 package adaptor

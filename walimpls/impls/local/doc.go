@@ -162,6 +162,13 @@
 // policy, and a segment is always synced before the journal moves on to
 // the next one, so only the last segment can ever hold unsynced bytes.
 //
+// AppendBatchAsync (walimpls.AsyncAppender) decides and frames its
+// records the same way, in the caller's goroutine, and leaves a waiter
+// that the flusher tells instead of one that blocks: it is answered when
+// its round is acknowledged (at once with SyncNone, as AppendBatch
+// returns). Rounds are acknowledged in framing order, so batches handed
+// over one after the other are stored in call order.
+//
 // A failed write or sync is sticky: the flusher fails that round's waiters
 // and every later append of the store with the same error, and never reports
 // success after retrying a sync (the "fsyncgate" lesson: after a failed

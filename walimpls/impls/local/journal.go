@@ -36,10 +36,25 @@ type request struct {
 }
 
 // waiter is a submitter waiting for the flush round that carries its
-// record; the flusher sets err and closes done.
+// record; the flusher finishes it.
 type waiter struct {
 	done chan struct{}
 	err  error
+	// seq is the request's seq, set under the journal's mutex as it is
+	// framed, before the flusher can take it.
+	seq uint64
+	// notify, when set, is told the outcome by the flusher, for a
+	// submitter that does not wait (submitAsync). It must not block.
+	notify func(error)
+}
+
+// finish sets the waiter's outcome, closes done and tells notify.
+func (w *waiter) finish(err error) {
+	w.err = err
+	close(w.done)
+	if w.notify != nil {
+		w.notify(err)
+	}
 }
 
 // rec is one framed record, or one decision that waits for a round, in
@@ -220,6 +235,36 @@ func (j *journal) submit(ctx context.Context, r request) (uint64, error) {
 	if r.kind != reqAppend || j.s.cfg.Sync != SyncNone {
 		w = &waiter{done: make(chan struct{})}
 	}
+	seq, err := j.enqueue(ctx, r, w)
+	if err != nil || w == nil {
+		return seq, err
+	}
+	select {
+	case <-w.done:
+		return seq, w.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// submitAsync is submit telling done instead of waiting: before it
+// returns when the request is refused or needs no round (a SyncNone
+// append), else from the flusher once the round that carries it is done.
+func (j *journal) submitAsync(ctx context.Context, r request, done func(uint64, error)) {
+	if r.kind == reqAppend && j.s.cfg.Sync == SyncNone {
+		done(j.enqueue(ctx, r, nil))
+		return
+	}
+	w := &waiter{done: make(chan struct{})}
+	w.notify = func(err error) { done(w.seq, err) }
+	if _, err := j.enqueue(ctx, r, w); err != nil {
+		done(0, err)
+	}
+}
+
+// enqueue frames r into the pending batch, with w (nil: nobody waits) on
+// its last record. Its errors are submit's refusals.
+func (j *journal) enqueue(ctx context.Context, r request, w *waiter) (uint64, error) {
 	size := frameSize(0)
 	if r.kind == reqAppend {
 		size = 0
@@ -234,6 +279,9 @@ func (j *journal) submit(ctx context.Context, r request) (uint64, error) {
 	}
 	kick := j.pend.empty()
 	seq, err := j.frame(r, w)
+	if w != nil {
+		w.seq = seq
+	}
 	j.mu.Unlock()
 	if err != nil {
 		return 0, walimpls.MarkNotStored(err)
@@ -244,15 +292,7 @@ func (j *journal) submit(ctx context.Context, r request) (uint64, error) {
 		default:
 		}
 	}
-	if w == nil {
-		return seq, nil
-	}
-	select {
-	case <-w.done:
-		return seq, w.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
+	return seq, nil
 }
 
 // admit checks that the journal takes records, and waits until the pending
@@ -710,8 +750,7 @@ func (j *journal) flush(b *batch) {
 		j.publishSegments()
 		for _, r := range b.recs {
 			if r.w != nil {
-				r.w.err = err
-				close(r.w.done)
+				r.w.finish(err)
 			}
 		}
 		return
@@ -936,7 +975,7 @@ func (j *journal) publish(b *batch) {
 	}
 	for _, r := range b.recs {
 		if r.w != nil {
-			close(r.w.done)
+			r.w.finish(nil)
 		}
 	}
 	if freed {

@@ -33,7 +33,10 @@ type wal struct {
 	scanners lifecycle.Group[*scanner]
 }
 
-var _ walimpls.WALImpl = (*wal)(nil)
+var (
+	_ walimpls.WALImpl       = (*wal)(nil)
+	_ walimpls.AsyncAppender = (*wal)(nil)
+)
 
 // newWAL returns a WAL of ch, listed among its writers when ReadWrite; nil
 // when the channel's deletion was published before (the caller looks the
@@ -131,18 +134,52 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]messag
 	if err != nil || len(msgs) == 0 {
 		return nil, err
 	}
-	ids := make([]message.ID, len(msgs))
+	return seqIDs(seq, len(msgs)), nil
+}
+
+// seqIDs returns the IDs of n messages from seq on.
+func seqIDs(seq uint64, n int) []message.ID {
+	ids := make([]message.ID, n)
 	for i := range ids {
 		ids[i] = message.NewSeqID(Name, int64(seq)+int64(i))
 	}
-	return ids, nil
+	return ids
 }
 
 // appendBatch appends msgs as one batch and returns the seq of the first;
 // the others have the seqs that follow.
 func (w *wal) appendBatch(ctx context.Context, msgs []message.Message) (uint64, error) {
+	req, err := w.appendRequest(ctx, msgs)
+	if err != nil || len(msgs) == 0 {
+		return 0, err
+	}
+	return w.appended(w.s.j.submit(ctx, req))
+}
+
+// AppendBatchAsync implements walimpls.AsyncAppender: AppendBatch, framed
+// into the journal in the caller's goroutine and answered by the flusher
+// once its round is done (at once with SyncNone, as AppendBatch returns).
+func (w *wal) AppendBatchAsync(ctx context.Context, msgs []message.Message, done func([]message.ID, error)) {
+	req, err := w.appendRequest(ctx, msgs)
+	if err != nil || len(msgs) == 0 {
+		done(nil, err)
+		return
+	}
+	w.s.j.submitAsync(ctx, req, func(seq uint64, err error) {
+		seq, err = w.appended(seq, err)
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		done(seqIDs(seq, len(msgs)), nil)
+	})
+}
+
+// appendRequest checks an append and encodes its messages (the journal
+// keeps the bodies, not the caller's buffers).
+func (w *wal) appendRequest(ctx context.Context, msgs []message.Message) (request, error) {
 	if err := w.writable(ctx, "append"); err != nil {
-		return 0, walimpls.MarkNotStored(err)
+		return request{}, walimpls.MarkNotStored(err)
 	}
 	limit := w.s.cfg.MaxMessageBytes
 	for i, m := range msgs {
@@ -151,17 +188,19 @@ func (w *wal) appendBatch(ctx context.Context, msgs []message.Message) (uint64, 
 			if len(msgs) > 1 {
 				err = errors.Wrapf(err, "message %d of a batch of %d", i, len(msgs))
 			}
-			return 0, errors.Wrapf(err, "local: append to %s", w.info)
+			return request{}, errors.Wrapf(err, "local: append to %s", w.info)
 		}
-	}
-	if len(msgs) == 0 {
-		return 0, nil
 	}
 	bodies := make([][]byte, len(msgs))
 	for i, m := range msgs {
 		bodies[i] = encodeMessage(m)
 	}
-	seq, err := w.s.j.submit(ctx, request{kind: reqAppend, ch: w.ch, term: w.info.Term, gen: w.gen, bodies: bodies})
+	return request{kind: reqAppend, ch: w.ch, term: w.info.Term, gen: w.gen, bodies: bodies}, nil
+}
+
+// appended is the outcome of a submitted append: a fence found by the
+// journal fences this WAL.
+func (w *wal) appended(seq uint64, err error) (uint64, error) {
 	if err != nil {
 		var fe *walimpls.FencedError
 		if errors.As(err, &fe) {
