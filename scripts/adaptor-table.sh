@@ -29,6 +29,7 @@ awk '/^Benchmark/ {
 	for (i = 1; i <= NF; i++) {
 		if ($i == "ratio") print name, $(i-1)
 		if ($i == "batch-ratio") print name "/batches", $(i-1)
+		if ($i == "goroutines-ratio") print name "/goroutines", $(i-1)
 	}
 }' "$out/bench.txt" | sort -s -k1,1 | awk '
 function median(   n, i, j, t, a) {
