@@ -43,18 +43,26 @@ type waiter struct {
 	// seq is the request's seq, set under the journal's mutex as it is
 	// framed, before the flusher can take it.
 	seq uint64
-	// notify, when set, is told the outcome by the flusher, for a
-	// submitter that does not wait (submitAsync). It must not block.
+	// notify, when set, is told the outcome by the notifier, for a
+	// submitter that does not wait (submitAsync).
 	notify func(error)
 }
 
-// finish sets the waiter's outcome, closes done and tells notify.
-func (w *waiter) finish(err error) {
-	w.err = err
-	close(w.done)
-	if w.notify != nil {
-		w.notify(err)
+// finishWaiters sets the outcome of the waiters of recs and closes their
+// done; the notifier tells those with a notify. Called by the flusher.
+func (j *journal) finishWaiters(recs []rec, err error) {
+	var told []*waiter
+	for _, r := range recs {
+		if r.w == nil {
+			continue
+		}
+		r.w.err = err
+		close(r.w.done)
+		if r.w.notify != nil {
+			told = append(told, r.w)
+		}
 	}
+	j.notes.post(told)
 }
 
 // rec is one framed record, or one decision that waits for a round, in
@@ -185,6 +193,7 @@ type journal struct {
 
 	wake    chan struct{} // capacity 1
 	stopped chan struct{} // closed when run returns
+	notes   *notifier     // tells asynchronous appends, after the flusher
 	final   error         // the final sync's error, read after stopped
 
 	// Owned by the flusher goroutine.
@@ -209,6 +218,7 @@ func newJournal(s *Store, rs recovered) *journal {
 		live:     rs.live,
 		wake:     make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
+		notes:    newNotifier(),
 		active:   rs.active,
 		woff:     rs.off,
 		synced:   rs.off,
@@ -337,6 +347,7 @@ func (j *journal) close() error {
 	default:
 	}
 	<-j.stopped
+	j.notes.close()
 	return j.final
 }
 
@@ -748,11 +759,7 @@ func (j *journal) flush(b *batch) {
 	if err != nil {
 		// The segments stay listed so that Close closes their files.
 		j.publishSegments()
-		for _, r := range b.recs {
-			if r.w != nil {
-				r.w.finish(err)
-			}
-		}
+		j.finishWaiters(b.recs, err)
 		return
 	}
 	j.publish(b)
@@ -973,11 +980,7 @@ func (j *journal) publish(b *batch) {
 	for _, ch := range touched {
 		ch.wake()
 	}
-	for _, r := range b.recs {
-		if r.w != nil {
-			r.w.finish(nil)
-		}
-	}
+	j.finishWaiters(b.recs, nil)
 	if freed {
 		s.prep.requestGC()
 	}
