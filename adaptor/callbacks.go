@@ -5,9 +5,10 @@ import "sync"
 // callbacks runs the callbacks of AppendAsync on one goroutine the WAL
 // owns, one at a time, in the order their appends were answered: an
 // answer comes from a backend's goroutine (or a retrying one), which must
-// not run a caller's code, and one goroutine for all callbacks costs less
-// than one per append. The goroutine starts with the first callback and
-// runs until close; close runs what is still queued first.
+// not run a caller's code, nor be held up by the adaptor's own completion
+// of the append, which runs here too; one goroutine for all callbacks
+// costs less than one per append. The goroutine starts with the first
+// post and runs until close; close runs what is still queued first.
 type callbacks struct {
 	mu      sync.Mutex
 	queue   []func()

@@ -869,10 +869,11 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 }
 
 // storeAsync is store through the backend's asynchronous append: answer
-// is called once, from the backend's goroutine when its first attempt
-// stored the batch (nothing there blocks), from a goroutine of its own
-// when it failed (retries wait out their backoff), or before storeAsync
-// returns when the WAL refuses at once.
+// is called once, on the callback goroutine when the backend's first
+// attempt stored the batch (the backend's own goroutine only queues its
+// answer there), from a goroutine of its own when it failed (retries wait
+// out their backoff), or before storeAsync returns when the WAL refuses
+// at once.
 func (w *wal) storeAsync(ctx context.Context, p *prepared, answer func([]AppendResult, error)) {
 	if w.usable() != nil {
 		answer(w.storeFrom(ctx, p, nil)) // refused before any attempt
@@ -880,11 +881,11 @@ func (w *wal) storeAsync(ctx context.Context, p *prepared, answer func([]AppendR
 	}
 	w.async.AppendBatchAsync(ctx, p.records, func(ids []message.ID, err error) {
 		first := &appendOutcome{ids: ids, err: err}
-		if err == nil {
-			answer(w.storeFrom(ctx, p, first))
+		if err != nil {
+			go func() { answer(w.storeFrom(ctx, p, first)) }()
 			return
 		}
-		go func() { answer(w.storeFrom(ctx, p, first)) }()
+		w.callbacks.post(func() { answer(w.storeFrom(ctx, p, first)) })
 	})
 }
 
