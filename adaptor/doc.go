@@ -166,7 +166,7 @@
 // Opening read-write recovers the highest timetick and term from the log.
 // On a backend that fences it reads only the end of the log, so that open
 // and takeover time do not grow with retention (BenchmarkOpen, a channel
-// retaining 1 GiB against one retaining 10 MiB: 0.65 and 0.97 as long,
+// retaining 1 GiB against one retaining 10 MiB: 0.17 and 0.20 as long,
 // medians of two tables; goal ≤ 1.5); on one that cannot fence it reads
 // the whole kept log: truncate what consumers no longer need.
 //
@@ -175,62 +175,65 @@
 // machine where single runs of one row vary by up to a factor of two, the
 // local rows more: they share the disk's writeback). Each figure is the
 // median of 3 runs of make bench-table; two tables per column. "Issue" is
-// what issue 11 was filed with, "before" the table once its first changes
-// landed, "now" with batch scanners:
+// what issue 11 was filed with, "batches" the table with batch scanners,
+// "now" with stamps and asynchronous appends:
 //
-//	row                     issue  before      now         goal
-//	Append memory           0.69   0.65, 0.61  0.64, 0.62  ≥ 0.9
-//	Append local, no sync   0.62   0.36, 0.64  0.49, 0.50  ≥ 0.9
-//	Append local, fsync     0.80   0.99, 0.96  0.97, 0.92  ≥ 0.95
-//	Scan memory             0.38   0.40, 0.42  0.78, 0.54  ≥ 0.8
-//	Scan local, no sync     0.46   0.49, 0.41  1.07, 1.03  ≥ 0.8
+//	row                     issue  batches     now         goal
+//	Append memory           0.69   0.64, 0.62  0.70, 0.77  ≥ 0.9
+//	Append local, no sync   0.62   0.49, 0.50  0.73, 0.59  ≥ 0.9
+//	Append local, fsync     0.80   0.97, 0.92  0.98, 0.97  ≥ 0.95
+//	Scan memory             0.38   0.78, 0.54  0.69, 0.65  ≥ 0.8
+//	Scan local, no sync     0.46   1.07, 1.03  1.40, 1.62  ≥ 0.8
 //
 // Both scans compare Read with Read (a message per receive). The adaptor
 // catches up through the backend's batch scanner, which a raw reader of
 // Chan does not use: read in slices on both sides (ReadBatches), the
-// ratios are 0.35 (memory) and 0.61 (local). The scans gained from three
-// changes: the catch-up reads the backend in slices (one hand-off per
-// slice instead of per message: memory 0.41 to 0.67-0.73 on its own), the
-// local backend decodes at most 1 MiB before handing it over (an 8 MiB
-// chunk had left the CPU's caches before it was consumed: the adaptor's
-// CPU per record fell to 0.5-0.7 of what it was, runs alternating), and
-// Header looks up the reserved properties instead of walking the map (0.6
-// of the walk's time, BenchmarkHeader against the old code in one run).
+// ratios are 0.46-0.48 (memory) and 0.41-0.44 (local). The scans gained
+// from the catch-up reading the backend in slices (one hand-off per slice
+// instead of per message), the local backend decoding at most 1 MiB
+// before handing it over (an 8 MiB chunk had left the CPU's caches before
+// it was consumed), and the stamp: a record's kind, term and timetick are
+// values beside its properties (message package), so the header of a
+// message read is fields, not three decimal strings to look up and parse
+// (it was a quarter to a third of the ordering goroutine's CPU; now under
+// 1% of a scan's).
 //
 // What is left of a scan is the adaptor's ordering goroutine: per message
-// it parses the header from the property map (about a third of its CPU),
-// pushes and pops the reorder buffer, and computes resume positions. On
-// the memory backend the adaptor's batch scan spends 2-4 times the CPU per
-// message of the raw backend's batch scan in the same run. On two CPUs the
-// reader, the sender and the ordering goroutine share them.
+// it pushes and pops the reorder buffer (a message waits there for the
+// watermark that releases it) and hands it to the sender's chunk. On the
+// memory backend the adaptor's scan spends 2-2.5 times the CPU per message
+// of the raw backend's in the same run; on two CPUs the backend's reader,
+// the ordering goroutine and the sender share them.
 //
-// The adaptor's own work per append is a few percent of the CPU: of the 8
-// allocations of an append on the memory backend it makes one (the
-// timetick's string), against the raw append's 4. What is left is set by
-// the stored format and the backend contract:
+// An append through the adaptor allocates what a raw one does (5 on the
+// memory backend): with the stamp, a record needs no property map of its
+// own, which the adaptor used to build, pool and the backend to clone.
+// What is left beyond a raw append is the adaptor's bookkeeping (timeticks,
+// in-flight bound, metrics; the memory row's CPU ratio is 0.73-0.83 where
+// its records/s ratio swings from 0.5 to 0.9) and the tail reader:
 //
-//   - Every record carries its kind, term and timetick as decimal strings
-//     in its property map, which the backend copies (the memory backend
-//     clones it, the local one encodes it), where a raw record has no
-//     properties: on the memory backend, where most of an append's CPU is
-//     the page faults of copying its payload into fresh memory, that clone
-//     and the map it keeps per record are most of what the adaptor's
-//     appends cost beyond raw ones. A compact header would remove it only
-//     if backends stored it beside the payload (the walimpls contract
-//     carries payload and properties only); in the payload it costs a copy
-//     of the payload per append, more than the map costs now.
 //   - The tail reader reads every append back to feed the write-ahead
 //     buffer (in slices where the backend offers batch scanners), and the
 //     backend wakes it per append: the raw benchmark's channel has no
-//     reader. Feeding the buffer from the append path in ID order (on a
-//     backend that fences, until an append of unknown outcome, a fence or
-//     a foreign record) was built and measured: slower, with or without the
-//     payload copy it needs (callers may reuse a payload's bytes once
-//     Append returned), since it takes a lock and a push per backend call
-//     where the tail reader pushes a slice at once.
+//     reader. On the local backend without sync that read-back (a pread of
+//     what was just written, and its CRC check) is the largest share of
+//     the adaptor's extra CPU. Feeding the buffer from the append path in
+//     ID order (on a backend that fences, until an append of unknown
+//     outcome, a fence or a foreign record) was built and measured:
+//     slower, with or without the payload copy it needs (callers may reuse
+//     a payload's bytes once Append returned), since it takes a lock and a
+//     push per backend call where the tail reader pushes a slice at once.
 //   - AppendAsync hands a message to a backend that appends
-//     asynchronously (walimpls.AsyncAppender: Kafka, Pulsar, memory)
-//     without a goroutine per append, and runs callbacks on one goroutine
-//     of the WAL; on the others a goroutine per append waits for the
-//     backend.
+//     asynchronously (walimpls.AsyncAppender: every backend here) without
+//     a goroutine per append; the backend's answer only queues the
+//     append's completion on the WAL's callback goroutine, which runs it
+//     and then the caller's callback. BenchmarkAppendAsync (one goroutine,
+//     64 in flight; adaptor ÷ raw asynchronous append, and in brackets the
+//     adaptor with the backend's asynchronous append hidden, a goroutine
+//     per append as before): memory 0.62 (0.58), local without sync 0.72
+//     (0.41), local with fsync 0.72 (0.68). On Kafka with transactions
+//     (its own BenchmarkAppendAsync, 256 in flight) the adaptor is 1.11
+//     times as fast as with a goroutine per append. A backend that cannot
+//     fence still takes a goroutine per append: the adaptor confirms each
+//     by reading it back.
 package adaptor
