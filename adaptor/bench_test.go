@@ -17,6 +17,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
 // The benchmarks compare the adaptor with the raw backend under it, on the
@@ -147,13 +148,7 @@ func BenchmarkAppend(b *testing.B) {
 	for _, be := range benchBackends(true) {
 		b.Run(be.name, func(b *testing.B) {
 			o := be.open(b)
-			ctx := context.Background()
-			impl, err := o.Open(ctx, walimpls.Channel{Name: "raw", Term: 1})
-			require.NoError(b, err)
-			defer impl.Close()
-			w, err := Open(ctx, o, Channel{Name: "adaptor", Term: 1}, benchOptions())
-			require.NoError(b, err)
-			defer w.Close()
+			impl, w := openPair(b, o, benchOptions())
 			m := benchMessage(b)
 			raw := func(ctx context.Context) error { _, err := impl.Append(ctx, m); return err }
 			ad := func(ctx context.Context) error { _, err := w.Append(ctx, m); return err }
@@ -186,16 +181,11 @@ func BenchmarkAppendAsync(b *testing.B) {
 		b.Run(be.name, func(b *testing.B) {
 			o := be.open(b)
 			ctx := context.Background()
-			impl, err := o.Open(ctx, walimpls.Channel{Name: "raw", Term: 1})
-			require.NoError(b, err)
-			defer impl.Close()
-			aa := impl.(walimpls.AsyncAppender)
 			opts := benchOptions()
 			opts.MaxInflightAppends = 64
-			w, err := Open(ctx, o, Channel{Name: "adaptor", Term: 1}, opts)
-			require.NoError(b, err)
-			defer w.Close()
-			wg, err := Open(ctx, hideAsync{o}, Channel{Name: "adaptor-goroutines", Term: 1}, opts)
+			impl, w := openPair(b, o, opts)
+			aa := impl.(walimpls.AsyncAppender)
+			wg, err := Open(ctx, walimplstest.PlainOpener(o), Channel{Name: "adaptor-goroutines", Term: 1}, opts)
 			require.NoError(b, err)
 			defer wg.Close()
 			m := benchMessage(b)
@@ -244,15 +234,18 @@ func asyncRound(b *testing.B, n int, appendOne func(done func(error))) cost {
 	return took
 }
 
-// hideAsync is an opener whose WALs offer no optional interface.
-type hideAsync struct{ walimpls.Opener }
-
-func (h hideAsync) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
-	w, err := h.Opener.Open(ctx, ch)
-	if err != nil {
-		return nil, err
-	}
-	return struct{ walimpls.WALImpl }{w}, nil
+// openPair opens the two sides of an append benchmark on o: channel "raw"
+// straight on the backend and channel "adaptor" through it, closed when
+// the benchmark ends.
+func openPair(b *testing.B, o walimpls.Opener, opts Options) (walimpls.WALImpl, WAL) {
+	ctx := context.Background()
+	impl, err := o.Open(ctx, walimpls.Channel{Name: "raw", Term: 1})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = impl.Close() })
+	w, err := Open(ctx, o, Channel{Name: "adaptor", Term: 1}, opts)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = w.Close() })
+	return impl, w
 }
 
 // reportPair reports the records/s and CPU per record of each side and

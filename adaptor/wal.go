@@ -13,6 +13,7 @@ import (
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
 	"github.com/streamwal/streamwal/utility/lifecycle"
+	"github.com/streamwal/streamwal/utility/serial"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -30,9 +31,14 @@ type wal struct {
 	// async is the backend's asynchronous append, when it offers one and
 	// appends need no confirmation; AppendAsync then needs no goroutine
 	// per append.
-	async     walimpls.AsyncAppender
-	callbacks *callbacks // runs AppendAsync's callbacks
-	partBytes int        // 0: never split
+	async walimpls.AsyncAppender
+	// callbacks runs the completion of AppendAsync's appends and their
+	// callbacks: an answer comes from a backend's goroutine (or a retrying
+	// one), which must neither run a caller's code nor be held up by the
+	// adaptor's own completion of the append; one goroutine for all
+	// callbacks costs less than one per append, and keeps answer order.
+	callbacks *serial.Queue
+	partBytes int // 0: never split
 	inflight  chan struct{}
 	wab       *writeAheadBuffer
 
@@ -136,7 +142,7 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		confirm:   !caps.Fencing && !opts.ReadOnly,
 		fencing:   caps.Fencing,
 		tailMoved: make(chan struct{}),
-		callbacks: newCallbacks(),
+		callbacks: serial.New(),
 
 		watermarked: make(chan struct{}),
 	}
@@ -831,7 +837,7 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		}
 		w.wg.Add(1)
 		w.mu.Unlock()
-		w.callbacks.post(func() {
+		w.callbacks.Post(func() {
 			defer w.wg.Done()
 			cb(AppendResult{}, err)
 		})
@@ -856,7 +862,7 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 			r = res[0]
 		}
 		w.putPrepared(p) // after res[0] was copied: res points into it
-		w.callbacks.post(func() {
+		w.callbacks.Post(func() {
 			defer w.wg.Done()
 			cb(r, err)
 		})
@@ -885,7 +891,7 @@ func (w *wal) storeAsync(ctx context.Context, p *prepared, answer func([]AppendR
 			go func() { answer(w.storeFrom(ctx, p, first)) }()
 			return
 		}
-		w.callbacks.post(func() { answer(w.storeFrom(ctx, p, first)) })
+		w.callbacks.Post(func() { answer(w.storeFrom(ctx, p, first)) })
 	})
 }
 
@@ -1407,7 +1413,7 @@ func (w *wal) Close() error {
 	w.scanners.StopAll(errors.Wrap(walimpls.ErrClosed, "wal closed"))
 	w.cancel()
 	w.wg.Wait()
-	w.callbacks.close()
+	w.callbacks.Close()
 	err := w.impl.Close()
 	w.m.forget()
 	w.log.Info("wal closed")

@@ -130,14 +130,18 @@ func testAsyncPipeline(t *testing.T, e *env) {
 	got := make([]asyncAnswer, n)
 	timer := time.NewTimer(e.opts.waitTimeout)
 	defer timer.Stop()
-	for range n {
-		select {
-		case a := <-answers:
-			got[a.i] = a.asyncAnswer
-		case <-timer.C:
-			require.FailNowf(t, "watchdog", "not every batch was answered within %s", e.opts.waitTimeout)
+	collect := func(what string) {
+		timer.Reset(e.opts.waitTimeout)
+		for range n {
+			select {
+			case a := <-answers:
+				got[a.i] = a.asyncAnswer
+			case <-timer.C:
+				require.FailNowf(t, "watchdog", "not every batch %s was answered within %s", what, e.opts.waitTimeout)
+			}
 		}
 	}
+	collect("handed over back to back")
 	var (
 		wantIDs  []message.ID
 		wantMsgs []message.Message
@@ -169,14 +173,7 @@ func testAsyncPipeline(t *testing.T, e *env) {
 			answers <- answer{i: i, asyncAnswer: asyncAnswer{ids: ids, err: err}}
 		})
 	}
-	for range n {
-		select {
-		case a := <-answers:
-			got[a.i] = a.asyncAnswer
-		case <-timer.C:
-			require.FailNowf(t, "watchdog", "not every batch racing Close was answered within %s", e.opts.waitTimeout)
-		}
-	}
+	collect("racing Close")
 	select {
 	case err := <-closed:
 		require.NoError(t, err, "Close")

@@ -91,3 +91,18 @@ func NothingMore(t testing.TB, s walimpls.Scanner, d time.Duration) {
 	case <-time.After(d):
 	}
 }
+
+// PlainOpener returns an opener whose WALs offer none of the optional
+// interfaces (walimpls.BatchReader, walimpls.AsyncAppender), for a test or
+// a benchmark of what a consumer does with a backend that offers none.
+func PlainOpener(o walimpls.Opener) walimpls.Opener { return plainOpener{o} }
+
+type plainOpener struct{ walimpls.Opener }
+
+func (o plainOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
+	w, err := o.Opener.Open(ctx, ch)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ walimpls.WALImpl }{w}, nil
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
 // The benchmarks compare the backend with raw franz-go against the same
@@ -255,7 +256,7 @@ func BenchmarkAppendAsync(b *testing.B) {
 			name := "adaptor-async"
 			var opener walimpls.Opener = o
 			if hide {
-				name, opener = "adaptor-goroutines", hideAsync{o}
+				name, opener = "adaptor-goroutines", walimplstest.PlainOpener(o)
 			}
 			b.Run(fmt.Sprintf("%s/transactions=%t", name, txn), func(b *testing.B) {
 				runs++
@@ -267,15 +268,4 @@ func BenchmarkAppendAsync(b *testing.B) {
 			})
 		}
 	}
-}
-
-// hideAsync is an opener whose WALs offer no optional interface.
-type hideAsync struct{ walimpls.Opener }
-
-func (h hideAsync) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
-	w, err := h.Opener.Open(ctx, ch)
-	if err != nil {
-		return nil, err
-	}
-	return struct{ walimpls.WALImpl }{w}, nil
 }

@@ -251,6 +251,12 @@ func encodeMessage(m message.Message) []byte {
 		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
 	}
 	b := m.AppendStamp(make([]byte, 0, n))
+	return append(appendProperties(b, props), m.Payload()...)
+}
+
+// appendProperties appends the properties part of a message body: uvarint
+// n, then n times uvarint len+key, uvarint len+value.
+func appendProperties(b []byte, props message.Properties) []byte {
 	b = binary.AppendUvarint(b, uint64(props.Len()))
 	for k, v := range props.Pairs() {
 		b = binary.AppendUvarint(b, uint64(len(k)))
@@ -258,7 +264,7 @@ func encodeMessage(m message.Message) []byte {
 		b = binary.AppendUvarint(b, uint64(len(v)))
 		b = append(b, v...)
 	}
-	return append(b, m.Payload()...)
+	return b
 }
 
 // stampMaxBytes bounds a stamp's binary form: flags, kind, two varints.

@@ -2,7 +2,6 @@ package local
 
 import (
 	"bytes"
-	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -80,15 +79,7 @@ func TestMessageBodyRoundTrip(t *testing.T) {
 // encodeMessageV1 encodes a message frame's body the way it was written
 // before stamps: every property as a string, then the payload.
 func encodeMessageV1(m message.Message) []byte {
-	props := m.Properties()
-	b := binary.AppendUvarint(nil, uint64(props.Len()))
-	for k, v := range props.Pairs() {
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		b = binary.AppendUvarint(b, uint64(len(v)))
-		b = append(b, v...)
-	}
-	return append(b, m.Payload()...)
+	return append(appendProperties(nil, m.Properties()), m.Payload()...)
 }
 
 func TestMetaBodiesRoundTrip(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/utility/serial"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -43,13 +44,13 @@ type waiter struct {
 	// seq is the request's seq, set under the journal's mutex as it is
 	// framed, before the flusher can take it.
 	seq uint64
-	// notify, when set, is told the outcome by the notifier, for a
+	// notify, when set, is told the outcome by notes, for a
 	// submitter that does not wait (submitAsync).
 	notify func(error)
 }
 
 // finishWaiters sets the outcome of the waiters of recs and closes their
-// done; the notifier tells those with a notify. Called by the flusher.
+// done; notes tells those with a notify. Called by the flusher.
 func (j *journal) finishWaiters(recs []rec, err error) {
 	var told []*waiter
 	for _, r := range recs {
@@ -62,7 +63,13 @@ func (j *journal) finishWaiters(recs []rec, err error) {
 			told = append(told, r.w)
 		}
 	}
-	j.notes.post(told)
+	if len(told) > 0 {
+		j.notes.Post(func() {
+			for _, w := range told {
+				w.notify(w.err)
+			}
+		})
+	}
 }
 
 // rec is one framed record, or one decision that waits for a round, in
@@ -193,8 +200,12 @@ type journal struct {
 
 	wake    chan struct{} // capacity 1
 	stopped chan struct{} // closed when run returns
-	notes   *notifier     // tells asynchronous appends, after the flusher
-	final   error         // the final sync's error, read after stopped
+	// notes tells asynchronous appends their outcome (submitAsync), in
+	// round order, on a goroutine of its own: the flusher goes on with the
+	// next round while the callers' completions run. Closed after the
+	// flusher returned.
+	notes *serial.Queue
+	final error // the final sync's error, read after stopped
 
 	// Owned by the flusher goroutine.
 	active   *segment
@@ -218,7 +229,7 @@ func newJournal(s *Store, rs recovered) *journal {
 		live:     rs.live,
 		wake:     make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
-		notes:    newNotifier(),
+		notes:    serial.New(),
 		active:   rs.active,
 		woff:     rs.off,
 		synced:   rs.off,
@@ -347,7 +358,7 @@ func (j *journal) close() error {
 	default:
 	}
 	<-j.stopped
-	j.notes.close()
+	j.notes.Close()
 	return j.final
 }
 

@@ -213,7 +213,6 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Store, erro
 	s.def = s.NewOpener()
 	go s.prep.run()
 	go s.j.run()
-	go s.j.notes.run()
 	return s, nil
 }
 
