@@ -37,8 +37,9 @@ type WAL interface {
 	// exactly once, from the WAL's callback goroutine (from the caller's
 	// own only when the WAL is closed). Callbacks run one at a time, in
 	// the order the appends were answered: a callback that blocks holds
-	// back the callbacks after it (not the appends), and one must not wait
-	// for another append's callback. It takes m's timetick before it
+	// back the callbacks after it (not the appends), and one must neither
+	// wait for another append's callback nor call Close, which waits for
+	// every callback. It takes m's timetick before it
 	// returns, so one caller's async appends are delivered in call order.
 	// It blocks (back-pressure) while the number of appends in flight is
 	// at its bound, until ctx ends. On a backend that appends
