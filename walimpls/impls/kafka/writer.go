@@ -53,7 +53,7 @@ type appendRes struct {
 type txnWriter struct {
 	w *wal
 	// box queues the appends for run, which answers every request it
-	// takes before it returns (claimown.AnswersTaken).
+	// takes before it returns.
 	box *claimown.Mailbox[*appendReq, appendRes]
 	ctx context.Context // box.Context(): cancelled by close, aborts the client calls in flight
 
@@ -81,7 +81,7 @@ func (h countEndTxn) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ 
 func newTxnWriter(ctx context.Context, w *wal) (*txnWriter, error) {
 	tw := &txnWriter{
 		w:   w,
-		box: claimown.NewMailbox[*appendReq, appendRes](w.o.cfg.MaxBatchRecords, w.closedErr, claimown.AnswersTaken),
+		box: claimown.NewMailbox[*appendReq, appendRes](w.o.cfg.MaxBatchRecords, w.closedErr),
 	}
 	// Requests the loop never took stored nothing.
 	tw.box.SetOrphans(func(r *appendReq) { r.answer(appendRes{err: walimpls.MarkNotStored(w.closedErr())}) })

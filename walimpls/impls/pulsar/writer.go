@@ -64,8 +64,8 @@ type appendRes struct {
 type writer struct {
 	w *wal
 	// box queues the appends for run, which answers every request it
-	// took when it stops (claimown.AnswersTaken): those in flight with
-	// ErrClosed, the others as not stored.
+	// took when it stops: those in flight with ErrClosed, the others as
+	// not stored.
 	box     *claimown.Mailbox[*appendReq, appendRes]
 	results chan sendResult      // producer callbacks → run
 	flushCh chan pulsar.Producer // run → flusher; one flush queued at most
@@ -118,7 +118,7 @@ func newWriter(w *wal) *writer {
 	n := w.o.cfg.MaxBatchMessages
 	wr := &writer{
 		w:   w,
-		box: claimown.NewMailbox[*appendReq, appendRes](n, w.closedErr, claimown.AnswersTaken),
+		box: claimown.NewMailbox[*appendReq, appendRes](n, w.closedErr),
 		// Callbacks must never block the client (nor run, which closes
 		// producers, and a closing producer reports what it holds): a
 		// producer reports at most the window (n) of messages in flight,

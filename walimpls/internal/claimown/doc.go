@@ -22,8 +22,9 @@
 //     resource, and its outcome rules are the same for every backend: a
 //     request refused before it was queued failed with an error marked
 //     walimpls.MarkNotStored; after it was queued, the caller gets the
-//     loop's reply, or, when its context ends or the loop ends first, an
-//     error whose outcome depends on what the loop promises (see Answers).
+//     loop's reply, or an error: when its context ends first, of unknown
+//     outcome; when the loop returned without taking it, marked
+//     walimpls.MarkNotStored (a loop answers every request it takes).
 //
 // Pure logic apart from Mailbox and Fence, which own no goroutine: the
 // loop is the backend's, started with Mailbox.Go and stopped with

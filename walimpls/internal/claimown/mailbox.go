@@ -9,31 +9,14 @@ import (
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// Answers is what a writer's loop promises to answer before it returns.
-type Answers int
-
-const (
-	// AnswersTaken: the loop answers every request it took before it
-	// returns. A request unanswered when the loop has returned was never
-	// taken, and stored nothing: Submit marks its error
-	// walimpls.MarkNotStored.
-	AnswersTaken Answers = iota
-	// AnswersUnsent: the loop answers the requests it took but sent
-	// nothing of; it may return with requests in flight unanswered. A
-	// request unanswered when the loop has returned has an unknown
-	// outcome: Submit leaves its error unmarked.
-	AnswersUnsent
-)
-
 // Mailbox carries requests of type Q to a writer's loop, the one
 // goroutine that owns the writer's resource, and holds the loop's
 // lifecycle: Go starts it, Close stops it and waits for it. A request
 // carries its own reply channel (buffered, of type R), on which the loop
 // answers it exactly once; Submit waits for that answer.
 type Mailbox[Q, R any] struct {
-	reqs    chan Q
-	closed  func() error
-	answers Answers
+	reqs   chan Q
+	closed func() error
 
 	orphans func(Q) // answers what the loop left queued (SetOrphans)
 
@@ -48,12 +31,13 @@ type Mailbox[Q, R any] struct {
 
 // NewMailbox returns a mailbox that queues up to capacity requests.
 // closed returns the error of a request refused because the writer closed
-// (a walimpls.ErrClosed); answers is what the loop promises.
-func NewMailbox[Q, R any](capacity int, closed func() error, answers Answers) *Mailbox[Q, R] {
+// (a walimpls.ErrClosed). The loop answers every request it takes before
+// it returns: a request unanswered once the loop has returned was never
+// taken, and stored nothing.
+func NewMailbox[Q, R any](capacity int, closed func() error) *Mailbox[Q, R] {
 	m := &Mailbox[Q, R]{
 		reqs:    make(chan Q, capacity),
 		closed:  closed,
-		answers: answers,
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		drained: make(chan struct{}),
@@ -72,8 +56,7 @@ func NewMailbox[Q, R any](capacity int, closed func() error, answers Answers) *M
 //     (the request may be in flight); when both are there, either comes
 //     back;
 //   - the loop returns after req was queued: its answer if it gave one,
-//     else the closed error, marked walimpls.MarkNotStored when the loop
-//     answers every request it took (AnswersTaken).
+//     else the closed error, marked walimpls.MarkNotStored (never taken).
 func (m *Mailbox[Q, R]) Submit(ctx context.Context, req Q, reply <-chan R) (R, error) {
 	var zero R
 	select {
@@ -94,10 +77,7 @@ func (m *Mailbox[Q, R]) Submit(ctx context.Context, req Q, reply <-chan R) (R, e
 			return r, nil
 		default:
 		}
-		if m.answers == AnswersTaken {
-			return zero, walimpls.MarkNotStored(m.closed()) // never taken
-		}
-		return zero, m.closed()
+		return zero, walimpls.MarkNotStored(m.closed()) // never taken
 	}
 }
 

@@ -23,8 +23,8 @@ func newReq(n int) *req { return &req{n: n, reply: make(chan int, 1)} }
 
 func closedErr() error { return errors.Join(walimpls.ErrClosed, errors.New("test writer")) }
 
-func newBox(capacity int, a Answers) *Mailbox[*req, int] {
-	return NewMailbox[*req, int](capacity, closedErr, a)
+func newBox(capacity int) *Mailbox[*req, int] {
+	return NewMailbox[*req, int](capacity, closedErr)
 }
 
 // echo is a loop that answers every request with its n doubled, and
@@ -49,7 +49,7 @@ func submit(ctx context.Context, m *Mailbox[*req, int], n int) (int, error) {
 }
 
 func TestMailboxAnswered(t *testing.T) {
-	m := newBox(4, AnswersTaken)
+	m := newBox(4)
 	m.Go(echo(m))
 	defer m.Close()
 	for i := range 10 {
@@ -61,7 +61,7 @@ func TestMailboxAnswered(t *testing.T) {
 
 func TestMailboxRefusedBeforeQueued(t *testing.T) {
 	t.Run("ctx ended", func(t *testing.T) {
-		m := newBox(0, AnswersTaken) // no room, nobody takes
+		m := newBox(0) // no room, nobody takes
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, err := submit(ctx, m, 1)
@@ -70,19 +70,17 @@ func TestMailboxRefusedBeforeQueued(t *testing.T) {
 		m.Close()
 	})
 	t.Run("loop returned", func(t *testing.T) {
-		for _, a := range []Answers{AnswersTaken, AnswersUnsent} {
-			m := newBox(0, a)
-			m.Go(func() {})
-			m.Close()
-			_, err := submit(context.Background(), m, 1)
-			require.ErrorIs(t, err, walimpls.ErrClosed)
-			assert.True(t, walimpls.NotStored(err), "never queued, whatever the loop promises")
-		}
+		m := newBox(0)
+		m.Go(func() {})
+		m.Close()
+		_, err := submit(context.Background(), m, 1)
+		require.ErrorIs(t, err, walimpls.ErrClosed)
+		assert.True(t, walimpls.NotStored(err), "never queued")
 	})
 }
 
 func TestMailboxCtxEndsAfterQueued(t *testing.T) {
-	m := newBox(1, AnswersTaken)
+	m := newBox(1)
 	taken := make(chan *req, 1)
 	m.Go(func() {
 		r := <-m.Requests()
@@ -105,35 +103,27 @@ func TestMailboxCtxEndsAfterQueued(t *testing.T) {
 }
 
 func TestMailboxLoopReturnsUnanswered(t *testing.T) {
-	for _, tc := range []struct {
-		answers   Answers
-		notStored bool
-	}{
-		{AnswersTaken, true},
-		{AnswersUnsent, false},
-	} {
-		m := newBox(1, tc.answers)
-		queued := make(chan struct{})
-		m.Go(func() {
-			<-queued
-			<-m.Stopping() // returns leaving the request unanswered
-		})
-		res := make(chan error, 1)
-		go func() {
-			_, err := submit(context.Background(), m, 1)
-			res <- err
-		}()
-		require.Eventually(t, func() bool { return len(m.reqs) == 1 }, 5*time.Second, time.Millisecond)
-		close(queued)
-		m.Close()
-		err := <-res
-		require.ErrorIs(t, err, walimpls.ErrClosed)
-		assert.Equal(t, tc.notStored, walimpls.NotStored(err))
-	}
+	m := newBox(1)
+	queued := make(chan struct{})
+	m.Go(func() {
+		<-queued
+		<-m.Stopping() // returns leaving the request unanswered
+	})
+	res := make(chan error, 1)
+	go func() {
+		_, err := submit(context.Background(), m, 1)
+		res <- err
+	}()
+	require.Eventually(t, func() bool { return len(m.reqs) == 1 }, 5*time.Second, time.Millisecond)
+	close(queued)
+	m.Close()
+	err := <-res
+	require.ErrorIs(t, err, walimpls.ErrClosed)
+	assert.True(t, walimpls.NotStored(err), "never taken")
 }
 
 func TestMailboxDrainAnswersQueued(t *testing.T) {
-	m := newBox(8, AnswersTaken)
+	m := newBox(8)
 	stopped := make(chan struct{})
 	m.Go(func() {
 		<-stopped
@@ -164,7 +154,7 @@ func TestMailboxDrainAnswersQueued(t *testing.T) {
 func TestMailboxReplyRaces(t *testing.T) {
 	t.Run("loop answers and returns", func(t *testing.T) {
 		for i := range 200 {
-			m := newBox(1, AnswersTaken)
+			m := newBox(1)
 			m.Go(func() {
 				r := <-m.Requests()
 				r.reply <- r.n
@@ -178,7 +168,7 @@ func TestMailboxReplyRaces(t *testing.T) {
 	t.Run("ctx ends as the answer comes", func(t *testing.T) {
 		answered, cancelled := 0, 0
 		for i := range 200 {
-			m := newBox(1, AnswersTaken)
+			m := newBox(1)
 			ctx, cancel := context.WithCancel(context.Background())
 			m.Go(func() {
 				r := <-m.Requests()
@@ -202,8 +192,7 @@ func TestMailboxReplyRaces(t *testing.T) {
 	})
 	t.Run("Close races Submit", func(t *testing.T) {
 		for i := range 200 {
-			a := Answers(i % 2)
-			m := newBox(4, a)
+			m := newBox(4)
 			m.Go(echo(m))
 			res := make(chan error, 1)
 			go func() {
@@ -217,23 +206,21 @@ func TestMailboxReplyRaces(t *testing.T) {
 			err := <-res
 			if err != nil {
 				require.ErrorIs(t, err, walimpls.ErrClosed)
-				if a == AnswersTaken {
-					require.True(t, walimpls.NotStored(err))
-				}
+				require.True(t, walimpls.NotStored(err))
 			}
 		}
 	})
 }
 
 func TestMailboxLifecycle(t *testing.T) {
-	m := newBox(1, AnswersTaken)
+	m := newBox(1)
 	assert.False(t, m.Started())
 	m.Close() // no loop: returns at once
 	m.Close()
 	assert.ErrorIs(t, m.Context().Err(), context.Canceled)
 	assert.True(t, closed(m.Stopping()))
 
-	n := newBox(1, AnswersTaken)
+	n := newBox(1)
 	n.Go(echo(n))
 	assert.True(t, n.Started())
 	assert.Panics(t, func() { n.Go(func() {}) })
@@ -247,7 +234,7 @@ func TestMailboxLifecycle(t *testing.T) {
 // leaves its queue behind.
 func TestMailboxPostAnswersEveryQueuedRequestOnce(t *testing.T) {
 	for range 50 {
-		m := newBox(2, AnswersTaken)
+		m := newBox(2)
 		var orphaned, answered, refused, queued atomic.Int64
 		counts := make([]atomic.Int32, 200)
 		m.SetOrphans(func(r *req) { counts[r.n].Add(1); orphaned.Add(1) })
