@@ -13,7 +13,7 @@
 // see their canonical decimal form), Restore moves them out of a map it is
 // given when they are in that form (any other value stays in the map,
 // exactly as stored), and a backend may store the stamp's binary form
-// instead of strings (Message.AppendStamp, Unstamped, RestoreStamped):
+// instead of strings (Message.AppendStamp, Unstamped, DecodeStamp):
 //
 //	byte 0   flags: 1 kind, 2 term, 4 timetick (other bits: not a stamp)
 //	         then, each only when its flag is set, in this order:

@@ -120,34 +120,12 @@ type Header struct {
 	Size        int
 }
 
-// Header returns m's Header at once: of a stamped message without other
-// properties it reads fields, where Kind, Term, TimeTick and Size would
-// each look at the stamp and the map.
+// Header returns m's Header at once, for a reader that needs all of it
+// per message.
 func (m Message) Header() Header {
-	s := m.stamp
-	h := Header{
-		Kind: KindData, Term: s.term, HasTerm: s.has&stampTerm != 0,
-		TimeTick: s.tt, HasTimeTick: s.has&stampTimeTick != 0,
-		Size: len(m.payload) + s.size(),
-	}
-	if s.has&stampKind != 0 {
-		h.Kind = s.kind
-	}
-	if len(m.props) == 0 {
-		return h
-	}
-	if s.has != stampAll {
-		if v, ok := m.props[KeyKind]; ok && s.has&stampKind == 0 {
-			h.Kind = parseKind(v)
-		}
-		if v, ok := m.props[KeyTerm]; ok && !h.HasTerm {
-			h.Term, h.HasTerm = parseTerm(v)
-		}
-		if v, ok := m.props[KeyTimeTick]; ok && !h.HasTimeTick {
-			h.TimeTick, h.HasTimeTick = parseTimeTick(v)
-		}
-	}
-	h.Size += mapSize(m.props)
+	h := Header{Kind: m.Kind(), Size: m.Size()}
+	h.Term, h.HasTerm = m.Term()
+	h.TimeTick, h.HasTimeTick = m.TimeTick()
 	return h
 }
 

@@ -82,11 +82,7 @@ func (p Properties) All() map[string]string {
 	if p.Len() == 0 {
 		return nil
 	}
-	out := make(map[string]string, p.Len())
-	for k, v := range p.Pairs() {
-		out[k] = v
-	}
-	return out
+	return maps.Collect(p.Pairs())
 }
 
 // User returns a copy of the properties whose keys are not reserved.

@@ -11,7 +11,7 @@ import (
 // (kind, term, timetick) as values rather than decimal strings in the
 // property map: a stamped message needs no map of its own, its header is
 // read without parsing, and a backend that stores the stamp's binary form
-// (AppendStamp, RestoreStamped) keeps no map per record either. A key is
+// (AppendStamp, DecodeStamp) keeps no map per record either. A key is
 // held either by the stamp or by the map, never by both; the map keeps a
 // reserved value that is not the canonical decimal form of its type, so
 // that such a value reads back exactly as it was written.
@@ -160,7 +160,7 @@ func (s *stamp) absorb(props map[string]string) map[string]string {
 
 // AppendStamp appends the binary form of m's stamp to b (the format is in
 // the package documentation). A backend that stores it beside the payload
-// and Unstamped, and rebuilds the message with RestoreStamped, keeps no
+// and Unstamped, and rebuilds the message with DecodeStamp, keeps no
 // property map for a record that has no other properties.
 func (m Message) AppendStamp(b []byte) []byte {
 	s := m.stamp
@@ -181,24 +181,26 @@ func (m Message) AppendStamp(b []byte) []byte {
 // hold: what a backend that stores AppendStamp's bytes stores besides.
 func (m Message) Unstamped() Properties { return Properties{m: m.props} }
 
-// RestoreStamped rebuilds a message a backend stored as its payload, the
-// bytes AppendStamp gave and the Unstamped properties; it returns the
-// stamp's length in b with it, so that a backend can store the stamp at the
-// front of a record. Like Restore, it takes ownership of props. Bytes that
-// are not a stamp (unknown flags, a truncated field), or properties that
-// hold a key the stamp holds, are an ErrBadProperty error.
-func RestoreStamped(payload, b []byte, props map[string]string) (Message, int, error) {
+// Stamp is a stamp decoded from its binary form (DecodeStamp), to rebuild
+// the message it came with (Restore). The zero Stamp holds nothing.
+type Stamp struct{ s stamp }
+
+// DecodeStamp decodes the stamp at the front of b (AppendStamp's bytes)
+// and returns its length in b, so that a backend can store the stamp in
+// front of the rest of a record. Bytes that are not a stamp (unknown
+// flags, a truncated field) are an ErrBadProperty error.
+func DecodeStamp(b []byte) (Stamp, int, error) {
 	if len(b) == 0 {
-		return Message{}, 0, errors.Wrap(ErrBadProperty, "stamp: no bytes")
+		return Stamp{}, 0, errors.Wrap(ErrBadProperty, "stamp: no bytes")
 	}
 	s := stamp{has: b[0]}
 	if s.has&^stampAll != 0 {
-		return Message{}, 0, errors.Wrapf(ErrBadProperty, "stamp: unknown flags %#x", s.has)
+		return Stamp{}, 0, errors.Wrapf(ErrBadProperty, "stamp: unknown flags %#x", s.has)
 	}
 	n := 1
 	if s.has&stampKind != 0 {
 		if len(b) < n+1 {
-			return Message{}, 0, errors.Wrap(ErrBadProperty, "stamp: truncated kind")
+			return Stamp{}, 0, errors.Wrap(ErrBadProperty, "stamp: truncated kind")
 		}
 		s.kind = Kind(b[n])
 		n++
@@ -206,24 +208,32 @@ func RestoreStamped(payload, b []byte, props map[string]string) (Message, int, e
 	if s.has&stampTerm != 0 {
 		t, k := binary.Varint(b[n:])
 		if k <= 0 {
-			return Message{}, 0, errors.Wrap(ErrBadProperty, "stamp: truncated term")
+			return Stamp{}, 0, errors.Wrap(ErrBadProperty, "stamp: truncated term")
 		}
 		s.term, n = t, n+k
 	}
 	if s.has&stampTimeTick != 0 {
 		t, k := binary.Uvarint(b[n:])
 		if k <= 0 {
-			return Message{}, 0, errors.Wrap(ErrBadProperty, "stamp: truncated timetick")
+			return Stamp{}, 0, errors.Wrap(ErrBadProperty, "stamp: truncated timetick")
 		}
 		s.tt, n = t, n+k
 	}
+	return Stamp{s: s}, n, nil
+}
+
+// Restore rebuilds the message a backend stored as its payload, this
+// stamp and the Unstamped properties. Like the package's Restore, it takes
+// ownership of props. Properties that hold a key the stamp holds are an
+// ErrBadProperty error.
+func (st Stamp) Restore(payload []byte, props map[string]string) (Message, error) {
 	for i, key := range stampKeys {
-		if _, ok := props[key]; ok && s.has&(uint8(1)<<i) != 0 {
-			return Message{}, 0, errors.Wrapf(ErrBadProperty, "stamp: property %q held twice", key)
+		if _, ok := props[key]; ok && st.s.has&(uint8(1)<<i) != 0 {
+			return Message{}, errors.Wrapf(ErrBadProperty, "stamp: property %q held twice", key)
 		}
 	}
 	if len(props) == 0 {
 		props = nil
 	}
-	return Message{payload: payload, props: props, stamp: s}, n, nil
+	return Message{payload: payload, props: props, stamp: st.s}, nil
 }

@@ -25,7 +25,7 @@
 //     (message.Message.Copy), or encodes the message, before it returns.
 //     A message's kind, term and timetick are held in its stamp, not its
 //     map: a backend that encodes the stamp's binary form
-//     (Message.AppendStamp, message.RestoreStamped) keeps no map for a
+//     (Message.AppendStamp, message.DecodeStamp) keeps no map for a
 //     record that has no other properties; one that stores every
 //     property as a string (Properties().Pairs) keeps them too.
 //   - Scanners deliver messages in ID order, without gaps. A backend may

@@ -2,6 +2,7 @@ package local
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"slices"
 
@@ -275,17 +276,14 @@ const stampMaxBytes = 2 + 2*binary.MaxVarintLen64
 // set.
 func decodeMessage(typ frameType, body []byte, copyPayload bool) (message.Message, error) {
 	var (
-		stamp []byte
-		n     int
+		st message.Stamp
+		n  int
 	)
 	if typ == typeMessage {
-		// The stamp is decoded with everything else below; here only
-		// its length is needed, to find the properties after it.
-		_, sn, err := message.RestoreStamped(nil, body, nil)
-		if err != nil {
-			return message.Message{}, errors.Wrapf(errBadBody, "message stamp: %v", err)
+		var err error
+		if st, n, err = message.DecodeStamp(body); err != nil {
+			return message.Message{}, errors.WithStack(fmt.Errorf("message stamp: %w: %w", err, errBadBody))
 		}
-		stamp, n = body[:sn], sn
 	}
 	r := bodyReader{b: body[n:]}
 	count := r.uvarint()
@@ -319,9 +317,9 @@ func decodeMessage(typ frameType, body []byte, copyPayload bool) (message.Messag
 	if typ != typeMessage {
 		return message.Restore(payload, props), nil
 	}
-	m, _, err := message.RestoreStamped(payload, stamp, props)
+	m, err := st.Restore(payload, props)
 	if err != nil {
-		return message.Message{}, errors.Wrapf(errBadBody, "message: %v", err)
+		return message.Message{}, errors.WithStack(fmt.Errorf("message: %w: %w", err, errBadBody))
 	}
 	return m, nil
 }
