@@ -27,8 +27,8 @@
 // slice.
 //
 // Asynchronous appends (AppendBatchAsync) queue for one goroutine per WAL,
-// started with the first and gone once the queue is empty, which stores
-// them one after the other: in call order. Close waits for it.
+// started with the first, which stores them one after the other: in call
+// order. Close waits for it.
 //
 // Fault injection, per Cluster: FailNextAppends makes the next n appends fail
 // with the retryable ErrInjected, and SetAppendLatency delays every append.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
+	"github.com/streamwal/streamwal/utility/serial"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -24,14 +25,18 @@ type wal struct {
 	closing chan struct{} // closed by Close: ends appends waiting out an injected latency
 	scans   lifecycle.Group[*scanner]
 
-	asyncMu sync.Mutex
-	async   asyncAppends // guarded by asyncMu
+	// appends stores the batches of AppendBatchAsync in order; asyncClosed
+	// (set by Close, under asyncMu) keeps a batch from queueing after the
+	// queue closed.
+	asyncMu     sync.Mutex
+	asyncClosed bool
+	appends     *serial.Queue
 }
 
 var _ walimpls.WALImpl = (*wal)(nil)
 
 func newWAL(o *Opener, l *channelLog, ch walimpls.Channel, claim uint64) *wal {
-	return &wal{opener: o, log: l, ch: ch, claim: claim, closing: make(chan struct{})}
+	return &wal{opener: o, log: l, ch: ch, claim: claim, closing: make(chan struct{}), appends: serial.New()}
 }
 
 func (w *wal) WALName() string           { return Name }
