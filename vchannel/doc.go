@@ -12,7 +12,9 @@
 //     vchannel's name (message.Message.WithVChannel). A message that already
 //     names another vchannel is refused with ErrWrongVChannel before
 //     anything is stored (walimpls.NotStored holds); a batch holding one is
-//     refused whole.
+//     refused whole. An AppendAsync refused so is called back as the
+//     pchannel calls back its own appends (adaptor.AnswerAsync): on its
+//     callback goroutine, in answer order, waited for by its Close.
 //   - Read starts an adaptor scanner with Filter.VChannels set to the
 //     vchannel: it delivers this vchannel's data messages only, in strictly
 //     increasing timetick order, from the caller's DeliverPolicy, each

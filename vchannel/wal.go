@@ -60,16 +60,16 @@ func (v *WAL) Append(ctx context.Context, m message.Message) (adaptor.AppendResu
 }
 
 // AppendAsync stamps m with the vchannel and appends it in the background
-// (adaptor.WAL.AppendAsync): cb is called exactly once, from another
-// goroutine, also when m is refused.
+// (adaptor.WAL.AppendAsync): cb is called exactly once, also when m is
+// refused. A refusal is answered as the pchannel answers its own appends
+// (adaptor.AnswerAsync): on its callback goroutine, one at a time with its
+// other callbacks and in answer order, waited for by its Close; on the
+// caller's goroutine when the pchannel is closed, or when it does not
+// implement adaptor.AsyncAnswerer (a wrapper that does not forward it).
 func (v *WAL) AppendAsync(ctx context.Context, m message.Message, cb func(adaptor.AppendResult, error)) {
 	m, err := v.stamp(m)
 	if err != nil {
-		if cb != nil {
-			// As the adaptor calls back a refused append: on a goroutine
-			// of its own, so that cb never runs under the caller's locks.
-			go cb(adaptor.AppendResult{}, err)
-		}
+		adaptor.AnswerAsync(v.w, cb, adaptor.AppendResult{}, err)
 		return
 	}
 	v.w.AppendAsync(ctx, m, cb)
