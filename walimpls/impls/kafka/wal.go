@@ -56,6 +56,7 @@ type wal struct {
 var (
 	_ walimpls.WALImpl       = (*wal)(nil)
 	_ walimpls.AsyncAppender = (*wal)(nil)
+	_ walimpls.BatchReader   = (*wal)(nil)
 )
 
 func newWAL(o *Opener, ch walimpls.Channel, topic string, id topicID, limit int) *wal {

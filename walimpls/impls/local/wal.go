@@ -36,6 +36,7 @@ type wal struct {
 var (
 	_ walimpls.WALImpl       = (*wal)(nil)
 	_ walimpls.AsyncAppender = (*wal)(nil)
+	_ walimpls.BatchReader   = (*wal)(nil)
 )
 
 // newWAL returns a WAL of ch, listed among its writers when ReadWrite; nil

@@ -33,7 +33,10 @@ type wal struct {
 	appends     *serial.Queue
 }
 
-var _ walimpls.WALImpl = (*wal)(nil)
+var (
+	_ walimpls.WALImpl     = (*wal)(nil)
+	_ walimpls.BatchReader = (*wal)(nil)
+)
 
 func newWAL(o *Opener, l *channelLog, ch walimpls.Channel, claim uint64) *wal {
 	return &wal{opener: o, log: l, ch: ch, claim: claim, closing: make(chan struct{}), appends: serial.New()}
