@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/meta"
+	"github.com/streamwal/streamwal/meta/internal/storeerr"
 )
 
 // The layout of the file; see doc.go.
@@ -54,7 +55,7 @@ func encodeRecord(key, value []byte, rev int64) []byte {
 // may be.
 func decodeRecord(key, b []byte, storeRev int64) (int64, []byte, error) {
 	corrupt := func(format string, args ...any) error {
-		return mark(errors.Newf("boltstore: record of key %q: "+format, append([]any{key}, args...)...), meta.ErrCorrupt)
+		return storeerr.Mark(errors.Newf("boltstore: record of key %q: "+format, append([]any{key}, args...)...), meta.ErrCorrupt)
 	}
 	if len(b) < recordHeader {
 		return 0, nil, corrupt("%d bytes, shorter than its header", len(b))
@@ -81,11 +82,11 @@ func encodeRev(rev int64) []byte {
 // decodeRev reads the store revision.
 func decodeRev(b []byte) (int64, error) {
 	if len(b) != 8 {
-		return 0, mark(errors.Newf("boltstore: store revision of %d bytes", len(b)), meta.ErrCorrupt)
+		return 0, storeerr.Mark(errors.Newf("boltstore: store revision of %d bytes", len(b)), meta.ErrCorrupt)
 	}
 	rev := binary.BigEndian.Uint64(b)
 	if rev > 1<<62 {
-		return 0, mark(errors.Newf("boltstore: store revision %d out of range", rev), meta.ErrCorrupt)
+		return 0, storeerr.Mark(errors.Newf("boltstore: store revision %d out of range", rev), meta.ErrCorrupt)
 	}
 	return int64(rev), nil
 }

@@ -11,6 +11,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/streamwal/streamwal/meta"
+	"github.com/streamwal/streamwal/meta/internal/storeerr"
 )
 
 // ErrLocked means another opener holds the file: Open gave up after
@@ -38,7 +39,7 @@ var _ meta.Store = (*Store)(nil)
 // file is not a store (see doc.go).
 func Open(path string, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
-		return nil, mark(err, meta.ErrInvalid)
+		return nil, storeerr.Mark(err, meta.ErrInvalid)
 	}
 	opts = opts.withDefaults()
 	var db *bolt.DB
@@ -49,10 +50,10 @@ func Open(path string, opts Options) (*Store, error) {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
 		err = errors.Wrapf(err, "boltstore: open %s: still locked by another opener after %s", path, opts.Timeout)
-		return nil, mark(err, ErrLocked, meta.ErrUnavailable)
+		return nil, storeerr.Mark(err, ErrLocked, meta.ErrUnavailable)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch),
 		errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrInvalidMapping):
-		return nil, mark(errors.Wrapf(err, "boltstore: open %s", path), meta.ErrCorrupt)
+		return nil, storeerr.Mark(errors.Wrapf(err, "boltstore: open %s", path), meta.ErrCorrupt)
 	case err != nil:
 		return nil, errors.Wrapf(err, "boltstore: open %s", path)
 	}
@@ -73,7 +74,7 @@ func initialise(tx *bolt.Tx) error {
 			return errStop
 		})
 		if foreign != nil {
-			return mark(errors.Newf("not a meta store: bucket %q but no %q", foreign, bucketMeta), meta.ErrCorrupt)
+			return storeerr.Mark(errors.Newf("not a meta store: bucket %q but no %q", foreign, bucketMeta), meta.ErrCorrupt)
 		}
 		mb, err := tx.CreateBucket(bucketMeta)
 		if err != nil {
@@ -89,13 +90,13 @@ func initialise(tx *bolt.Tx) error {
 		return err
 	}
 	if f := mb.Get(keyFormat); len(f) != 1 || f[0] != formatVersion {
-		return mark(errors.Newf("format %x (this streamwal reads %d)", f, formatVersion), meta.ErrCorrupt)
+		return storeerr.Mark(errors.Newf("format %x (this streamwal reads %d)", f, formatVersion), meta.ErrCorrupt)
 	}
 	if _, err := decodeRev(mb.Get(keyRev)); err != nil {
 		return err
 	}
 	if tx.Bucket(bucketKV) == nil {
-		return mark(errors.Newf("no bucket %q", bucketKV), meta.ErrCorrupt)
+		return storeerr.Mark(errors.Newf("no bucket %q", bucketKV), meta.ErrCorrupt)
 	}
 	return nil
 }
@@ -122,12 +123,20 @@ func (s *Store) begin(ctx context.Context, op string) error {
 }
 
 // guard runs fn, turning a panic inside bbolt (a damaged page) into
-// meta.ErrCorrupt. bbolt rolls the transaction back before the panic
+// meta.ErrCorrupt, whose cause is the panic's value when that is an error
+// (a runtime error). bbolt rolls the transaction back before the panic
 // reaches here.
 func guard(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = mark(errors.Newf("boltstore: bbolt panicked, the file is damaged: %v", r), meta.ErrCorrupt)
+			const why = "boltstore: bbolt panicked, the file is damaged"
+			cause, ok := r.(error)
+			if ok {
+				cause = errors.Wrap(cause, why)
+			} else {
+				cause = errors.Newf(why+": %v", r)
+			}
+			err = storeerr.Mark(cause, meta.ErrCorrupt)
 		}
 	}()
 	return fn()
@@ -215,7 +224,7 @@ func (w writes) changes(kv *bolt.Bucket) bool {
 func buckets(tx *bolt.Tx) (*bolt.Bucket, int64, error) {
 	mb, kv := tx.Bucket(bucketMeta), tx.Bucket(bucketKV)
 	if mb == nil || kv == nil {
-		return nil, 0, mark(errors.New("boltstore: buckets missing"), meta.ErrCorrupt)
+		return nil, 0, storeerr.Mark(errors.New("boltstore: buckets missing"), meta.ErrCorrupt)
 	}
 	rev, err := decodeRev(mb.Get(keyRev))
 	return kv, rev, err
@@ -229,23 +238,6 @@ func current(kv *bolt.Bucket, key []byte, storeRev int64) (int64, error) {
 	}
 	rev, _, err := decodeRecord(key, b, storeRev)
 	return rev, err
-}
-
-// conflict is the ErrConflict of a write to key expecting expect and
-// finding actual.
-func conflict(op, key string, expect, actual int64) error {
-	return errors.Wrapf(meta.ErrConflict, "boltstore: %s %q: expected %s, found %s", op, key, revString(expect), revString(actual))
-}
-
-// revString names an expected or actual revision in errors.
-func revString(rev int64) string {
-	switch rev {
-	case meta.Absent:
-		return "absent"
-	case meta.Any:
-		return "any"
-	}
-	return fmt.Sprintf("revision %d", rev)
 }
 
 // Get returns key's value and revision, or meta.ErrNotFound.
@@ -324,7 +316,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, expect int64)
 				return writes{}, err
 			}
 			if rev != expect {
-				return writes{}, conflict("put", key, expect, rev)
+				return writes{}, storeerr.Conflict("boltstore", "put", key, expect, rev)
 			}
 		}
 		return writes{puts: []put{{k, value}}}, nil
@@ -348,7 +340,7 @@ func (s *Store) Delete(ctx context.Context, key string, expect int64) error {
 				return writes{}, err
 			}
 			if rev != expect {
-				return writes{}, conflict("delete", key, expect, rev)
+				return writes{}, storeerr.Conflict("boltstore", "delete", key, expect, rev)
 			}
 		}
 		return writes{deletes: [][]byte{k}}, nil
@@ -373,7 +365,7 @@ func (s *Store) Commit(ctx context.Context, txn meta.Txn) (int64, error) {
 				return writes{}, err
 			}
 			if rev != c.Revision {
-				return writes{}, conflict("commit: condition on", c.Key, c.Revision, rev)
+				return writes{}, storeerr.Conflict("boltstore", "commit: condition on", c.Key, c.Revision, rev)
 			}
 		}
 		var w writes

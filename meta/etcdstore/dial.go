@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/streamwal/streamwal/meta"
+	"github.com/streamwal/streamwal/meta/internal/storeerr"
 )
 
 // Config is what Dial needs to connect a client. The zero value of each
@@ -93,7 +94,7 @@ func (c Config) clientConfig() clientv3.Config {
 // the client and closes it (after every Store on it).
 func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, mark(err, meta.ErrInvalid)
+		return nil, storeerr.Mark(err, meta.ErrInvalid)
 	}
 	ccfg := cfg.clientConfig()
 	cli, err := clientv3.New(ccfg)
@@ -115,7 +116,7 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, err // the caller cancelled
 			}
-			return nil, mark(err, meta.ErrUnavailable)
+			return nil, storeerr.Mark(err, meta.ErrUnavailable)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/streamwal/streamwal/meta"
+	"github.com/streamwal/streamwal/meta/internal/storeerr"
 )
 
 // classify marks err, an error of a call whose caller's context is ctx,
@@ -19,22 +20,22 @@ func classify(ctx context.Context, err error) error {
 		return err // the caller gave up: its own error, unmarked
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return mark(err, meta.ErrUnavailable)
+		return storeerr.Mark(err, meta.ErrUnavailable)
 	}
 	code, fromServer := grpcCode(err)
 	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		return mark(err, meta.ErrUnavailable)
+		return storeerr.Mark(err, meta.ErrUnavailable)
 	case codes.ResourceExhausted:
 		if fromServer {
-			return mark(err, meta.ErrUnavailable) // no space, too many requests
+			return storeerr.Mark(err, meta.ErrUnavailable) // no space, too many requests
 		}
-		return mark(err, meta.ErrInvalid) // the client's message size limit
+		return storeerr.Mark(err, meta.ErrInvalid) // the client's message size limit
 	case codes.InvalidArgument:
-		return mark(err, meta.ErrInvalid)
+		return storeerr.Mark(err, meta.ErrInvalid)
 	}
 	if errors.Is(err, context.Canceled) {
-		return mark(err, meta.ErrUnavailable) // the client's context: a closed client
+		return storeerr.Mark(err, meta.ErrUnavailable) // the client's context: a closed client
 	}
 	return err
 }

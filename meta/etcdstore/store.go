@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/streamwal/streamwal/meta"
+	"github.com/streamwal/streamwal/meta/internal/storeerr"
 )
 
 // Store is a meta.Store on an etcd cluster, under a key prefix. Safe for
@@ -38,7 +39,7 @@ func New(cli *clientv3.Client, opts Options) (*Store, error) {
 		return nil, errors.Wrap(meta.ErrInvalid, "etcdstore: nil client")
 	}
 	if err := opts.Validate(); err != nil {
-		return nil, mark(err, meta.ErrInvalid)
+		return nil, storeerr.Mark(err, meta.ErrInvalid)
 	}
 	s := &Store{cli: cli, opts: opts.withDefaults()}
 	s.stop, s.cancel = context.WithCancel(context.Background())
@@ -79,7 +80,7 @@ func (s *Store) isClosed() bool {
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	err = errors.Wrapf(err, "etcdstore: %s", op)
 	if s.isClosed() {
-		return mark(err, meta.ErrClosed)
+		return storeerr.Mark(err, meta.ErrClosed)
 	}
 	return classify(ctx, err)
 }
@@ -102,23 +103,6 @@ func txnRevOf(resp *clientv3.TxnResponse, i int) int64 {
 		return g.Kvs[0].ModRevision
 	}
 	return meta.Absent
-}
-
-// conflict is the ErrConflict of a write to key expecting expect and
-// finding actual.
-func conflict(op, key string, expect, actual int64) error {
-	return errors.Wrapf(meta.ErrConflict, "etcdstore: %s %q: expected %s, found %s", op, key, revString(expect), revString(actual))
-}
-
-// revString names an expected or actual revision in errors.
-func revString(rev int64) string {
-	switch rev {
-	case meta.Absent:
-		return "absent"
-	case meta.Any:
-		return "any"
-	}
-	return fmt.Sprintf("revision %d", rev)
 }
 
 // Get returns key's value and revision, or meta.ErrNotFound.
@@ -226,7 +210,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, expect int64)
 		return 0, s.fail(ctx, op, err)
 	}
 	if !resp.Succeeded {
-		return 0, conflict("put", key, expect, txnRevOf(resp, 0))
+		return 0, storeerr.Conflict("etcdstore", "put", key, expect, txnRevOf(resp, 0))
 	}
 	return resp.Header.Revision, nil
 }
@@ -255,7 +239,7 @@ func (s *Store) Delete(ctx context.Context, key string, expect int64) error {
 		return s.fail(ctx, op, err)
 	}
 	if !resp.Succeeded {
-		return conflict("delete", key, expect, txnRevOf(resp, 0))
+		return storeerr.Conflict("etcdstore", "delete", key, expect, txnRevOf(resp, 0))
 	}
 	return nil
 }
@@ -292,7 +276,7 @@ func (s *Store) Commit(ctx context.Context, txn meta.Txn) (int64, error) {
 	if !resp.Succeeded {
 		for i, c := range txn.Conds {
 			if actual := txnRevOf(resp, i); actual != c.Revision {
-				return 0, conflict("commit: condition on", c.Key, c.Revision, actual)
+				return 0, storeerr.Conflict("etcdstore", "commit: condition on", c.Key, c.Revision, actual)
 			}
 		}
 		return 0, errors.Wrap(meta.ErrConflict, "etcdstore: commit: a condition failed")
