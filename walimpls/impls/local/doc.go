@@ -14,10 +14,13 @@
 // # Directory
 //
 //	<root>/LOCK                     flock(2)ed by the owning process; holds its pid
+//	<root>/JOURNAL                  the journal marker: this root's journal was
+//	                                written (see below)
 //	<root>/wal-0000000000000001.log segment 1
 //	<root>/wal-0000000000000002.log segment 2 ...   (contiguous numbers)
 //	<root>/spare-N.tmp              up to two next segments, prepared ahead of
 //	                                need (zero-filled, or recycled)
+//	<root>/JOURNAL.tmp              the journal marker being written
 //
 // A segment file is named after its number in hexadecimal, zero-padded to
 // 16 digits: segment 26 is wal-000000000000001a.log, so the names sort in
@@ -27,6 +30,24 @@
 // segments are ever deleted (see Truncation), never the last one. Every
 // segment but the last ends with a seal frame naming the next one, so the
 // loss of the newest segment file is detected (see Recovery).
+//
+// The journal marker JOURNAL records that the root's journal exists, so that
+// a root whose segment files were all deleted (the only one, say) is told
+// from a root never written. It holds the 24 bytes
+// "streamwal local journal\n" and nothing else. It is written once in the
+// root's life, when the root's first segment has become durable - its file
+// renamed into place and the directory synced, and its start frame
+// fdatasynced - and never before: the bytes go to JOURNAL.tmp, which is
+// fdatasynced and renamed to JOURNAL, and the directory is synced. So a root
+// opened and closed without writing has no marker, a marker never tears, and
+// the journal never leaves a marker without a segment whose start frame was
+// durable. The flusher writes it after the root's first fdatasync (the first
+// round of a root always holds a term frame, which is synced whatever the
+// policy), before that round is acknowledged; a failure fails the journal
+// like a failed sync (see Writing). A root written before the marker
+// existed, or by a process that died between its first fdatasync and the
+// marker, has segments and no marker: recovery writes it (see Recovery).
+// Versions older than the marker ignore it.
 //
 // # Frames
 //
@@ -173,7 +194,8 @@
 // and every later append of the store with the same error, and never reports
 // success after retrying a sync (the "fsyncgate" lesson: after a failed
 // fdatasync the kernel may have dropped the dirty pages). SyncNone appends
-// acknowledged before the failing round are lost with it.
+// acknowledged before the failing round are lost with it. The same goes for
+// any step of writing the journal marker (see Directory).
 //
 // Segments are prepared ahead of need by a background goroutine, because
 // overwriting blocks that are already written makes each fdatasync much
@@ -203,11 +225,25 @@
 //
 // # Recovery
 //
-// Open locks the root, removes leftover spares, and replays every segment in
-// order, rebuilding each channel's index, term and truncation point. The
-// frames of a segment end at the first offset X where no valid frame of this
-// segment starts.
+// Open locks the root, removes leftover spares and a leftover JOURNAL.tmp,
+// and replays every segment in order, rebuilding each channel's index, term
+// and truncation point. The frames of a segment end at the first offset X
+// where no valid frame of this segment starts.
 //
+//   - The journal marker (see Directory) tells a root never written from a
+//     root whose journal vanished. No marker and no segment file: a root
+//     never written, which opens empty. A marker and no segment file: the
+//     segment files were deleted, and with them every channel's messages,
+//     terms and truncation points; Open fails with ErrCorrupt naming the
+//     directory and the way out: restore the directory from a backup, or
+//     remove the marker to open it as a new, empty store. A marker whose
+//     content is not the 24 bytes above (damaged, or not ours) is
+//     corruption too: Open fails with ErrCorrupt naming it. Segments and no
+//     marker (a root written before the marker existed, or a process that
+//     died before it wrote the marker): once the segments are replayed,
+//     recovery writes the marker as the flusher would, before Open returns,
+//     unless no segment is left (see the torn switch below); a failure to
+//     write it fails Open, and the next Open tries again.
 //   - A segment but the last must end with its end marker (or the end of the
 //     file) exactly where the next segment's start frame says it ended, and
 //     its seal, if it has one, must name the next segment. Anything else - a
@@ -255,6 +291,15 @@
 //     durable) N's file is removed and synced away, N-1 is the last segment
 //     (a torn seal at its end is cut like any torn tail), and the journal
 //     goes on in N-1; the next switch installs N again.
+//   - When that N is the only segment file, there is no N-1. Without a
+//     journal marker this is taken for a crash during the root's first
+//     round, before anything was synced: N's file is removed as above, and
+//     the root opens empty, as never written (and gets no marker). With a
+//     marker it is corruption: the marker proves that a segment's start
+//     frame had been durable, and the journal installs a segment only while
+//     the one before it exists, so N's start frame was damaged, or the
+//     segment files before N were deleted. Open fails with ErrCorrupt
+//     naming N's file, and removes nothing.
 //   - Sequence numbers must strictly increase and segment numbers must be
 //     contiguous; anything else is corruption.
 //   - A delete frame ends its channel id: replay drops the channel (its
@@ -269,10 +314,12 @@
 //   - In a recycled last segment, a torn write whose first sector was lost
 //     and that left no complete frame behind is not reported (its bytes
 //     cannot be told from the older segment's).
-//   - Deleting every segment file (in particular the only one) is not
-//     detected: the root then looks like a store that never wrote, and opens
+//   - Deleting the journal marker together with every segment file is not
+//     detected: the root then looks like a root never written, and opens
 //     empty, without the channels' messages, terms and truncation points.
-//     Nothing outside the segments records that they existed.
+//     (Deleting every segment file and leaving the marker is detected, see
+//     above; deleting the marker alone is repaired: recovery writes it
+//     again.)
 //   - Deleting the newest segment together with the seal that names it
 //     (editing the file before it) looks like a crash before the seal, and
 //     deleting oldest segments whose messages every channel has truncated

@@ -17,8 +17,9 @@ var (
 	// the store and open it again (recovery then decides what was written).
 	ErrJournalFailed = errors.New("local wal journal failed")
 	// ErrCorrupt means Open found damage that is not a torn tail: a bad
-	// frame in the middle of the log, a missing segment, or sequence
-	// numbers out of order. Nothing is skipped silently.
+	// frame in the middle of the log, a missing segment (every segment
+	// file of a root that wrote some, among others), or sequence numbers
+	// out of order. Nothing is skipped silently.
 	ErrCorrupt = errors.New("local wal corrupt")
 )
 

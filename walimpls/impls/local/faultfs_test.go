@@ -18,14 +18,17 @@ import (
 
 // faultFS is the OS file system with switchable failures of writes and syncs
 // of segment files (the spare's zero-fill and the directory are spared
-// unless failPrepare is set).
+// unless failPrepare is set), and of the journal marker's file alone
+// (failMarkerWrite, failMarkerSync).
 type faultFS struct {
 	FS
-	failWrite   atomic.Bool
-	failSync    atomic.Bool
-	failPrepare atomic.Bool
-	writes      atomic.Int64
-	syncs       atomic.Int64
+	failWrite       atomic.Bool
+	failSync        atomic.Bool
+	failPrepare     atomic.Bool
+	failMarkerWrite atomic.Bool
+	failMarkerSync  atomic.Bool
+	writes          atomic.Int64
+	syncs           atomic.Int64
 	// gate, when set, holds the next fdatasync of a file that holds data
 	// (not the zero-fill of a spare) until release is closed.
 	gate atomic.Pointer[syncGate]
@@ -45,6 +48,7 @@ type faultFile struct {
 	File
 	fs       *faultFS
 	spare    bool
+	marker   bool        // the journal marker being written
 	withData atomic.Bool // a write that is not all zeros went to it
 }
 
@@ -60,10 +64,13 @@ func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 		_ = file.Close()
 		return nil, &os.PathError{Op: "open", Path: name, Err: unix.ENOSPC}
 	}
-	return &faultFile{File: file, fs: f, spare: spare}, nil
+	return &faultFile{File: file, fs: f, spare: spare, marker: filepath.Base(name) == markerTempName}, nil
 }
 
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.marker && f.fs.failMarkerWrite.Load() {
+		return 0, &os.PathError{Op: "write", Path: markerTempName, Err: unix.ENOSPC}
+	}
 	// A file that was the spare becomes a segment: zero-fills happen while
 	// it is the spare, before any journal write.
 	if f.fs.failWrite.Load() && !(f.spare && allZero(p)) {
@@ -87,6 +94,9 @@ func (f *faultFile) Sync() error {
 	}
 	if f.fs.failSync.Load() {
 		return &os.PathError{Op: "fdatasync", Path: "segment", Err: unix.EIO}
+	}
+	if f.marker && f.fs.failMarkerSync.Load() {
+		return &os.PathError{Op: "fdatasync", Path: markerTempName, Err: unix.EIO}
 	}
 	f.fs.syncs.Add(1)
 	return f.File.Sync()

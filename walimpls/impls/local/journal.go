@@ -164,6 +164,7 @@ type recovered struct {
 	nextSeq    uint64
 	nextChanID uint32
 	live       liveSet
+	marked     bool // the root has its journal marker
 }
 
 // journal is the group-committed segment stream, in two halves.
@@ -213,6 +214,7 @@ type journal struct {
 	synced   int64 // bytes of the active segment known durable
 	lastSync time.Time
 	newSegs  []*segment // segments started this round, published with it
+	marked   bool       // the root has its journal marker
 }
 
 func newJournal(s *Store, rs recovered) *journal {
@@ -234,6 +236,7 @@ func newJournal(s *Store, rs recovered) *journal {
 		woff:     rs.off,
 		synced:   rs.off,
 		lastSync: time.Now(),
+		marked:   rs.marked,
 	}
 	if rs.active != nil {
 		j.fseg = rs.active.num
@@ -862,7 +865,9 @@ func (j *journal) installSegment(p *piece) error {
 
 // syncActive fdatasyncs the active segment. A failure is sticky: the kernel
 // may have dropped the pages it could not write, so a later successful sync
-// would prove nothing.
+// would prove nothing. The root's first sync makes its first segment
+// durable, start frame included: it then writes the journal marker, once,
+// whose failure is sticky too.
 func (j *journal) syncActive() error {
 	start := time.Now()
 	err := j.active.f.Sync()
@@ -881,6 +886,12 @@ func (j *journal) syncActive() error {
 		j.fsynced = j.synced
 	}
 	j.mu.Unlock()
+	if !j.marked {
+		if err := j.s.writeMarker(); err != nil {
+			return j.fail(err)
+		}
+		j.marked = true
+	}
 	return nil
 }
 

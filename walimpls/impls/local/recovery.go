@@ -62,6 +62,9 @@ type replayer struct {
 	lastSeq uint64
 	report  RecoveryReport
 	opened  []File // every segment file opened, closed if recovery fails
+	// marked is set when the root has its journal marker: a segment of it
+	// was durable once.
+	marked bool
 }
 
 // recover replays the segments of the root, rebuilding the channels and the
@@ -82,17 +85,37 @@ func (s *Store) recover() (rs recovered, err error) {
 	if err != nil {
 		return rs, errors.Wrapf(err, "local: list %s", s.cfg.Dir)
 	}
-	var nums []uint64
+	var (
+		nums      []uint64
+		leftovers []string
+	)
 	for _, name := range names {
-		if isSpareName(name) {
-			// Spares are only ever prepared ahead; new ones are made.
-			if err := s.fs.Remove(s.path(name)); err != nil {
-				return rs, errors.Wrap(err, "local: remove leftover spare segment")
+		switch {
+		case isSpareName(name), name == markerTempName:
+			leftovers = append(leftovers, name)
+		case name == markerName:
+			r.marked = true
+		default:
+			if n, ok := parseSegmentName(name); ok {
+				nums = append(nums, n)
 			}
-			continue
 		}
-		if n, ok := parseSegmentName(name); ok {
-			nums = append(nums, n)
+	}
+	if r.marked {
+		if err := s.checkMarker(); err != nil {
+			return rs, err
+		}
+		if len(nums) == 0 {
+			return rs, errors.Wrapf(ErrCorrupt, "local: %s holds the journal marker %s but no segment file: the segment files were deleted, "+
+				"and with them every channel's messages, terms and truncation points; restore the directory from a backup, "+
+				"or remove %s to open it as a new, empty store", s.cfg.Dir, markerName, s.path(markerName))
+		}
+	}
+	for _, name := range leftovers {
+		// Spares are only ever prepared ahead, new ones are made; a
+		// marker being written was not renamed into place.
+		if err := s.fs.Remove(s.path(name)); err != nil {
+			return rs, errors.Wrapf(err, "local: remove leftover %s", name)
 		}
 	}
 	slices.Sort(nums)
@@ -141,6 +164,16 @@ func (s *Store) recover() (rs recovered, err error) {
 	if err := r.checkOldest(first); err != nil {
 		return rs, err
 	}
+	if !r.marked && rs.active != nil {
+		// Segments and no marker: a root of an earlier version, or a
+		// process that died between its first sync and the marker. The
+		// last segment is synced by now.
+		if err := s.writeMarker(); err != nil {
+			return rs, err
+		}
+		r.marked = true
+	}
+	rs.marked = r.marked
 	rs.nextSeq = r.lastSeq + 1
 	// Deleted channels hold no segment back (publish does the same).
 	for _, seg := range s.segments {
@@ -353,9 +386,18 @@ func (r *replayer) activate(seg *segment, off, limit, recorded int64) {
 // tornSwitch handles a last segment cur without a valid start frame: a
 // crash during a segment switch. When prev ends with a seal naming cur the
 // crash came after the seal: the switch is completed. Otherwise the seal
-// never became durable: cur is removed and prev is the last segment.
+// never became durable: cur is removed and prev is the last segment. A
+// lone cur (no prev) is removed only in a root without a marker.
 func (r *replayer) tornSwitch(prev, cur *segScan) error {
 	s := r.s
+	if prev == nil && r.marked {
+		// The marker was written once a start frame was durable, and a
+		// segment is installed only while the one before it exists.
+		return errors.Wrapf(ErrCorrupt, "local: segment %d, the only segment file, has no valid start frame (%s), but the journal marker %s "+
+			"says one was durable: the start frame was damaged, or the segment files before %s were deleted; restore the directory "+
+			"from a backup, or remove both files to open it as a new, empty store",
+			cur.seg.num, cur.startSt, s.path(markerName), s.path(segmentName(cur.seg.num)))
+	}
 	// The file may be recycled: only frames of this segment count.
 	if prev == nil || prev.sealNext != cur.seg.num {
 		if err := s.cutTail(cur.seg, cur.buf, 0, 0, cur.startSt, true, &r.report, true); err != nil {

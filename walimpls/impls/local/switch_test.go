@@ -120,20 +120,6 @@ func TestRecoveryOldestSegmentDeleted(t *testing.T) {
 	require.Contains(t, err.Error(), `channel "c"`)
 }
 
-// Pins a documented blind spot: nothing records that segments existed, so
-// deleting the only one opens an empty store.
-func TestRecoveryOnlySegmentDeletedIsNotDetected(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	fill(t, cfg, 3)
-	paths := segPaths(t, cfg.Dir)
-	require.Len(t, paths, 1)
-	require.NoError(t, os.Remove(paths[0]))
-	s := openStore(t, cfg)
-	last, err := openReadOnly(t, s, "c").Last(context.Background())
-	require.NoError(t, err)
-	require.True(t, last.IsZero())
-}
-
 // A crash after the seal naming segment N was synced and before N's start
 // frame landed: recovery completes the switch and goes on in N, never
 // after the seal.
