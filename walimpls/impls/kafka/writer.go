@@ -463,10 +463,12 @@ func (tw *txnWriter) abortForRetry() bool {
 }
 
 // fail answers every request of a failed group and drops the client. The
-// claims decide first: a writer whose claim no longer wins is fenced for
-// good and leaves the transaction alone (the winner's producer
-// initialisation aborted it). A winner aborts the transaction, so that
-// readers are not held up until it times out, and drops the client:
+// claims decide first (claimown.AfterFailedSend): a writer whose claim no
+// longer wins is fenced for good and leaves the transaction alone (the
+// winner's producer initialisation aborted it); when the claims cannot be
+// read, the group fails with the cause and the check's error. A winner
+// aborts the transaction, so that readers are not held up until it times
+// out, and drops the client:
 // franz-go may have re-initialised the producer id while failing or
 // aborting, and only a producer acquired after a claim check may append.
 // The next group acquires a new one.
@@ -506,13 +508,13 @@ func (tw *txnWriter) fail(group []*appendReq, cause error, stage sendStage, errs
 		reply(group, answer(tw.setFenced(cause)))
 		return
 	}
-	if err := w.checkWinner(tw.ctx); err != nil {
+	switch verdict, err := claimown.AfterFailedSend(cause, w.checkWinner(tw.ctx)); verdict {
+	case claimown.Beaten:
+		reply(group, answer(tw.setFenced(err)))
+		return
+	case claimown.CheckFailed:
 		tw.dropClient()
-		if errors.Is(err, walimpls.ErrFenced) {
-			reply(group, answer(tw.setFenced(err)))
-			return
-		}
-		reply(group, answer(errors.Wrapf(cause, "kafka: append to channel %q (claim check: %v)", w.ch.Name, err)))
+		reply(group, answer(errors.Wrapf(err, "kafka: append to channel %q", w.ch.Name)))
 		return
 	}
 	if tw.cl != nil && !isFenced(cause) {

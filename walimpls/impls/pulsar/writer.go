@@ -698,13 +698,11 @@ func (wr *writer) decideFenced(cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(wr.ctx, fenceCheckTimeout)
 	defer cancel()
-	err := wr.checkClaim(ctx)
-	var fe *walimpls.FencedError
-	switch {
-	case errors.As(err, &fe):
-		return err
-	case err != nil:
-		return errors.Wrapf(cause, "pulsar: append to channel %q: producer closed by the broker (term check: %v)", w.ch.Name, err)
+	switch verdict, err := claimown.AfterFailedSend(cause, wr.checkClaim(ctx)); verdict {
+	case claimown.Beaten:
+		return err // checkClaim recorded the fence
+	case claimown.CheckFailed:
+		return errors.Wrapf(err, "pulsar: append to channel %q: producer closed by the broker", w.ch.Name)
 	}
 	w.log.Warn("producer fenced by a concurrent open that lost the term claim; re-acquiring", "err", cause)
 	return errors.Wrapf(cause, "pulsar: append to channel %q: producer fenced by a lower term, re-acquiring", w.ch.Name)

@@ -15,6 +15,12 @@
 //     the claims, take the resource, check the claims again, and release
 //     the resource when that check fails, so that a resource is only ever
 //     kept after a claim check that followed its taking.
+//   - AfterFailedSend is the one decision about a send that failed, once
+//     the writer checked its claim again: the claim still wins (the
+//     failure is the send's own; a resource taken from the writer was
+//     taken by a lower term that gives up), a claim beats it (fenced for
+//     good), or the check failed (the requests fail with both errors,
+//     errors.Is matching each).
 //   - Fence latches a writer's fence: the first error set is kept and
 //     returned by every later call, and a channel closes when it is set; a
 //     deletion may replace it.
