@@ -396,7 +396,10 @@ func isFatalAdminErr(err error) bool {
 }
 
 // retry calls fn until it returns nil, a permanent error, or ctx ends. It
-// backs off from 5ms to 250ms between attempts.
+// backs off from 5ms to 250ms between attempts. When ctx ends, the error
+// is ctx's followed by the last attempt's (errRetry aside; an attempt the
+// end of ctx cut short counts only if none came before), and errors.Is
+// matches either.
 func retry(ctx context.Context, fn func() error) error {
 	pace := backoff.Config{Initial: 5 * time.Millisecond, Max: 250 * time.Millisecond, NoJitter: true}
 	var last error
@@ -409,12 +412,14 @@ func retry(ctx context.Context, fn func() error) error {
 		if errors.As(err, &perm) {
 			return err
 		}
-		if !errors.Is(err, errRetry) {
+		if !errors.Is(err, errRetry) && (last == nil || ctx.Err() == nil) {
 			last = err
 		}
 		if err := pace.Wait(ctx, attempt); err != nil {
 			if last != nil {
-				return errors.Wrapf(err, "%v", last)
+				// fmt.Errorf: cockroachdb/errors v1.13 formats a second
+				// %w as %!w and unwraps neither.
+				return fmt.Errorf("%w (last attempt: %w)", err, last)
 			}
 			return err
 		}
