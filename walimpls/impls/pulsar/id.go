@@ -2,6 +2,7 @@ package pulsar
 
 import (
 	"cmp"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -84,7 +85,7 @@ func (a msgID) String() string { return a.Marshal() }
 func unmarshalID(s string) (message.ID, error) {
 	v, err := parseID(s)
 	if err != nil {
-		return message.ID{}, errors.Wrapf(message.ErrCorruptID, "pulsar id %q: %v", s, err)
+		return message.ID{}, fmt.Errorf("pulsar id %q: %w: %w", s, err, message.ErrCorruptID)
 	}
 	return message.NewID(v), nil
 }

@@ -1,6 +1,7 @@
 package pulsar
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -53,6 +54,15 @@ func TestIDCorrupt(t *testing.T) {
 		_, err := unmarshalID(s)
 		require.ErrorIsf(t, err, message.ErrCorruptID, "%q", s)
 	}
+}
+
+// TestIDCorruptKeepsTheCause: a position that does not parse is
+// message.ErrCorruptID and keeps the parser's error as a cause too.
+func TestIDCorruptKeepsTheCause(t *testing.T) {
+	_, err := unmarshalID("9223372036854775808:1")
+	require.ErrorIs(t, err, message.ErrCorruptID)
+	require.ErrorIs(t, err, strconv.ErrRange)
+	require.EqualError(t, err, `pulsar id "9223372036854775808:1": ledger: strconv.ParseUint: parsing "9223372036854775808": value out of range: `+message.ErrCorruptID.Error())
 }
 
 func TestFollows(t *testing.T) {
