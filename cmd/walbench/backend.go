@@ -161,7 +161,8 @@ func (c *connector) build(ctx context.Context, inner walimpls.Builder, cfg any, 
 // given a context that ends then. With retry, a failed attempt is repeated
 // (but not a configuration error), and a line saying what it waits for is
 // printed at once; without, one attempt runs. While it waits, a line every
-// few seconds says so, with the last error.
+// few seconds says so, with the last error. Past the timeout, the error
+// matches both context.DeadlineExceeded and the last attempt's error.
 func (c *connector) wait(ctx context.Context, what, until string, retry bool, attempt func(context.Context) error) error {
 	timeout := c.timeout
 	if timeout <= 0 {
@@ -222,7 +223,10 @@ func (c *connector) wait(ctx context.Context, what, until string, retry bool, at
 			if ctx.Err() != nil {
 				return interrupted("while waiting for %s to %s", what, until)
 			}
-			return errors.Newf("%s did not %s within %s (-connect-timeout): %v", what, until, timeout, err)
+			// cctx's end and the last attempt's error, errors.Is
+			// matching either (fmt.Errorf: cockroachdb/errors v1.13
+			// formats a second %w as %!w and unwraps neither).
+			return fmt.Errorf("%s did not %s within %s (-connect-timeout): %w (last attempt: %w)", what, until, timeout, cctx.Err(), err)
 		}
 	}
 }

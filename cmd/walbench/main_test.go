@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,6 +261,8 @@ func TestRunUnreachableCluster(t *testing.T) {
 			require.Error(t, err)
 			require.Contains(t, err.Error(), what+" did not answer within 1s (-connect-timeout)")
 			require.Contains(t, err.Error(), "refused")
+			require.ErrorIs(t, err, context.DeadlineExceeded, "the connect timeout is kept")
+			require.ErrorIs(t, err, syscall.ECONNREFUSED, "the last attempt's error is kept")
 			require.Less(t, took, timeout+5*time.Second, "gave up within the connect timeout")
 			require.GreaterOrEqual(t, took, timeout, "waited for the connect timeout")
 			require.Contains(t, errOut.String(), "waiting for "+what+" to answer (giving up after 1s, -connect-timeout)\n")
