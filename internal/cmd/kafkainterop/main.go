@@ -548,7 +548,10 @@ func (p *peer) waitFor(want string) error {
 		}
 		fmt.Printf("  peer: %s\n", l)
 	}
-	return errors.Newf("the peer ended before it printed %q: %v", want, p.wait())
+	if err := p.wait(); err != nil {
+		return errors.Wrapf(err, "the peer ended before it printed %q", want)
+	}
+	return errors.Newf("the peer ended before it printed %q", want)
 }
 
 // release lets the peer try its transaction and waits for its verdict.
