@@ -8,7 +8,9 @@ import (
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// Strategy chooses the pchannel of a new vchannel.
+// Strategy names how the pchannel of a new vchannel is chosen: RoundRobin,
+// LeastLoaded, or a name the embedder supplies a Placer for in
+// Options.Placers.
 type Strategy string
 
 const (
@@ -31,7 +33,10 @@ type Config struct {
 	// Prefix names the pchannels: Prefix followed by the index from 0;
 	// default "streamwal-pchannel-".
 	Prefix string `yaml:"prefix"`
-	// Strategy is RoundRobin (the default) or LeastLoaded.
+	// Strategy is RoundRobin (the default), LeastLoaded, or the name of a
+	// Placer in Options.Placers (Open refuses a name it has no Placer
+	// for). It is recorded with the pool, and may change between runs: it
+	// only decides where later vchannels go.
 	Strategy Strategy `yaml:"strategy"`
 }
 
@@ -61,7 +66,8 @@ func (c Config) withDefaults() Config {
 }
 
 // Validate reports an ErrInvalidConfig error for a configuration no pool
-// can use.
+// can use. A strategy name is checked for its form only (the characters of
+// a channel name): whether a Placer is supplied for it is known to Open.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	if err := walimpls.ValidateChannelName(c.Name); err != nil {
@@ -73,10 +79,8 @@ func (c Config) Validate() error {
 	if err := walimpls.ValidateChannelName(pchannelName(c.Prefix, c.Size-1)); err != nil {
 		return errors.WithStack(fmt.Errorf("pool %q: prefix %q does not make valid channel names: %w: %w", c.Name, c.Prefix, err, ErrInvalidConfig))
 	}
-	switch c.Strategy {
-	case RoundRobin, LeastLoaded:
-	default:
-		return errors.Wrapf(ErrInvalidConfig, "pool %q: strategy %q (%s or %s)", c.Name, c.Strategy, RoundRobin, LeastLoaded)
+	if err := walimpls.ValidateChannelName(string(c.Strategy)); err != nil {
+		return errors.WithStack(fmt.Errorf("pool %q: strategy %q is not a name: %w: %w", c.Name, c.Strategy, err, ErrInvalidConfig))
 	}
 	return nil
 }

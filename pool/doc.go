@@ -24,6 +24,10 @@
 //     several, never give one vchannel two pchannels, also when the store's
 //     answer to a commit is lost (every commit is conditional on the
 //     allocation head the allocator read).
+//   - Where a new vchannel goes is the strategy's choice (Config.Strategy):
+//     round-robin, least-loaded, or a Placer the embedder supplies by name
+//     (Options.Placers). Whatever it answers, a batch is still allocated
+//     whole or not at all; an answer outside the pool fails the batch.
 //   - Checkpoints are per vchannel, fenced by term: a save with a lower term
 //     than the stored one is refused (ErrStaleTerm), and within one term a
 //     checkpoint never moves back. PruneTarget of a pchannel is the earliest
@@ -38,7 +42,7 @@
 //
 //	pool/<name>/config                {"v":1,"backend":..,"prefix":..,"size":N,"strategy":..}
 //	pool/<name>/pchannel/<pchannel>   {"v":1,"index":i}         created on the backend
-//	pool/<name>/alloc/head            {"v":1,"next":S,"rr":R}   the allocation head
+//	pool/<name>/alloc/head            {"v":1,"next":S,"rr":R}   the allocation head, R the turn
 //	pool/<name>/alloc/log/<S as %020d> {"v":1,"alloc":[[vchannel,pchannel],..],"release":[vchannel,..]}
 //	pool/<name>/checkpoint/<vchannel> {"v":1,"alloc":S,"term":T,"tt":TT,"cp":"<adaptor checkpoint>"}
 //
@@ -48,7 +52,8 @@
 //
 // The allocation table is a log of records, one per Allocate or Release
 // batch. A batch commits its record at sequence S and the head (next S+1,
-// the round-robin cursor R) in one store transaction conditional on the
+// the turn R: how many vchannels the strategies placed, round-robin's
+// cursor) in one store transaction conditional on the
 // head's revision, which covers every record before it: a batch is atomic
 // whatever its size (the record is one value, so it does not meet etcd's
 // limit on operations per transaction), and two allocators cannot both

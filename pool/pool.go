@@ -44,6 +44,35 @@ type Options struct {
 	// Load reports a pchannel's current load (for example its bytes per
 	// second) for the LeastLoaded strategy; nil counts vchannels instead.
 	Load func(pchannel string) float64
+	// Placers supplies strategies by name, for Config.Strategy to choose
+	// from beside the built-in RoundRobin and LeastLoaded (which cannot be
+	// replaced: a Placer under their names is ErrInvalidConfig).
+	Placers map[Strategy]Placer
+}
+
+// placer returns the Placer cfg.Strategy names, ErrInvalidConfig when there
+// is none.
+func (o Options) placer(cfg Config) (Placer, error) {
+	for name := range o.Placers {
+		if name == RoundRobin || name == LeastLoaded {
+			return nil, errors.Wrapf(ErrInvalidConfig, "pool %q: Options.Placers names the built-in strategy %q", cfg.Name, name)
+		}
+	}
+	switch cfg.Strategy {
+	case RoundRobin:
+		return roundRobin{}, nil
+	case LeastLoaded:
+		return leastLoaded{load: o.Load}, nil
+	}
+	if pl := o.Placers[cfg.Strategy]; pl != nil {
+		return pl, nil
+	}
+	known := []string{string(RoundRobin), string(LeastLoaded)}
+	for _, name := range slices.Sorted(maps.Keys(o.Placers)) {
+		known = append(known, string(name))
+	}
+	return nil, errors.Wrapf(ErrInvalidConfig, "pool %q: strategy %q (%s; a strategy of your own needs a Placer in Options.Placers)",
+		cfg.Name, cfg.Strategy, strings.Join(known, ", "))
 }
 
 // Allocation is where a vchannel lives.
@@ -62,6 +91,7 @@ type Pool struct {
 	backend Backend
 	cfg     Config
 	opts    Options
+	placer  Placer
 	keys    keys
 	log     *slog.Logger
 
@@ -98,6 +128,10 @@ func Open(ctx context.Context, store meta.Store, backend Backend, cfg Config, op
 		return nil, errors.Wrap(ErrInvalidConfig, "pool: backend name is empty")
 	}
 	cfg = cfg.withDefaults()
+	placer, err := opts.placer(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -106,6 +140,7 @@ func Open(ctx context.Context, store meta.Store, backend Backend, cfg Config, op
 		backend: backend,
 		cfg:     cfg,
 		opts:    opts,
+		placer:  placer,
 		keys:    newKeys(cfg.Name),
 		log:     opts.Logger.With("pool", cfg.Name),
 		headRev: -1,
@@ -310,7 +345,9 @@ func (p *Pool) refreshPChannelsLocked(ctx context.Context) error {
 
 // Allocate gives each vchannel a pchannel, or returns the one it has: in
 // the order asked, at most MaxBatch at once, all persisted in one record
-// (all or nothing).
+// (all or nothing). The strategy places the new ones; its error, or a
+// pchannel it names that is not the pool's (ErrUnknownPChannel), fails the
+// call and allocates nothing.
 func (p *Pool) Allocate(ctx context.Context, vchannels ...string) ([]Allocation, error) {
 	if err := validateBatch(vchannels); err != nil {
 		return nil, err
@@ -331,12 +368,15 @@ func (p *Pool) Allocate(ctx context.Context, vchannels ...string) ([]Allocation,
 			if _, ok := fresh[v]; ok {
 				continue
 			}
-			pc := pick.next()
+			pc, err := pick.next(v)
+			if err != nil {
+				return nil, err
+			}
 			fresh[v] = pc
 			rec.Alloc = append(rec.Alloc, [2]string{v, pc})
 		}
 		if len(rec.Alloc) > 0 {
-			err := p.commitLocked(ctx, rec, pick.rr)
+			err := p.commitLocked(ctx, rec, pick.turn)
 			if errors.Is(err, meta.ErrConflict) {
 				continue // another allocator committed first: decide again
 			}
@@ -399,9 +439,9 @@ func (p *Pool) Release(ctx context.Context, vchannels ...string) error {
 // head the cache reflects, and applies it to the cache. An error other than
 // a conflict leaves the cache to be read again: the commit may have been
 // applied. Assumes p.mu is held.
-func (p *Pool) commitLocked(ctx context.Context, rec recordValue, rr uint64) error {
+func (p *Pool) commitLocked(ctx context.Context, rec recordValue, turn uint64) error {
 	seq := p.head.Next
-	head := headValue{V: formatVersion, Next: seq + 1, RR: rr}
+	head := headValue{V: formatVersion, Next: seq + 1, RR: turn}
 	rev, err := p.store.Commit(ctx, meta.Txn{
 		Conds: []meta.Cond{{Key: p.keys.head(), Revision: max(p.headRev, 0)}},
 		Puts: []meta.KV{
@@ -430,47 +470,37 @@ func (p *Pool) commitLocked(ctx context.Context, rec recordValue, rr uint64) err
 	return nil
 }
 
-// picker chooses pchannels for one batch, on the cache as it is. Assumes
-// p.mu is held.
+// picker asks the pool's Placer for the pchannels of one batch, on the
+// cache as it is. Assumes p.mu is held.
 type picker struct {
 	p     *Pool
-	rr    uint64
+	turn  uint64         // the persisted turn, counting this batch's placements
+	loads []PChannelLoad // what the Placer is shown; refilled before every call
 	added map[string]int
 }
 
-func (p *Pool) picker() *picker { return &picker{p: p, rr: p.head.RR, added: map[string]int{}} }
+func (p *Pool) picker() *picker {
+	return &picker{p: p, turn: p.head.RR, loads: make([]PChannelLoad, len(p.pchannels)), added: map[string]int{}}
+}
 
-func (k *picker) next() string {
+// next places vchannel v. A Placer's error, or a pchannel not in the pool,
+// fails the batch.
+func (k *picker) next(v string) (string, error) {
 	p := k.p
-	pcs := p.pchannels
-	if p.cfg.Strategy == RoundRobin {
-		pc := pcs[k.rr%uint64(len(pcs))]
-		k.rr++
-		return pc
+	for i, pc := range p.pchannels {
+		k.loads[i] = PChannelLoad{Name: pc, VChannels: len(p.members[pc]), Added: k.added[pc]}
 	}
-	// Least loaded: the load reported, or the vchannel count; a vchannel
-	// added in this batch weighs the average load of one vchannel.
-	score := func(pc string) float64 { return float64(len(p.members[pc]) + k.added[pc]) }
-	if p.opts.Load != nil {
-		total, n := 0.0, 0
-		for _, pc := range pcs {
-			total += p.opts.Load(pc)
-			n += len(p.members[pc])
-		}
-		per := 1.0
-		if n > 0 && total > 0 {
-			per = total / float64(n)
-		}
-		score = func(pc string) float64 { return p.opts.Load(pc) + per*float64(k.added[pc]) }
+	pc, err := p.placer.Place(Placement{VChannel: v, PChannels: k.loads, Turn: k.turn})
+	if err != nil {
+		return "", errors.Wrapf(err, "pool %q: strategy %q: place vchannel %q", p.cfg.Name, p.cfg.Strategy, v)
 	}
-	best := pcs[0]
-	for _, pc := range pcs[1:] {
-		if score(pc) < score(best) {
-			best = pc
-		}
+	if !slices.Contains(p.pchannels, pc) {
+		return "", errors.Wrapf(ErrUnknownPChannel, "pool %q: strategy %q placed vchannel %q on %q, not a pchannel of the pool (%d pchannels, %s to %s); nothing allocated",
+			p.cfg.Name, p.cfg.Strategy, v, pc, len(p.pchannels), p.pchannels[0], p.pchannels[len(p.pchannels)-1])
 	}
-	k.added[best]++
-	return best
+	k.added[pc]++
+	k.turn++
+	return pc, nil
 }
 
 func (p *Pool) allocationLocked(vchannel, pchannel string) Allocation {

@@ -43,7 +43,7 @@ type pchannelValue struct {
 type headValue struct {
 	V    int    `json:"v"`
 	Next uint64 `json:"next"` // the sequence of the next record
-	RR   uint64 `json:"rr"`   // the round-robin cursor
+	RR   uint64 `json:"rr"`   // the turn: vchannels placed so far (round-robin's cursor)
 }
 
 type recordValue struct {

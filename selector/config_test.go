@@ -245,9 +245,9 @@ func TestRefusedValues(t *testing.T) {
 		is:   pool.ErrInvalidConfig,
 	}, {
 		name: "pool strategy",
-		yaml: "pool:\n  strategy: random\n",
+		yaml: "pool:\n  strategy: round/robin\n",
 		use:  func(c selector.Config) error { _, _, err := c.PoolConfig(); return err },
-		want: problem{2, "pool.strategy", `strategy "random"`},
+		want: problem{2, "pool.strategy", `strategy "round/robin"`},
 		is:   pool.ErrInvalidConfig,
 	}} {
 		t.Run(c.name, func(t *testing.T) {

@@ -120,7 +120,7 @@ func (s *ownedEtcd) Close() error {
 //	  name: default                 # the pool's name in the store
 //	  size: 16                      # pchannels; may grow, never shrink
 //	  prefix: streamwal-pchannel-   # pchannel names: prefix + index
-//	  strategy: round-robin         # round-robin | least-loaded
+//	  strategy: round-robin         # round-robin | least-loaded | a name in pool.Options.Placers
 func (c Config) PoolConfig() (cfg pool.Config, ok bool, err error) {
 	if _, ok = c.sections["pool"]; !ok {
 		return pool.Config{}, false, nil
@@ -139,13 +139,17 @@ func (c Config) PoolConfig() (cfg pool.Config, ok bool, err error) {
 
 // OpenPool opens the pool the "pool" section describes (the defaults of
 // pool.Config when there is none) in store, on the chosen backend, whose
-// opener creates missing pchannels when it can.
+// opener creates missing pchannels when it can. A strategy that is neither
+// built in nor in opts.Placers is refused here, at its line.
 func OpenPool(ctx context.Context, c Config, store meta.Store, opener walimpls.Opener, opts pool.Options) (*pool.Pool, error) {
 	cfg, _, err := c.PoolConfig()
 	if err != nil {
 		return nil, err
 	}
 	p, err := pool.Open(ctx, store, pool.Backend{Name: c.Chosen(), Opener: opener}, cfg, opts)
+	if errors.Is(err, pool.ErrInvalidConfig) {
+		return nil, c.refused("pool", err)
+	}
 	if err != nil {
 		return nil, errors.Wrap(err, "selector")
 	}

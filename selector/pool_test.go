@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/internal/etcdtest"
+	"github.com/streamwal/streamwal/meta/boltstore"
 	"github.com/streamwal/streamwal/pool"
 	"github.com/streamwal/streamwal/selector"
 	"github.com/streamwal/streamwal/walimpls"
@@ -70,7 +71,7 @@ func TestMetaAndPoolSectionErrors(t *testing.T) {
 		{"meta:\n  stor: bolt\n", "stor"},
 		{"pool:\n  size: 0\n  sise: 3\n", "sise"},
 		{"pool:\n  size: -2\n", "size -2"},
-		{"pool:\n  strategy: random\n", `strategy "random"`},
+		{"pool:\n  strategy: 'round robin'\n", `strategy "round robin"`},
 		{"pool:\n  prefix: 'a b'\n", "prefix"},
 	} {
 		// Unknown keys are refused by Parse already; values, once decoded.
@@ -86,6 +87,36 @@ func TestMetaAndPoolSectionErrors(t *testing.T) {
 		require.ErrorIsf(t, err, walimpls.ErrInvalidConfig, "%q", c.yaml)
 		require.Containsf(t, err.Error(), c.want, "%q", c.yaml)
 	}
+}
+
+// A strategy of the embedder's own is named in the configuration and
+// supplied in pool.Options.Placers; without it the name is refused at its
+// line.
+func TestPoolStrategyOfYourOwn(t *testing.T) {
+	path := writeConfig(t, "backend: memory\npool:\n  size: 3\n  strategy: pinned\n")
+	cfg, err := selector.Load(path)
+	require.NoError(t, err)
+	pc, _, err := cfg.PoolConfig()
+	require.NoError(t, err, "a name is a name: whether a Placer is supplied is known when the pool opens")
+	require.Equal(t, pool.Strategy("pinned"), pc.Strategy)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "meta.db"), boltstore.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, store.Close()) }()
+	_, err = selector.OpenPool(ctx, cfg, store, nil, pool.Options{})
+	requireProblems(t, err, path, problem{4, "pool.strategy", `strategy "pinned"`})
+	require.ErrorIs(t, err, pool.ErrInvalidConfig)
+
+	last := pool.PlacerFunc(func(pl pool.Placement) (string, error) { return pl.PChannels[len(pl.PChannels)-1].Name, nil })
+	p, err := selector.OpenPool(ctx, cfg, store, nil, pool.Options{Placers: map[pool.Strategy]pool.Placer{"pinned": last}})
+	require.NoError(t, err)
+	defer func() { _ = p.Close() }()
+	as, err := p.Allocate(ctx, "a", "b")
+	require.NoError(t, err)
+	require.Equal(t, "streamwal-pchannel-2", as[0].PChannel)
+	require.Equal(t, "streamwal-pchannel-2", as[1].PChannel)
 }
 
 func TestOpenMetaEtcd(t *testing.T) {
