@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"strings"
 
 	"github.com/cockroachdb/errors"
 
@@ -58,9 +57,19 @@ func (p *Pool) SaveCheckpoint(ctx context.Context, vchannel string, term int64, 
 	return errors.Wrapf(meta.ErrConflict, "pool %q: checkpoint of %q changed %d times under this save", p.cfg.Name, vchannel, maxConflicts)
 }
 
-// Checkpoint returns a vchannel's stored checkpoint (decode it with the
-// WAL's ParseCheckpoint) and its term; ErrCheckpointUnknown when none was
-// saved since the vchannel was allocated.
+// Checkpoint returns where a vchannel resumes (decode it with the WAL's
+// ParseCheckpoint) and the term of its stored checkpoint;
+// ErrCheckpointUnknown when none was saved since the vchannel was
+// allocated (its consumer then reads from the oldest retained message).
+//
+// That is the stored checkpoint, or a later point when the pruner
+// truncated its pchannel past the checkpoint of a vchannel that had no
+// message after it (see PruneTarget): the vchannel resumes where the
+// pruner read the log up to, and nothing of it lies between. A later save
+// of its own checkpoint, or of the same one again, is not refused for it.
+// A consumer that resumes from a checkpoint it kept itself, rather than
+// from this one, may find it truncated (walimpls.ErrPositionGone); so may
+// one whose Checkpoint call raced the pruner: ask again.
 func (p *Pool) Checkpoint(ctx context.Context, vchannel string) (string, int64, error) {
 	m, err := p.member(ctx, vchannel)
 	if err != nil {
@@ -81,74 +90,14 @@ func (p *Pool) Checkpoint(ctx context.Context, vchannel string) (string, int64, 
 	if cur.Alloc != m.seq {
 		return "", 0, errors.Wrapf(ErrCheckpointUnknown, "pool %q: vchannel %q (the stored one is of an earlier allocation)", p.cfg.Name, vchannel)
 	}
-	return cur.CP, cur.Term, nil
-}
-
-// PruneTarget returns the earliest checkpoint of a pchannel's vchannels,
-// decoded with parse (the pchannel WAL's ParseCheckpoint): everything
-// before its Position is needed by none of them. It is ErrNoVChannels for a
-// pchannel without vchannels and ErrCheckpointUnknown, naming the
-// vchannel, while any of them has no checkpoint.
-func (p *Pool) PruneTarget(ctx context.Context, pchannel string, parse func(string) (adaptor.Checkpoint, error)) (adaptor.Checkpoint, error) {
-	p.mu.Lock()
-	err := p.refreshLocked(ctx)
-	known := false
-	for _, pc := range p.pchannels {
-		known = known || pc == pchannel
-	}
-	members := map[string]uint64{}
-	for v := range p.members[pchannel] {
-		members[v] = p.table[v].seq
-	}
-	p.mu.Unlock()
-	switch {
-	case err != nil:
-		return adaptor.Checkpoint{}, err
-	case !known:
-		return adaptor.Checkpoint{}, errors.Wrapf(ErrUnknownPChannel, "pool %q: pchannel %q", p.cfg.Name, pchannel)
-	case len(members) == 0:
-		return adaptor.Checkpoint{}, errors.Wrapf(ErrNoVChannels, "pool %q: pchannel %q", p.cfg.Name, pchannel)
-	}
-	kvs, _, err := p.store.List(ctx, p.keys.checkpoints())
+	moved, _, err := p.resumePoints(ctx, p.keys.resume(m.pchannel))
 	if err != nil {
-		return adaptor.Checkpoint{}, errors.Wrapf(err, "pool %q: list checkpoints", p.cfg.Name)
+		return "", 0, err
 	}
-	var (
-		target adaptor.Checkpoint
-		found  = 0
-	)
-	for _, kv := range kvs {
-		v := strings.TrimPrefix(kv.Key, p.keys.checkpoints())
-		seq, ok := members[v]
-		if !ok {
-			continue
-		}
-		var cur checkpointValue
-		if err := decode(kv.Key, kv.Value, &cur, func() int { return cur.V }); err != nil {
-			return adaptor.Checkpoint{}, err
-		}
-		if cur.Alloc != seq {
-			continue // of an earlier allocation of the name
-		}
-		cp, err := parse(cur.CP)
-		if err != nil {
-			return adaptor.Checkpoint{}, errors.Wrapf(err, "pool %q: checkpoint of %q", p.cfg.Name, v)
-		}
-		if found == 0 || cp.Before(target) {
-			target = cp
-		}
-		found++
-		delete(members, v)
+	if rp, ok := moved[vchannel]; ok && rp.applies(m.seq, cur) {
+		return rp.CP, cur.Term, nil
 	}
-	if len(members) > 0 {
-		missing := make([]string, 0, len(members))
-		for v := range members {
-			missing = append(missing, v)
-		}
-		return adaptor.Checkpoint{}, errors.Wrapf(ErrCheckpointUnknown, "pool %q: pchannel %q: no checkpoint for %d of its vchannels (%s)",
-			p.cfg.Name, pchannel, len(missing), strings.Join(firstSorted(missing, 5), ", "))
-	}
-	return target, nil
+	return cur.CP, cur.Term, nil
 }
 
 // member returns a vchannel's allocation, reading the store when the cache

@@ -30,9 +30,25 @@
 //     whole or not at all; an answer outside the pool fails the batch.
 //   - Checkpoints are per vchannel, fenced by term: a save with a lower term
 //     than the stored one is refused (ErrStaleTerm), and within one term a
-//     checkpoint never moves back. PruneTarget of a pchannel is the earliest
-//     checkpoint of its vchannels, refused (ErrCheckpointUnknown) while any
-//     of them has none; a released vchannel holds nothing back.
+//     checkpoint never moves back.
+//   - Pruning never removes what a vchannel has not checkpointed, and only
+//     vchannels with something left to process hold their pchannel back.
+//     The Pruner reads each pchannel it owns up to its tail (WAL.Tail), on
+//     from where its previous round stopped, and learns per vchannel its
+//     last message, whoever appended it. Then (PruneTarget): a vchannel
+//     with a message after its checkpoint holds the pchannel back at its
+//     checkpoint; one with messages and no checkpoint, at its first
+//     message; one with nothing after its checkpoint, or neither a
+//     checkpoint nor a message, holds nothing back up to the tail; a
+//     released one holds nothing. The pchannel is truncated at the earliest
+//     of what is held, at the tail when nothing is. An idle vchannel whose
+//     checkpoint the truncation passes resumes at the tail instead: the
+//     pool records that before it truncates, and Checkpoint gives it
+//     (nothing of the vchannel lies between). A restarted pruner reads the
+//     log again from its oldest retained message and holds the pchannel
+//     back where the one before it did. Consumers resume from Checkpoint:
+//     a scanner of an idle vchannel that lags behind the truncation ends
+//     with walimpls.ErrPositionGone, and resumes from there losing nothing.
 //
 // # Store layout
 //
@@ -45,10 +61,21 @@
 //	pool/<name>/alloc/head            {"v":1,"next":S,"rr":R}   the allocation head, R the turn
 //	pool/<name>/alloc/log/<S as %020d> {"v":1,"alloc":[[vchannel,pchannel],..],"release":[vchannel,..]}
 //	pool/<name>/checkpoint/<vchannel> {"v":1,"alloc":S,"term":T,"tt":TT,"cp":"<adaptor checkpoint>"}
+//	pool/<name>/resume/<pchannel>     {"v":1,"vchannels":{<vchannel>:{"alloc":S,"from":F,"tt":TT,"cp":"<adaptor checkpoint>"},..}}
 //
 // A checkpoint names the record S that allocated its vchannel: one left
 // over from an earlier allocation of the same name (released since) is
 // ignored.
+//
+// A resume entry moves an idle vchannel's resume point past its checkpoint,
+// to the tail cp (timetick TT) a prune round read the pchannel up to: the
+// vchannel had no message between its checkpoint at timetick F and TT. It
+// applies while the vchannel's checkpoint is of allocation S, at or after F
+// and before TT; the pruner rewrites the pchannel's entries (conditional on
+// the revision it read) before it truncates past a checkpoint, and drops
+// those that no longer apply. A streamwal that predates resume entries
+// ignores them: its consumers resume at their own checkpoint, which may be
+// truncated (walimpls.ErrPositionGone), never silently skipped.
 //
 // The allocation table is a log of records, one per Allocate or Release
 // batch. A batch commits its record at sequence S and the head (next S+1,

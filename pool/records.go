@@ -26,6 +26,7 @@ func (k keys) logPrefix() string                 { return k.root + "alloc/log/" 
 func (k keys) logRecord(seq uint64) string       { return fmt.Sprintf("%s%020d", k.logPrefix(), seq) }
 func (k keys) checkpoints() string               { return k.root + "checkpoint/" }
 func (k keys) checkpoint(vchannel string) string { return k.root + "checkpoint/" + vchannel }
+func (k keys) resume(pchannel string) string     { return k.root + "resume/" + pchannel }
 
 type configValue struct {
 	V        int      `json:"v"`
@@ -58,6 +59,30 @@ type checkpointValue struct {
 	Term  int64  `json:"term"`
 	TT    uint64 `json:"tt"`
 	CP    string `json:"cp"`
+}
+
+// resumeValue holds where the idle vchannels of one pchannel resume, once
+// the pruner went past their checkpoints (see PruneTarget).
+type resumeValue struct {
+	V         int                    `json:"v"`
+	VChannels map[string]resumePoint `json:"vchannels"`
+}
+
+// resumePoint moves one vchannel's resume point from its checkpoint to CP:
+// it had no message between a checkpoint at From and CP. It holds while
+// the vchannel's checkpoint is of allocation Alloc, at or after From, and
+// before CP.
+type resumePoint struct {
+	Alloc uint64 `json:"alloc"`
+	From  uint64 `json:"from"` // timetick of the checkpoint it was moved from
+	TT    uint64 `json:"tt"`
+	CP    string `json:"cp"`
+}
+
+// applies reports whether rp moves the resume point of a vchannel of
+// allocation seq whose own checkpoint is cp.
+func (rp resumePoint) applies(seq uint64, cp checkpointValue) bool {
+	return rp.Alloc == seq && cp.Alloc == seq && cp.TT >= rp.From && rp.TT > cp.TT
 }
 
 // encode marshals a value of the pool; its types always marshal.
