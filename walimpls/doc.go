@@ -10,6 +10,13 @@
 // This is version 2 of the contract. Every promise below is checked by the
 // conformance suite in walimplstest; a backend that passes all of it works.
 //
+// The optional interfaces (Creator, BatchReader, AsyncAppender) are found
+// by type assertion, so a method whose signature drifts silently drops
+// one. A backend pins each one it implements with a compile-time
+// assertion beside its type (var _ walimpls.BatchReader = (*wal)(nil)),
+// and declares them to the suite (walimplstest.Implements), which fails
+// when the declaration and the types disagree.
+//
 // # Storing and reading
 //
 //   - IDs returned by sequential appends of one writer strictly increase, also

@@ -38,9 +38,6 @@ var asyncParts = map[string]bool{
 	"DeleteFencesOtherNodes": true,
 }
 
-// noAsyncAppenderSkip is why a part under "Async" is skipped.
-const noAsyncAppenderSkip = "the backend's WALs are not walimpls.AsyncAppenders: nothing to check under Async"
-
 // asyncWAL is a WAL whose Append and AppendBatch go through
 // AppendBatchAsync.
 type asyncWAL struct {

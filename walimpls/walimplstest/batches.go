@@ -35,9 +35,6 @@ var batchParts = map[string]bool{
 	"Delete":                     true,
 }
 
-// noBatchReaderSkip is why a part under "Batches" is skipped.
-const noBatchReaderSkip = "the backend's WALs are not walimpls.BatchReaders: nothing to check under Batches"
-
 // batchedWAL is a WAL whose Read goes through ReadBatches.
 type batchedWAL struct {
 	walimpls.WALImpl

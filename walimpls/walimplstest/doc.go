@@ -3,7 +3,8 @@
 // where the backend has one:
 //
 //	func TestConformance(t *testing.T) {
-//		walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster { ... })
+//		walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster { ... },
+//			walimplstest.Implements(walimplstest.BatchRead, walimplstest.AsyncAppend))
 //	}
 //
 // Each part runs as a named subtest on a fresh Cluster from the Factory, with
@@ -12,8 +13,22 @@
 // walimpls.Capabilities, that it cannot do what the part checks; the skip
 // message names the capability.
 //
+// The optional interfaces of walimpls are found by type assertion, so a
+// method whose signature drifted would quietly make a backend one without
+// them. A backend therefore states once, with the Implements option, which
+// of them it implements (each a Feature: BatchRead for walimpls.BatchReader,
+// AsyncAppend for walimpls.AsyncAppender, Create for walimpls.Creator;
+// none when the option is left out). The groups Batches and Async run for
+// what it declares and are skipped, naming the feature, for what it does
+// not; DeclaredInterfaces fails when the declaration and the types
+// disagree either way, and a part under Batches or Async fails when a WAL
+// it opens lacks the declared interface.
+//
 // The parts:
 //
+//	DeclaredInterfaces   the Opener and the WALs (ReadWrite and ReadOnly)
+//	                     implement exactly the optional interfaces the
+//	                     backend declares (Implements)
 //	Lifecycle            open/close, idempotent Close, name and term echoed,
 //	                     bad channels rejected, use after Close, size limit
 //	OpenerClose          Opener.Close closes its WALs (every call ErrClosed)
@@ -23,13 +38,16 @@
 //	SizeLimit            the limit counts properties: exactly MaxMessageBytes
 //	                     is stored byte for byte, one byte more ErrTooLarge
 //	ConcurrentAppendRead 8 appenders started together, 1,000 appends each,
-//	                     readers before and after, byte-for-byte
+//	                     readers before and after, byte-for-byte; stamps
+//	                     at the edges of int64 terms and uint64 timeticks
+//	                     (≥ 2^32, ≥ 2^63, negative terms) come back whole
 //	CallerBuffers        payload bytes and property maps the caller
 //	                     overwrites after Append/AppendBatch returned do not
 //	                     change what readers get
 //	AppendBatch          concurrent batches stored in slice order and read
-//	                     back; an empty batch stores nothing; a batch with an
-//	                     oversized message stores nothing of it
+//	                     back, edge stamps whole; an empty batch stores
+//	                     nothing; a batch with an oversized message stores
+//	                     nothing of it
 //	IDOrder              sequential IDs increase across reopen; LT/LTE/EQ
 //	                     agree with each other and the read order; Marshal
 //	                     round-trips
@@ -70,12 +88,12 @@
 //	DeleteFencesOtherNodes
 //	                     a Delete on one node fences the writer of another,
 //	                     also after the name is opened again
-//	Batches/<part>       for a backend whose WALs are walimpls.BatchReaders,
-//	                     the parts that read run again reading through
+//	Batches/<part>       for a backend that declares BatchRead, the parts
+//	                     that read run again reading through
 //	                     ReadBatches: the same promises, no empty slice, and
 //	                     a slice the receiver cleared changes nothing
-//	Async/<part>         for a backend whose WALs are walimpls.AsyncAppenders,
-//	                     the parts that append run again appending through
+//	Async/<part>         for a backend that declares AsyncAppend, the
+//	                     parts that append run again appending through
 //	                     AppendBatchAsync: the same promises, done called
 //	                     exactly once
 //	Async/AsyncPipeline  batches handed over back to back without waiting are
@@ -84,7 +102,7 @@
 //
 // Every blocking call of a part is bounded by the wait timeout (a backend
 // that ignores its context, or a Close that never returns, fails the part in
-// seconds), and the package's own test runs the suite against forty-six
+// seconds), and the package's own test runs the suite against fifty-one
 // deliberately broken backends to show that each part can fail.
 //
 // Beside the suite, the package has small helpers for a backend's own tests

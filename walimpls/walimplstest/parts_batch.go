@@ -49,6 +49,12 @@ func testAppendBatch(t *testing.T, e *env) {
 				msgs := make([]message.Message, 1+(b*7+g)%16)
 				for i := range msgs {
 					msgs[i] = mustMessage(t, []byte(fmt.Sprintf("w%d-b%d-m%d", g, b, i)), map[string]string{"w": fmt.Sprint(g), "b": fmt.Sprint(b), "i": fmt.Sprint(i)})
+					if i%2 == 0 {
+						// Stamps at the edges of their types, each pair
+						// in some batch.
+						term, tt := edgeStamp((b*writers+g)*8 + i/2)
+						msgs[i] = msgs[i].Stamp(message.KindData, term, tt)
+					}
 				}
 				ctx, cancel := e.call()
 				ids, err := w.AppendBatch(ctx, msgs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -26,9 +27,36 @@ const (
 	largeMessageWriter = 2 // writers below this append one large message each
 )
 
+// A stamp holds a term (int64) and a timetick (uint64), and a backend
+// must keep every bit of both. Real timeticks are hybrid logical clocks
+// (physical milliseconds << 18 | logical), above 2^58 today, and terms are
+// whatever int64 holds: the parts that round-trip stamps take them from
+// these tables, the edges of both types, so that a backend keeping fewer
+// bits (a 32-bit field, a float64, a signed timetick) fails them.
+var (
+	edgeTerms = []int64{
+		0, 1, math.MaxInt32, math.MaxInt32 + 1, math.MaxUint32, math.MaxUint32 + 1,
+		1<<53 + 1, math.MaxInt64 - 1, math.MaxInt64,
+		-1, math.MinInt32, math.MinInt32 - 1, -1 << 32, math.MinInt64,
+	}
+	edgeTimeTicks = []uint64{
+		0, 1, math.MaxUint32, math.MaxUint32 + 1,
+		1_767_225_600_000<<18 | 3, // 2026-01-01 as a hybrid timetick
+		1<<53 + 1, math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64 - 1, math.MaxUint64,
+	}
+)
+
+// edgeStamp returns the k-th term and timetick of the edge tables: any
+// len(edgeTerms) consecutive k give every term, any len(edgeTimeTicks)
+// every timetick.
+func edgeStamp(k int) (int64, uint64) {
+	return edgeTerms[k%len(edgeTerms)], edgeTimeTicks[k%len(edgeTimeTicks)]
+}
+
 // writerMessages returns writer g's messages: an empty one, binary ones,
-// unicode property values, reserved properties set by the layers above, for
-// the first writers one large message, then many small ones.
+// unicode property values, reserved properties set by the layers above
+// (stamps among them, at the edges of their types), for the first writers
+// one large message, then many small ones.
 func (e *env) writerMessages(t *testing.T, g int) []message.Message {
 	r := rand.New(rand.NewPCG(uint64(g), 42))
 	msgs := make([]message.Message, messagesPerWriter)
@@ -49,7 +77,9 @@ func (e *env) writerMessages(t *testing.T, g int) []message.Message {
 		}
 		m := mustMessage(t, payload, props)
 		if i%7 == 3 {
-			m = m.WithTerm(int64(g)).WithTimeTick(uint64(i)<<20 | 7).WithVChannel("vc-" + strconv.Itoa(g)).WithKind(message.KindTimeTick)
+			// Every edge term and every edge timetick, across writers.
+			term, tt := edgeStamp(i/7*appenders + g)
+			m = m.WithTerm(term).WithTimeTick(tt).WithVChannel("vc-" + strconv.Itoa(g)).WithKind(message.KindTimeTick)
 		}
 		if i%11 == 4 {
 			// A reserved value that is not in decimal canonical form is

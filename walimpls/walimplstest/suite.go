@@ -19,11 +19,13 @@ type Cluster interface {
 // through t.Cleanup.
 type Factory func(t *testing.T) Cluster
 
-// Option tunes how the suite runs, never what it checks.
+// Option tunes how the suite runs, or states what the backend declares;
+// none weakens what a part checks.
 type Option func(*options)
 
 type options struct {
 	waitTimeout time.Duration
+	features    featureSet // declared through Implements
 }
 
 // WithWaitTimeout sets the watchdog on every wait (default 30s): how long a
@@ -33,6 +35,11 @@ func WithWaitTimeout(d time.Duration) Option {
 }
 
 // Run runs every part of the conformance suite against the backend f makes.
+// A backend states once, with Implements, which optional interfaces of
+// walimpls it implements; the parts under Batches and Async run for what
+// it declares, and DeclaredInterfaces fails when the declaration and its
+// types disagree.
+//
 // Run takes goroutine snapshots (ScannerContract): do not run it in parallel
 // with other tests of the same package.
 func Run(t *testing.T, f Factory, opts ...Option) {
@@ -46,6 +53,9 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 		})
 	}
 	t.Run("Batches", func(t *testing.T) {
+		if !o.features.has(BatchRead) {
+			t.Skip(undeclaredSkip(BatchRead, "Batches"))
+		}
 		for _, p := range parts {
 			if !batchParts[p.name] {
 				continue
@@ -56,6 +66,9 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 		}
 	})
 	t.Run("Async", func(t *testing.T) {
+		if !o.features.has(AsyncAppend) {
+			t.Skip(undeclaredSkip(AsyncAppend, "Async"))
+		}
 		for _, p := range parts {
 			if !asyncParts[p.name] {
 				continue
@@ -75,6 +88,7 @@ var parts = []struct {
 	name string
 	fn   func(t *testing.T, c *env)
 }{
+	{"DeclaredInterfaces", testDeclaredInterfaces},
 	{"Lifecycle", testLifecycle},
 	{"OpenerClose", testOpenerClose},
 	{"ChannelNames", testChannelNames},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,8 @@ var breakages = []struct {
 	{"drop-every-10th", []string{"ConcurrentAppendRead", "DeliverPolicies"}},
 	{"reverse-ids", []string{"ConcurrentAppendRead", "IDOrder"}},
 	{"lose-properties", []string{"ConcurrentAppendRead"}},
+	{"stamp-32-bit-term", []string{"ConcurrentAppendRead", "AppendBatch"}},
+	{"stamp-32-bit-timetick", []string{"ConcurrentAppendRead", "AppendBatch"}},
 	{"batch-reversed", []string{"AppendBatch"}},
 	{"batch-stores-prefix", []string{"AppendBatch"}},
 	{"lenient-ids", []string{"CanonicalIDs"}},
@@ -83,6 +86,9 @@ var breakages = []struct {
 	{"batches-drop-last", []string{"Batches/ConcurrentAppendRead", "Batches/DeliverPolicies"}},
 	{"async-done-twice", []string{"Async/AppendBatch", "Async/AsyncPipeline"}},
 	{"async-swap", []string{"Async/AsyncPipeline"}},
+	{"hides-batch-reader", []string{"DeclaredInterfaces", "Batches/ConcurrentAppendRead", "Batches/Truncate"}},
+	{"hides-async-appender", []string{"DeclaredInterfaces", "Async/AppendBatch", "Async/AsyncPipeline"}},
+	{"undeclared-async-appender", []string{"DeclaredInterfaces"}},
 }
 
 // TestSuiteCatchesBrokenBackends runs the suite, in a child process, against
@@ -100,17 +106,22 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 			run := "^TestBrokenBackendChild$"
 			if c.mustFail != nil {
 				// go test matches each level of a subtest's name apart:
-				// parts under Batches or Async (all of a breakage's, or
-				// none) need a level of their own.
-				parts := c.mustFail
-				if group, _, ok := strings.Cut(parts[0], "/"); ok {
-					run += "/^" + group + "$"
-					parts = nil
-					for _, p := range c.mustFail {
-						parts = append(parts, strings.TrimPrefix(p, group+"/"))
+				// parts under Batches or Async need a level of their own,
+				// which a part without subtests of its own ignores.
+				var groups, grouped []string
+				for _, p := range c.mustFail {
+					group, part, ok := strings.Cut(p, "/")
+					if !slices.Contains(groups, group) {
+						groups = append(groups, group)
+					}
+					if ok {
+						grouped = append(grouped, part)
 					}
 				}
-				run += "/^(" + strings.Join(parts, "|") + ")$"
+				run += "/^(" + strings.Join(groups, "|") + ")$"
+				if grouped != nil {
+					run += "/^(" + strings.Join(grouped, "|") + ")$"
+				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
@@ -140,7 +151,49 @@ func TestBrokenBackendChild(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
 		return brokenCluster{c: memory.NewCluster(), broken: broken, names: &brokenNames{
 			maxTerm: map[string]int64{}, deleted: map[string]bool{}}}
-	}, walimplstest.WithWaitTimeout(2*time.Second))
+	}, walimplstest.WithWaitTimeout(2*time.Second), walimplstest.Implements(declared(broken)...))
+}
+
+// offered says which optional interfaces of memory's WALs the wrapper of a
+// breakage passes on: both for "none", the one a "batches-" or "async-"
+// breakage breaks, what the breakages of declarations say, and none for
+// the others, whose breakages are in the plain parts.
+func offered(broken string) (batches, async bool) {
+	switch broken {
+	case "none":
+		return true, true
+	case "hides-batch-reader":
+		// ReadBatches lost to a signature drift: the WAL is no
+		// BatchReader any more.
+		return false, true
+	case "hides-async-appender":
+		return true, false
+	case "undeclared-async-appender":
+		return false, true
+	}
+	return strings.HasPrefix(broken, "batches-"), strings.HasPrefix(broken, "async-")
+}
+
+// declared is what the child declares to the suite: what the wrapper
+// offers, except for the breakages of declarations.
+func declared(broken string) []walimplstest.Feature {
+	batches, async := offered(broken)
+	switch broken {
+	case "hides-batch-reader", "hides-async-appender":
+		// Declares what it no longer implements.
+		batches, async = true, true
+	case "undeclared-async-appender":
+		// Implements what its test forgot to declare.
+		async = false
+	}
+	var fs []walimplstest.Feature
+	if batches {
+		fs = append(fs, walimplstest.BatchRead)
+	}
+	if async {
+		fs = append(fs, walimplstest.AsyncAppend)
+	}
+	return fs
 }
 
 type brokenCluster struct {
@@ -292,10 +345,11 @@ func (o *brokenOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.
 		return nil, err
 	}
 	bw := &brokenWAL{WALImpl: w, asked: asked, o: o, broken: o.broken}
+	offersBatches, offersAsync := offered(o.broken)
 	br, batches := w.(walimpls.BatchReader)
-	batches = batches && (o.broken == "none" || strings.HasPrefix(o.broken, "batches-"))
+	batches = batches && offersBatches
 	aa, async := w.(walimpls.AsyncAppender)
-	async = async && (o.broken == "none" || strings.HasPrefix(o.broken, "async-"))
+	async = async && offersAsync
 	switch {
 	case batches && async:
 		return &brokenBatchAsyncWAL{brokenBatchWAL: &brokenBatchWAL{brokenWAL: bw, br: br}, async: &brokenAsyncWAL{brokenWAL: bw, aa: aa}}, nil
@@ -482,6 +536,8 @@ func (w *brokenWAL) Append(ctx context.Context, m message.Message) (message.ID, 
 		if m.Size() >= brokenLimit {
 			return message.ID{}, &walimpls.TooLargeError{Size: m.Size(), Limit: brokenLimit}
 		}
+	case "stamp-32-bit-term", "stamp-32-bit-timetick":
+		m = narrowStamp(w.broken, m)
 	}
 	if w.broken == "delete-keeps-messages" {
 		w.o.names.mu.Lock()
@@ -529,6 +585,12 @@ func (w *brokenWAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]
 			ids[i], ids[j] = ids[j], ids[i]
 		}
 		return ids, err
+	case "stamp-32-bit-term", "stamp-32-bit-timetick":
+		narrow := make([]message.Message, len(msgs))
+		for i, m := range msgs {
+			narrow[i] = narrowStamp(w.broken, m)
+		}
+		return w.WALImpl.AppendBatch(ctx, narrow)
 	case "batch-stores-prefix":
 		// Checks sizes one by one while storing: what comes before a
 		// message too large is stored anyway.
@@ -549,6 +611,23 @@ func (w *brokenWAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]
 		}
 	}
 	return ids, err
+}
+
+// narrowStamp stores a stamp's term in an int32 (stamp-32-bit-term) or
+// its timetick in a uint32 (stamp-32-bit-timetick), as a backend with a
+// 32-bit field would: values that fit come back as they were.
+func narrowStamp(broken string, m message.Message) message.Message {
+	switch broken {
+	case "stamp-32-bit-term":
+		if term, ok := m.Term(); ok && int64(int32(term)) != term {
+			m = m.WithTerm(int64(int32(term)))
+		}
+	case "stamp-32-bit-timetick":
+		if tt, ok := m.TimeTick(); ok && uint64(uint32(tt)) != tt {
+			m = m.WithTimeTick(uint64(uint32(tt)))
+		}
+	}
+	return m
 }
 
 func (w *brokenWAL) Truncate(ctx context.Context, upTo message.ID) error {

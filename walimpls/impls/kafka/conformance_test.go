@@ -48,12 +48,16 @@ func conformanceFactory(mod func(*Config)) walimplstest.Factory {
 // The conformance runs are not parallel: the suite's goroutine-leak check
 // looks at the whole process, so it must not see other tests' clusters.
 
+// implementsOptional declares Kafka's optional interfaces to the suite,
+// which checks the declaration against the types.
+var implementsOptional = walimplstest.Implements(walimplstest.BatchRead, walimplstest.AsyncAppend, walimplstest.Create)
+
 func TestConformance(t *testing.T) {
-	walimplstest.Run(t, conformanceFactory(nil))
+	walimplstest.Run(t, conformanceFactory(nil), implementsOptional)
 }
 
 func TestConformanceNoTransactions(t *testing.T) {
-	walimplstest.Run(t, conformanceFactory(func(c *Config) { c.DisableTransactions = true }))
+	walimplstest.Run(t, conformanceFactory(func(c *Config) { c.DisableTransactions = true }), implementsOptional)
 }
 
 func TestAdaptor(t *testing.T) {

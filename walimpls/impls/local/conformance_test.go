@@ -27,17 +27,21 @@ func conformanceFactory(cfg Config) walimplstest.Factory {
 	}
 }
 
+// implementsOptional declares local's optional interfaces to the suite,
+// which checks the declaration against the types.
+var implementsOptional = walimplstest.Implements(walimplstest.BatchRead, walimplstest.AsyncAppend)
+
 func TestConformance(t *testing.T) {
-	walimplstest.Run(t, conformanceFactory(Config{SegmentBytes: 8 << 20, MaxMessageBytes: 2 << 20}))
+	walimplstest.Run(t, conformanceFactory(Config{SegmentBytes: 8 << 20, MaxMessageBytes: 2 << 20}), implementsOptional)
 }
 
 // Small segments make the suite's appends cross many segment switches.
 func TestConformanceSmallSegments(t *testing.T) {
-	walimplstest.Run(t, conformanceFactory(Config{SegmentBytes: 256 << 10, MaxMessageBytes: 64 << 10}))
+	walimplstest.Run(t, conformanceFactory(Config{SegmentBytes: 256 << 10, MaxMessageBytes: 64 << 10}), implementsOptional)
 }
 
 func TestConformanceSyncNone(t *testing.T) {
-	walimplstest.Run(t, conformanceFactory(Config{SegmentBytes: 8 << 20, MaxMessageBytes: 2 << 20, Sync: SyncNone}))
+	walimplstest.Run(t, conformanceFactory(Config{SegmentBytes: 8 << 20, MaxMessageBytes: 2 << 20, Sync: SyncNone}), implementsOptional)
 }
 
 func TestAdaptor(t *testing.T) {

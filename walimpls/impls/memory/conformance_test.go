@@ -28,17 +28,21 @@ func (c cluster) NewOpener(t *testing.T) walimpls.Opener {
 	return o
 }
 
+// implementsOptional declares memory's optional interfaces to the suite,
+// which checks the declaration against the types.
+var implementsOptional = walimplstest.Implements(walimplstest.BatchRead, walimplstest.AsyncAppend)
+
 func TestConformance(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
 		return cluster{c: memory.NewCluster()}
-	})
+	}, implementsOptional)
 }
 
 // A size limit exercises the suite's large-message and too-large paths.
 func TestConformanceWithSizeLimit(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
 		return cluster{c: memory.NewCluster(), cfg: memory.Config{MaxMessageBytes: 64 << 10}}
-	})
+	}, implementsOptional)
 }
 
 func TestAdaptor(t *testing.T) {
@@ -55,7 +59,7 @@ func TestConformanceNoFencing(t *testing.T) {
 		c := memory.NewCluster()
 		c.SetFencing(false)
 		return cluster{c: c}
-	})
+	}, implementsOptional)
 }
 
 func TestAdaptorNoFencing(t *testing.T) {

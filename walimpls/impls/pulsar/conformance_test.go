@@ -54,12 +54,17 @@ func adminFactory(t *testing.T) walimplstest.Cluster {
 // The conformance runs are not parallel: the suite's goroutine-leak check
 // looks at the whole process, so it must not see other tests' clients.
 
+// implementsOptional declares Pulsar's optional interfaces to the suite,
+// which checks the declaration against the types. No BatchRead: the
+// backend offers no batch scanner (see the package documentation).
+var implementsOptional = walimplstest.Implements(walimplstest.AsyncAppend, walimplstest.Create)
+
 func TestConformance(t *testing.T) {
-	walimplstest.Run(t, conformanceFactory)
+	walimplstest.Run(t, conformanceFactory, implementsOptional)
 }
 
 func TestConformanceOverAdminAPI(t *testing.T) {
-	walimplstest.Run(t, adminFactory)
+	walimplstest.Run(t, adminFactory, implementsOptional)
 }
 
 func TestAdaptor(t *testing.T) {
