@@ -49,6 +49,56 @@
 // keeping its resume position so that CheckpointOf works on it. The zero
 // checkpoint means "from the start" (DeliverAll).
 //
+// # Caught up
+//
+// A replay has a tail: ReplayOptions.CatchUpTo, or else the checkpoint
+// adaptor.WAL.Tail returns as Replay starts (it appends a watermark; every
+// message acknowledged before the call has a timetick at or below it).
+// Replayer.CaughtUp(vchannel) is a channel closed once that consumer's
+// reader has received, from its Scanner, every message of its vchannel
+// with a timetick at or below the tail's and above its checkpoint:
+//
+//   - not before its reader took the last of them from Chan (what the
+//     router queued for it does not count), and without waiting for any
+//     message above the tail, which may be appended concurrently;
+//   - for a vchannel with no such message, once the replay has read up to
+//     the tail (a watermark at or above it, adaptor.CaughtUp, or a message
+//     above it: data come in timetick order);
+//   - at once, before Replay returns, for a consumer whose checkpoint is at
+//     or past the tail;
+//   - for a detached consumer, from its own scanner, which then also
+//     delivers watermarks (never to the reader);
+//   - never when the consumer's scanner ends first (Close, the WAL closed,
+//     an error): a reader selects on its Done too.
+//
+// A consumer that serves once it has caught up:
+//
+//	s, _ := r.Scanner("vc-1")
+//	up, _ := r.CaughtUp("vc-1")
+//	for {
+//		select {
+//		case m, ok := <-s.Chan():
+//			if !ok {
+//				return s.Error()
+//			}
+//			apply(m)
+//		case <-up:
+//			up = nil // a nil channel never fires again
+//			startServing()
+//		}
+//	}
+//
+// A read-only WAL writes no watermark and has no tail to take
+// (walimpls.ErrReadOnly): without CatchUpTo the replay runs, and CaughtUp
+// and Replayer.Tail report false. Pass the writer's tail, taken where the
+// pchannel is written (its WAL.Tail), to know when a follower caught up.
+// A WAL that cannot take its tail otherwise (fenced, closed) fails Replay
+// with the error Tail returned.
+//
+// When a consumer's checkpoint is below the tail, the shared scanner also
+// delivers the pchannel's watermarks (Filter.Kinds), for the whole replay;
+// the router drops them.
+//
 // # Memory and slow consumers
 //
 // Each stream has a byte budget (Consumer.BufferBytes, by default
@@ -91,8 +141,8 @@
 // error. Closing the WAL therefore ends every stream with the error its
 // adaptor scanner reports for a closed WAL (walimpls.ErrClosed).
 //
-// The context given to Replay bounds opening the shared scanner; the
-// replay outlives it, as an adaptor scanner outlives the context of Read.
+// The context given to Replay bounds taking the tail and opening the
+// shared scanner; the replay outlives it, as an adaptor scanner outlives the context of Read.
 //
 // # Costs
 //

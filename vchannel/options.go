@@ -40,6 +40,19 @@ type ReplayOptions struct {
 	// vchannel as attributes; nil discards them, as in every other layer
 	// of streamwal.
 	Logger *slog.Logger
+	// CatchUpTo is the point the consumers catch up to (Replayer.CaughtUp):
+	// a consumer is caught up once its reader received every message of
+	// its vchannel with a timetick at or below CatchUpTo's. Give a
+	// checkpoint adaptor.WAL.Tail returned on the pchannel, by this process
+	// or by the pchannel's writer elsewhere: every message acknowledged
+	// before that call is at or below it. (Any checkpoint works, a
+	// message's too; only its timetick counts.) Zero: Replay takes the
+	// WAL's Tail as it starts (it appends one watermark), so that caught up
+	// means "received every message acknowledged before Replay was
+	// called". A read-only WAL has no tail to take (walimpls.ErrReadOnly):
+	// without CatchUpTo its replay has no point to catch up to, and
+	// CaughtUp reports false.
+	CatchUpTo adaptor.Checkpoint
 
 	// onDetach, when set, is called by the router right after it detached
 	// a vchannel (tests wait on it).
@@ -58,6 +71,9 @@ const (
 func (o ReplayOptions) Validate() error {
 	if o.BufferBytes < 0 {
 		return errors.Wrapf(ErrInvalidReplay, "BufferBytes is negative (%d)", o.BufferBytes)
+	}
+	if !o.CatchUpTo.IsZero() && o.CatchUpTo.TimeTick == 0 {
+		return errors.Wrapf(ErrInvalidReplay, "CatchUpTo %s is not a tail (it needs a timetick)", o.CatchUpTo)
 	}
 	return nil
 }

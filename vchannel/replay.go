@@ -3,6 +3,7 @@ package vchannel
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -28,6 +29,10 @@ type Replayer struct {
 	opts     ReplayOptions
 	log      *slog.Logger
 	streams  map[string]*stream // by vchannel; fixed after Replay
+	// tail is the point the consumers catch up to (CaughtUp); hasTail is
+	// false when there is none.
+	tail    adaptor.Checkpoint
+	hasTail bool
 
 	// ctx ends at Close: the router stops.
 	ctx    context.Context
@@ -49,12 +54,20 @@ type Replayer struct {
 	// Owned by the router's goroutine.
 	shared   adaptor.Scanner
 	attached map[string]*stream
+	// tailRead: the shared scanner delivered a watermark at or above the
+	// tail, so every attached stream was handed all its messages up to it.
+	tailRead bool
 }
 
 // Replay starts replaying consumers' vchannels of the pchannel w, each
 // after its checkpoint, with one shared scanner of w. Each consumer reads
-// its own Scanner. ctx bounds the start only. Bad consumers or options are
-// ErrInvalidReplay (or walimpls.ErrInvalidChannel for a bad name) errors.
+// its own Scanner, and learns from CaughtUp when it has received every
+// message of its vchannel up to the replay's tail: opts.CatchUpTo, or else
+// w's Tail taken as Replay starts. A read-only w has no tail to take (the
+// replay then has none); a WAL that cannot take it otherwise (fenced,
+// closed) fails Replay with Tail's error. ctx bounds the start only. Bad
+// consumers or options are ErrInvalidReplay (or walimpls.ErrInvalidChannel
+// for a bad name) errors.
 func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts ReplayOptions) (*Replayer, error) {
 	if w == nil {
 		return nil, errors.Wrap(ErrInvalidReplay, "vchannel: replay of a nil wal")
@@ -70,12 +83,20 @@ func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts Repla
 	if err != nil {
 		return nil, errors.Wrapf(err, "vchannel: replay %s", pchannel)
 	}
+	tail, hasTail, err := replayTail(ctx, w, opts.CatchUpTo)
+	if err != nil {
+		return nil, errors.Wrapf(err, "vchannel: replay %s", pchannel)
+	}
 	opts = opts.withDefaults()
 	var filter adaptor.Filter
 	if len(consumers) <= maxSharedFilter {
 		for _, c := range consumers {
 			filter.VChannels = append(filter.VChannels, c.VChannel)
 		}
+	}
+	if hasTail && slices.ContainsFunc(consumers, func(c Consumer) bool { return c.After.TimeTick < tail.TimeTick }) {
+		// Watermarks tell the router it has read up to the tail.
+		filter.Kinds = []message.Kind{message.KindData, message.KindTimeTick}
 	}
 	shared, err := w.Read(ctx, adaptor.ReadOption{
 		Name:          opts.Name,
@@ -92,6 +113,8 @@ func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts Repla
 		opts:      opts,
 		log:       opts.Logger.With("pchannel", pchannel),
 		streams:   make(map[string]*stream, len(consumers)),
+		tail:      tail,
+		hasTail:   hasTail,
 		ctx:       rctx,
 		cancel:    cancel,
 		roomy:     make(chan struct{}, 1),
@@ -118,6 +141,22 @@ func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts Repla
 	return r, nil
 }
 
+// replayTail returns the point a replay's consumers catch up to: given,
+// or else w's tail now; none (false) on a read-only WAL.
+func replayTail(ctx context.Context, w adaptor.WAL, given adaptor.Checkpoint) (adaptor.Checkpoint, bool, error) {
+	if !given.IsZero() {
+		return given, true, nil
+	}
+	tail, err := w.Tail(ctx)
+	switch {
+	case err == nil:
+		return tail, true, nil
+	case errors.Is(err, walimpls.ErrReadOnly):
+		return adaptor.Checkpoint{}, false, nil
+	}
+	return adaptor.Checkpoint{}, false, errors.Wrap(err, "take the tail")
+}
+
 // Scanner returns the scanner of a consumer's vchannel, and false for a
 // vchannel this replay was not given.
 func (r *Replayer) Scanner(vchannel string) (adaptor.Scanner, bool) {
@@ -127,6 +166,30 @@ func (r *Replayer) Scanner(vchannel string) (adaptor.Scanner, bool) {
 	}
 	return s, true
 }
+
+// CaughtUp returns a channel closed once the consumer of vchannel has
+// received, from its Scanner, every message of its vchannel after its
+// checkpoint with a timetick at or below the replay's tail (Tail): with a
+// tail Replay took, every such message acknowledged before Replay was
+// called. It is closed at once when the checkpoint is at or past the
+// tail, once the replay has read up to the tail when there is no such
+// message, and never before the reader took the last one; messages
+// appended after the tail are not waited for. It is not closed when the
+// consumer's scanner ends first (select on its Done too). CaughtUp
+// reports false for a vchannel this replay was not given, and when the
+// replay has no tail (a read-only WAL and no ReplayOptions.CatchUpTo).
+// See the package documentation.
+func (r *Replayer) CaughtUp(vchannel string) (<-chan struct{}, bool) {
+	s, ok := r.streams[vchannel]
+	if !ok || !r.hasTail {
+		return nil, false
+	}
+	return s.caughtUp, true
+}
+
+// Tail returns the point the consumers catch up to (ReplayOptions.CatchUpTo
+// or the WAL's tail when Replay started), and false when there is none.
+func (r *Replayer) Tail() (adaptor.Checkpoint, bool) { return r.tail, r.hasTail }
 
 // Detachments counts the consumers that went on with a scanner of their
 // own: each reads the pchannel again from where it was detached.
@@ -200,6 +263,16 @@ func (r *Replayer) route() error {
 			}
 			return errors.Wrap(walimpls.ErrClosed, "shared scanner ended")
 		}
+		if r.hasTail && m.Kind() == message.KindTimeTick {
+			// Asked for only to learn that the tail was read.
+			if !r.tailRead && adaptor.CaughtUp(m, r.tail) {
+				r.tailRead = true
+				for _, s := range r.attached {
+					s.reachTail()
+				}
+			}
+			continue
+		}
 		s, ok := r.attached[m.VChannel()]
 		if !ok {
 			continue // a detached or closed consumer's
@@ -210,19 +283,30 @@ func (r *Replayer) route() error {
 			}
 			s.skipTT = 0
 		}
-		if !r.offer(s, m) {
+		belowTail := false
+		if s.catchingUp() {
+			// Data come in timetick order: one above the tail comes after
+			// everything of the vchannel up to it.
+			if tt, _ := m.TimeTick(); tt > s.tailTT {
+				s.reachTail()
+			} else {
+				belowTail = true
+			}
+		}
+		if !r.offer(s, m, belowTail) {
 			return nil
 		}
 	}
 	return nil
 }
 
-// offer hands m to s. While s is full, it waits for room as long as no
-// other attached stream runs dry, and detaches s when one does. It returns
-// false when the replay is closed meanwhile.
-func (r *Replayer) offer(s *stream, m message.Immutable) bool {
+// offer hands m to s (belowTail: m is at or below the tail s catches up
+// to). While s is full, it waits for room as long as no other attached
+// stream runs dry, and detaches s when one does. It returns false when the
+// replay is closed meanwhile.
+func (r *Replayer) offer(s *stream, m message.Immutable, belowTail bool) bool {
 	var size int64 // what m counts for, once push needed it
-	switch s.push(m, &size) {
+	switch s.push(m, &size, belowTail) {
 	case pushed:
 		return true
 	case notAttached:
@@ -245,7 +329,7 @@ func (r *Replayer) offer(s *stream, m message.Immutable) bool {
 				return false
 			}
 		}
-		switch s.push(m, &size) {
+		switch s.push(m, &size, belowTail) {
 		case pushed:
 			return true
 		case notAttached:

@@ -66,6 +66,19 @@ type stream struct {
 	// above it, since timeticks only grow.
 	skipTT uint64
 
+	// Catching up to the replay's tail (Replayer.CaughtUp): caughtUp is
+	// closed once every message at or below tailTT was handed to the
+	// stream (tailSeen) and its reader received them all (received ≥
+	// need). Messages are counted only until then. tailTT is 0 when the
+	// replay has no tail.
+	tailTT   uint64
+	handed   uint64        // messages handed by the router; owned by it
+	need     atomic.Uint64 // handed when the last message at or below tailTT was
+	received atomic.Uint64 // messages the reader received
+	tailSeen atomic.Bool
+	isCaught atomic.Bool
+	caughtUp chan struct{}
+
 	// held is the bytes queued or being delivered and not yet taken by the
 	// reader: the router adds, run subtracts.
 	held atomic.Int64
@@ -90,15 +103,62 @@ func newStream(r *Replayer, c Consumer, defaultBudget int) *stream {
 	if budget == 0 {
 		budget = defaultBudget
 	}
-	return &stream{
-		Run:    lifecycle.NewRun(),
-		r:      r,
-		vc:     c.VChannel,
-		after:  c.After,
-		budget: int64(budget),
-		out:    make(chan message.Immutable),
-		skipTT: c.After.TimeTick,
-		kick:   make(chan struct{}, 1),
+	s := &stream{
+		Run:      lifecycle.NewRun(),
+		r:        r,
+		vc:       c.VChannel,
+		after:    c.After,
+		budget:   int64(budget),
+		out:      make(chan message.Immutable),
+		skipTT:   c.After.TimeTick,
+		kick:     make(chan struct{}, 1),
+		caughtUp: make(chan struct{}),
+	}
+	if r.hasTail {
+		s.tailTT = r.tail.TimeTick
+		if c.After.TimeTick >= s.tailTT {
+			// Everything up to the tail was processed already.
+			s.markCaughtUp()
+		}
+	}
+	return s
+}
+
+// catchingUp reports whether the stream still waits for the router to hand
+// it everything up to the tail.
+func (s *stream) catchingUp() bool { return s.tailTT != 0 && !s.tailSeen.Load() }
+
+// counting reports whether the stream still counts what its reader
+// receives.
+func (s *stream) counting() bool { return s.tailTT != 0 && !s.isCaught.Load() }
+
+// reachTail records that everything of the vchannel up to the tail was
+// handed to the stream. Called by the router.
+func (s *stream) reachTail() {
+	s.tailSeen.Store(true)
+	s.checkCaughtUp()
+}
+
+// gotOne counts a message the reader received.
+func (s *stream) gotOne() {
+	if s.counting() {
+		s.received.Inc()
+		s.checkCaughtUp()
+	}
+}
+
+// checkCaughtUp closes caughtUp once everything up to the tail was handed
+// and received. The router (handing) and run (delivering) both call it, so
+// that whichever is last sees both.
+func (s *stream) checkCaughtUp() {
+	if s.tailSeen.Load() && s.received.Load() >= s.need.Load() {
+		s.markCaughtUp()
+	}
+}
+
+func (s *stream) markCaughtUp() {
+	if s.isCaught.CompareAndSwap(false, true) {
+		close(s.caughtUp)
 	}
 }
 
@@ -107,8 +167,9 @@ func (s *stream) Chan() <-chan message.Immutable { return s.out }
 // push hands m to the stream: straight to its reader when the stream holds
 // nothing and the reader waits, else to the queue, unless that would take
 // the stream above its budget while it holds something. *size is what m
-// counts for, computed on first need (0 until then). Called by the router.
-func (s *stream) push(m message.Immutable, size *int64) pushResult {
+// counts for, computed on first need (0 until then); belowTail says m is
+// at or below the tail the stream catches up to. Called by the router.
+func (s *stream) push(m message.Immutable, size *int64, belowTail bool) pushResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != attached {
@@ -121,6 +182,8 @@ func (s *stream) push(m message.Immutable, size *int64) pushResult {
 		select {
 		case s.out <- m:
 			s.last, s.hasLast = m, true
+			s.handedOne(belowTail)
+			s.gotOne()
 			return pushed
 		default:
 		}
@@ -133,9 +196,21 @@ func (s *stream) push(m message.Immutable, size *int64) pushResult {
 	}
 	s.queue = append(s.queue, queued{m: m, size: *size})
 	s.last, s.hasLast = m, true
+	s.handedOne(belowTail)
 	s.held.Add(*size)
 	s.wake()
 	return pushed
+}
+
+// handedOne counts a message handed to the stream (belowTail: at or below
+// the tail). Called by the router.
+func (s *stream) handedOne(belowTail bool) {
+	if s.counting() {
+		s.handed++
+		if belowTail {
+			s.need.Store(s.handed)
+		}
+	}
 }
 
 // hasRoom reports whether push would take a message of size bytes.
@@ -226,6 +301,7 @@ func (s *stream) deliver() error {
 			if !s.send(q.m) {
 				return nil
 			}
+			s.gotOne()
 			batch[i] = queued{}
 			s.held.Sub(q.size)
 			s.r.roomChanged()
@@ -234,12 +310,22 @@ func (s *stream) deliver() error {
 }
 
 // follow reads the vchannel from a scanner of its own, started after
-// resume, until the stream is closed or that scanner ends.
+// resume, until the stream is closed or that scanner ends. Its reader has
+// received everything handed to the stream before: while the stream is
+// not caught up, the scanner also delivers watermarks, and the first one
+// at or above the tail, or a message above it, shows that the reader has
+// everything up to the tail.
 func (s *stream) follow(resume adaptor.Checkpoint) error {
+	filter := adaptor.Filter{VChannels: []string{s.vc}}
+	watch := s.counting() // until caught up
+	if watch {
+		filter.Kinds = []message.Kind{message.KindData, message.KindTimeTick}
+	}
+	watermarks := watch // delivered by sc, never to the reader
 	sc, err := s.r.w.Read(s.Context(), adaptor.ReadOption{
 		Name:          s.r.opts.Name + "/" + s.vc,
 		DeliverPolicy: adaptor.DeliverAfter(resume),
-		Filter:        adaptor.Filter{VChannels: []string{s.vc}},
+		Filter:        filter,
 	})
 	if err != nil {
 		return errors.Wrapf(err, "vchannel %s: read on its own after %s", s.vc, resume)
@@ -254,6 +340,19 @@ func (s *stream) follow(resume adaptor.Checkpoint) error {
 					return errors.Wrapf(err, "vchannel %s: own reader", s.vc)
 				}
 				return errors.Wrapf(walimpls.ErrClosed, "vchannel %s: own reader ended", s.vc)
+			}
+			if watermarks && m.Kind() == message.KindTimeTick {
+				if watch && adaptor.CaughtUp(m, s.r.tail) {
+					s.markCaughtUp()
+					watch = false
+				}
+				continue
+			}
+			if watch {
+				if tt, _ := m.TimeTick(); tt > s.tailTT {
+					s.markCaughtUp()
+					watch = false
+				}
 			}
 			if !s.send(m) {
 				return nil
