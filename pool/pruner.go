@@ -30,8 +30,8 @@ type WALSource func(pchannel string) (adaptor.WAL, bool)
 // rule), and a restarted pruner decides as the one before it did.
 //
 // What it keeps per pchannel is a timetick and a position per allocated
-// vchannel that was written; a round reads what was appended since the
-// last one. A read-only WAL cannot say where its tail is: its pchannel is
+// vchannel that was written; a round appends a watermark (Tail) and reads
+// what was appended since the last one. A read-only WAL cannot say where its tail is: its pchannel is
 // not pruned (Pruned.Err). Messages of a vchannel name appended before the
 // vchannel was allocated are not its own: allocate before writing.
 type Pruner struct {
