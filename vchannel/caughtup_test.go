@@ -426,6 +426,23 @@ func TestCaughtUpWithoutATail(t *testing.T) {
 	_, err := vchannel.Replay(ctx, ro, []vchannel.Consumer{{VChannel: "vc"}}, vchannel.ReplayOptions{CatchUpTo: adaptor.Checkpoint{Position: message.NewSeqID("pch", 1)}})
 	require.ErrorIs(t, err, vchannel.ErrInvalidReplay)
 
+	// Fenced by a higher term: the old owner still replays its history,
+	// without a tail.
+	fenced := openWAL(t, o, "fenced", adaptor.Options{})
+	fencedWant := fill(t, fenced, []string{"vc"}, 5)
+	w2, err := adaptor.Open(ctx, o, adaptor.Channel{Name: "fenced", Term: 2}, adaptor.Options{Logger: quiet()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, w2.Close()) }()
+	late, err := message.New([]byte("late"), nil)
+	require.NoError(t, err)
+	_, err = fenced.Append(ctx, late.WithVChannel("vc"))
+	require.ErrorIs(t, err, walimpls.ErrFenced)
+	rf := replay(t, fenced, []vchannel.Consumer{{VChannel: "vc"}}, vchannel.ReplayOptions{})
+	_, ok = rf.CaughtUp("vc")
+	require.False(t, ok, "a fenced WAL takes no tail")
+	require.Equal(t, fencedWant["vc"], payloads(t, "vc", recvN(t, scanner(t, rf, "vc"), 5)))
+	require.NoError(t, rf.Close())
+
 	// Closed before its reader took its messages: never told.
 	r2 := replay(t, w, []vchannel.Consumer{{VChannel: "vc"}}, vchannel.ReplayOptions{})
 	up := caughtUp(t, r2, "vc")

@@ -89,11 +89,12 @@
 //	}
 //
 // A read-only WAL writes no watermark and has no tail to take
-// (walimpls.ErrReadOnly): without CatchUpTo the replay runs, and CaughtUp
-// and Replayer.Tail report false. Pass the writer's tail, taken where the
-// pchannel is written (its WAL.Tail), to know when a follower caught up.
-// A WAL that cannot take its tail otherwise (fenced, closed) fails Replay
-// with the error Tail returned.
+// (walimpls.ErrReadOnly), nor has a WAL fenced by a higher term (whose
+// owner may still replay its history, to learn which of its appends of
+// unknown outcome were stored): without CatchUpTo the replay runs, and
+// CaughtUp and Replayer.Tail report false. Pass the writer's tail, taken
+// where the pchannel is written (its WAL.Tail), to know when a follower
+// caught up. A closed WAL fails Replay with the error Tail returned.
 //
 // When a consumer's checkpoint is below the tail, the shared scanner also
 // delivers the pchannel's watermarks (Filter.Kinds), for the whole replay;

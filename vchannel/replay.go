@@ -63,9 +63,10 @@ type Replayer struct {
 // after its checkpoint, with one shared scanner of w. Each consumer reads
 // its own Scanner, and learns from CaughtUp when it has received every
 // message of its vchannel up to the replay's tail: opts.CatchUpTo, or else
-// w's Tail taken as Replay starts. A read-only w has no tail to take (the
-// replay then has none); a WAL that cannot take it otherwise (fenced,
-// closed) fails Replay with Tail's error. ctx bounds the start only. Bad
+// w's Tail taken as Replay starts. A read-only or fenced w has no tail to
+// take (the replay then has none, and CaughtUp reports false: a fenced
+// owner may still replay its history, to learn which of its appends were
+// stored); a closed w fails Replay with Tail's error. ctx bounds the start only. Bad
 // consumers or options are ErrInvalidReplay (or walimpls.ErrInvalidChannel
 // for a bad name) errors.
 func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts ReplayOptions) (*Replayer, error) {
@@ -142,7 +143,8 @@ func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts Repla
 }
 
 // replayTail returns the point a replay's consumers catch up to: given,
-// or else w's tail now; none (false) on a read-only WAL.
+// or else w's tail now; none (false) on a WAL that writes no watermark: a
+// read-only one, or one fenced by a higher term.
 func replayTail(ctx context.Context, w adaptor.WAL, given adaptor.Checkpoint) (adaptor.Checkpoint, bool, error) {
 	if !given.IsZero() {
 		return given, true, nil
@@ -151,7 +153,7 @@ func replayTail(ctx context.Context, w adaptor.WAL, given adaptor.Checkpoint) (a
 	switch {
 	case err == nil:
 		return tail, true, nil
-	case errors.Is(err, walimpls.ErrReadOnly):
+	case errors.IsAny(err, walimpls.ErrReadOnly, walimpls.ErrFenced):
 		return adaptor.Checkpoint{}, false, nil
 	}
 	return adaptor.Checkpoint{}, false, errors.Wrap(err, "take the tail")

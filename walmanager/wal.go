@@ -14,6 +14,8 @@ type ownedWAL struct {
 	adaptor.WAL
 }
 
+var _ adaptor.AsyncAnswerer = ownedWAL{}
+
 // Close does nothing and returns ErrNotOwner.
 func (w ownedWAL) Close() error {
 	ch := w.Channel()
@@ -32,4 +34,12 @@ func unavailableCause(w adaptor.WAL, name string, term int64) error {
 		return err
 	}
 	return errWALUnavailable
+}
+
+// AnswerAsync forwards to the WAL's adaptor.AsyncAnswerer, which embedding
+// alone would hide: a vchannel view over a WAL the manager handed out then
+// answers its refused appends on the WAL's callback goroutine, like the
+// WAL's own.
+func (w ownedWAL) AnswerAsync(cb func(adaptor.AppendResult, error), r adaptor.AppendResult, err error) {
+	adaptor.AnswerAsync(w.WAL, cb, r, err)
 }
