@@ -383,7 +383,9 @@
 //     id); the fencing design keeps readers from reconnecting in the normal
 //     take-over (the owner releases the topic itself, no unload, and an
 //     open that lost never unloads the winner), and the tests only unload
-//     or drop connections while readers are idle.
+//     or drop connections while readers are idle - but for the test of
+//     dropped connections during appends, whose meta watcher may be
+//     delivering its own claim: it runs without the race detector.
 //   - DisableBatching producers race on reconnect (above): batching stays on.
 //   - A client closed while one of its producer creations is still looking
 //     the topic up serves that lookup on a fresh connection, which nothing

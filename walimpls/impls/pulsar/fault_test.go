@@ -102,21 +102,6 @@ func during(t *testing.T, interval time.Duration, times int, fault func() error,
 	wg.Wait()
 }
 
-func TestFaultDroppedConnections(t *testing.T) {
-	// A connection dropped after the broker stored a batch but before its
-	// receipt arrived makes the client resend it: broker deduplication
-	// (on in the namespace, as recommended in the package documentation)
-	// keeps one copy and answers with the stored position.
-	b, cfg := startBroker(t, pulsartest.Config{Deduplication: true})
-	o := newOpener(t, cfg)
-	w := open(t, o, "drops", 1, walimpls.ReadWrite)
-	var acked map[string]message.ID
-	during(t, 40*time.Millisecond, 3, b.DropAllConnections, func() {
-		acked = appendConcurrently(t, w, 8, 30, "d")
-	})
-	checkExactlyOnce(t, w, acked)
-}
-
 func TestFaultSendError(t *testing.T) {
 	// A SEND_ERROR stores nothing; the client reconnects and resends what
 	// was pending, so even without deduplication nothing is doubled.
