@@ -238,6 +238,8 @@ func TestRetriesRetryableErrors(t *testing.T) {
 	defer cancel()
 	_, err = w.Append(ctx, m)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "retries stop when the context ends")
+	require.ErrorIs(t, err, memory.ErrInjected, "the last attempt's error is kept as a cause")
+	require.True(t, walimpls.NotStored(err), "no attempt reached the log")
 	c.FailNextAppends(0)
 }
 

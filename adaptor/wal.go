@@ -2,6 +2,7 @@ package adaptor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -357,6 +358,16 @@ type endEntry struct {
 	hasTT   bool
 }
 
+// endedEarly is the error of a recovery read whose scanner s ended before
+// the end it was looking for: the scanner's own error kept as the cause.
+func endedEarly(s walimpls.Scanner) error {
+	<-s.Done() // Error is valid once Done is closed
+	if err := s.Error(); err != nil {
+		return errors.Wrap(err, "log ended before its end was read")
+	}
+	return errors.New("log ended before its end was read")
+}
+
 // readEntries reads s until stop says a message is the last one to look at;
 // include says whether that message is kept.
 func readEntries(ctx context.Context, s walimpls.Scanner, stop func(message.ID) (stop, include bool, err error)) ([]endEntry, error) {
@@ -365,8 +376,7 @@ func readEntries(ctx context.Context, s walimpls.Scanner, stop func(message.ID) 
 		select {
 		case m, ok := <-s.Chan():
 			if !ok {
-				<-s.Done() // Error is valid once Done is closed
-				return nil, errors.WithSecondaryError(errors.New("log ended before its end was read"), s.Error())
+				return nil, endedEarly(s)
 			}
 			end, include, err := stop(m.ID())
 			if err != nil {
@@ -474,8 +484,7 @@ func (w *wal) recover(ctx context.Context, s walimpls.Scanner, r *recovered, don
 		select {
 		case m, ok := <-s.Chan():
 			if !ok {
-				<-s.Done() // Error is valid once Done is closed
-				return errors.WithSecondaryError(errors.New("log ended before its end was read"), s.Error())
+				return endedEarly(s)
 			}
 			end, err := done(m.ID())
 			if err != nil {
@@ -1216,8 +1225,11 @@ func (w *wal) retryAppend(ctx context.Context, records []message.Message, first 
 			if ctx.Err() == nil {
 				werr = walimpls.ErrClosed
 			}
-			return ids, unknown, outcome(errors.Wrapf(errors.WithSecondaryError(werr, err),
-				"adaptor: append to %s after %d attempts", w.ch.Name, attempt+1))
+			// fmt.Errorf keeps both causes for errors.Is (cockroachdb's
+			// Wrapf takes one %w): why the retries stopped, and the last
+			// attempt's error.
+			return ids, unknown, outcome(fmt.Errorf("adaptor: append to %s after %d attempts: %w (last attempt: %w)",
+				w.ch.Name, attempt+1, werr, err))
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -209,7 +210,10 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 		}
 		switch {
 		case ctx.Err() != nil:
-			return Result{}, c.final(errors.WithSecondaryError(ctx.Err(), err), retry)
+			// Both causes stay visible to errors.Is: the context's end and
+			// the last attempt's error (fmt.Errorf: cockroachdb's Newf takes
+			// one %w).
+			return Result{}, c.final(fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err), retry)
 		case code == connect.CodeInvalidArgument, code == connect.CodeResourceExhausted, code == connect.CodeOutOfRange:
 			return Result{}, c.final(errors.Mark(err, ErrRefused), retry)
 		case wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != addr:

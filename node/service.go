@@ -231,7 +231,7 @@ func (s *service) resolve(ctx context.Context, w adaptor.WAL, a cluster.Assignme
 		select {
 		case m, ok := <-sc.Chan():
 			if !ok {
-				return nil, s.appendError(a.Channel, errors.WithSecondaryError(errors.New("resolve: scanner ended"), sc.Error()))
+				return nil, s.appendError(a.Channel, scannerEnded("resolve", sc))
 			}
 			if adaptor.CaughtUp(m, tail) {
 				return nil, nil
@@ -412,4 +412,15 @@ func (s *service) Status(ctx context.Context, _ *connect.Request[streamwalv1.Sta
 	}
 	s.count("Status", nil)
 	return connect.NewResponse(resp), nil
+}
+
+// scannerEnded is the error of a scanner sc that ended before what step
+// was looking for: the scanner's own error kept as the cause, so that
+// appendError maps it (a closed WAL, a truncated position).
+func scannerEnded(step string, sc adaptor.Scanner) error {
+	<-sc.Done() // Error is valid once Done is closed
+	if err := sc.Error(); err != nil {
+		return errors.Wrapf(err, "%s: scanner ended", step)
+	}
+	return errors.Newf("%s: scanner ended", step)
 }

@@ -98,7 +98,7 @@ func encode(v any) []byte {
 // formatVersion; anything else is meta.ErrCorrupt naming the key.
 func decode(key string, data []byte, v any, version func() int) error {
 	if err := json.Unmarshal(data, v); err != nil {
-		return errors.Wrapf(meta.ErrCorrupt, "pool: %s: %v", key, err)
+		return fmt.Errorf("pool: %s: %w: %w", key, err, meta.ErrCorrupt)
 	}
 	if got := version(); got != formatVersion {
 		return errors.Wrapf(meta.ErrCorrupt, "pool: %s: format version %d (this streamwal reads %d)", key, got, formatVersion)

@@ -203,7 +203,11 @@ func checkDelivered(t *testing.T, s adaptor.Scanner, want int, acked map[uint64]
 		select {
 		case m, ok := <-s.Chan():
 			if !ok {
-				return fmt.Errorf("scanner ended after %d of %d: %v", n, want, s.Error())
+				<-s.Done()
+				if err := s.Error(); err != nil {
+					return fmt.Errorf("scanner ended after %d of %d: %w", n, want, err)
+				}
+				return fmt.Errorf("scanner ended after %d of %d", n, want)
 			}
 			tt, _ := m.TimeTick()
 			if tt <= last {

@@ -698,7 +698,15 @@ func (wr *writer) decideFenced(cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(wr.ctx, fenceCheckTimeout)
 	defer cancel()
-	switch verdict, err := claimown.AfterFailedSend(cause, wr.checkClaim(ctx)); verdict {
+	check := wr.checkClaim(ctx)
+	if errors.Is(check, context.DeadlineExceeded) && !errors.Is(check, walimpls.ErrFenced) && wr.ctx.Err() == nil {
+		// The check's own bound ran out, not the writer: the append stays
+		// retryable (a context's end is final to walimpls.IsRetryable,
+		// which takes it for the caller's), so the deadline is told, not
+		// kept as a cause.
+		check = errors.Newf("the claim check took longer than %s: %s", fenceCheckTimeout, check.Error())
+	}
+	switch verdict, err := claimown.AfterFailedSend(cause, check); verdict {
 	case claimown.Beaten:
 		return err // checkClaim recorded the fence
 	case claimown.CheckFailed:
