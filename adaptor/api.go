@@ -43,7 +43,7 @@ type WAL interface {
 	// returns, so one caller's async appends are delivered in call order.
 	// It blocks (back-pressure) while the number of appends in flight is
 	// at its bound, until ctx ends. On a backend that appends
-	// asynchronously (walimpls.AsyncAppender: Kafka, Pulsar, memory) the message
+	// asynchronously (walimpls.AsyncAppender: every backend here) the message
 	// goes to the backend without a goroutine per append.
 	AppendAsync(ctx context.Context, m message.Message, cb func(AppendResult, error))
 	// AppendBatch stores msgs as one backend batch, with timeticks
