@@ -2,11 +2,14 @@ package local
 
 import (
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"testing"
+	"time"
 
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
@@ -14,12 +17,19 @@ import (
 
 // memFS is an in-memory FS that can simulate a power loss: only what was
 // synced is sure to survive, and unsynced sectors survive or not at random
-// (so writes tear). Directory entries (create, rename, remove) survive only
-// once the directory was synced.
+// (so writes tear). Directory entries (create, rename, remove) are sure to
+// survive once the directory was synced; before that, a power loss keeps a
+// prefix of the changes made since the last SyncDir, from none to all of
+// them, as a file system that commits directory changes in order does: an
+// unsynced remove or rename may reach the disk before the bytes of a file
+// that were written earlier but not synced.
 type memFS struct {
 	mu      sync.Mutex
 	names   map[string]*memFile // the namespace now
 	durable map[string]*memFile // the namespace as of the last SyncDir
+	pending []nsChange          // the namespace changes since, in order
+	// changed is closed and replaced on every namespace change (await).
+	changed chan struct{}
 
 	// before, when set, is called before every operation that changes the
 	// file system (outside the lock, so it may call crash), with the
@@ -31,6 +41,51 @@ type memFS struct {
 func (m *memFS) hook(op, name string) {
 	if f := m.before.Load(); f != nil {
 		(*f)(op, name)
+	}
+}
+
+// nsChange is one change of the namespace: a create (old empty), a remove
+// (new empty) or a rename.
+type nsChange struct {
+	old, new string
+	f        *memFile
+}
+
+// applyTo makes the change in the namespace names.
+func (c nsChange) applyTo(names map[string]*memFile) {
+	if c.old != "" {
+		delete(names, c.old)
+	}
+	if c.new != "" {
+		names[c.new] = c.f
+	}
+}
+
+// changeLocked records a namespace change that was made in m.names. Called
+// with mu held.
+func (m *memFS) changeLocked(c nsChange) {
+	m.pending = append(m.pending, c)
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// await waits until cond, called with the namespace now (under the lock),
+// holds; it is checked again after every namespace change.
+func (m *memFS) await(t testing.TB, what string, cond func(names map[string]*memFile) bool) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		m.mu.Lock()
+		ok, changed := cond(m.names), m.changed
+		m.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("timed out waiting until %s", what)
+		}
 	}
 }
 
@@ -49,19 +104,31 @@ type memHandle struct {
 const sectorSize = 512
 
 func newMemFS() *memFS {
-	return &memFS{names: map[string]*memFile{}, durable: map[string]*memFile{}}
+	return &memFS{names: map[string]*memFile{}, durable: map[string]*memFile{}, changed: make(chan struct{})}
 }
 
 // crash returns the file system a power loss at this moment leaves behind.
-func (m *memFS) crash(r *rand.Rand) *memFS {
+func (m *memFS) crash(r *rand.Rand) *memFS { return m.crashMix(r, r) }
+
+// crashMix is crash with the namespace changes since the last SyncDir
+// decided by ns (each one reaches the disk, in order, while ns.IntN(2) is
+// 0) and the files' unsynced bytes by data.
+func (m *memFS) crashMix(ns, data *rand.Rand) *memFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	names := maps.Clone(m.durable)
+	for _, c := range m.pending {
+		if ns.IntN(2) != 0 {
+			break
+		}
+		c.applyTo(names)
+	}
 	out := newMemFS()
 	done := map[*memFile]*memFile{}
-	for name, f := range m.durable {
+	for name, f := range names {
 		c, ok := done[f]
 		if !ok {
-			c = &memFile{data: crashContent(f, r)}
+			c = &memFile{data: crashContent(f, data)}
 			c.synced = slices.Clone(c.data)
 			done[f] = c
 		}
@@ -117,6 +184,7 @@ func (m *memFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) 
 		}
 		f = &memFile{}
 		m.names[name] = f
+		m.changeLocked(nsChange{new: name, f: f})
 	}
 	if flag&os.O_TRUNC != 0 {
 		f.data = nil
@@ -132,8 +200,9 @@ func (m *memFS) Rename(oldname, newname string) error {
 	if !ok {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: os.ErrNotExist}
 	}
-	delete(m.names, oldname)
-	m.names[newname] = f
+	c := nsChange{old: oldname, new: newname, f: f}
+	c.applyTo(m.names)
+	m.changeLocked(c)
 	return nil
 }
 
@@ -141,10 +210,13 @@ func (m *memFS) Remove(name string) error {
 	m.hook("remove", name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.names[name]; !ok {
+	f, ok := m.names[name]
+	if !ok {
 		return &os.PathError{Op: "remove", Path: name, Err: os.ErrNotExist}
 	}
-	delete(m.names, name)
+	c := nsChange{old: name, f: f}
+	c.applyTo(m.names)
+	m.changeLocked(c)
 	return nil
 }
 
@@ -167,10 +239,8 @@ func (m *memFS) SyncDir(dir string) error {
 	m.hook("syncdir", dir)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.durable = map[string]*memFile{}
-	for name, f := range m.names {
-		m.durable[name] = f
-	}
+	m.durable = maps.Clone(m.names)
+	m.pending = nil
 	return nil
 }
 
