@@ -182,6 +182,14 @@
 // delete frames are always synced before they take effect, whatever the
 // policy, and a segment is always synced before the journal moves on to
 // the next one, so only the last segment can ever hold unsynced bytes.
+// A round that starts a segment is synced too, whatever the policy, before
+// the segment is published, so that a published segment's start frame is
+// always durable: from its publication on, the segment before it may be
+// freed (see Truncation), and that start frame is then the only copy of
+// every live channel's id, name, term and truncation point. It costs one
+// fdatasync per segment switch, in the flusher: a SyncNone append does not
+// wait for it, unless the pending round is full (Config.MaxBatchBytes),
+// and then for that one more sync at most.
 //
 // AppendBatchAsync (walimpls.AsyncAppender) decides and frames its
 // records the same way, in the caller's goroutine, and leaves a waiter
@@ -212,10 +220,12 @@
 // and no later segment exists while N-1's frames may still tear, (2)
 // renames a spare into place as the next segment N and syncs the
 // directory, (3) writes the seal naming N (and an end marker) into N-1 and
-// syncs it, and (4) writes N's start frame (with the end of N-1, seal
-// included) and the records after it. A crash at any step is recovered
-// without losing an acknowledged record (see Recovery), and the seal is
-// never durable before N's name is.
+// syncs it, (4) writes N's start frame (with the end of N-1, seal
+// included) and the records after it, and (5) syncs N, whatever the
+// policy, before it publishes the round and N with it. A crash at any step
+// is recovered without losing an acknowledged record (see Recovery), the
+// seal is never durable before N's name is, and N-1 is never freed before
+// N's start frame is durable.
 //
 // A segment is filled up to the size in its start frame, taken from
 // Config.SegmentBytes when it was started. Reopening with another
@@ -296,10 +306,11 @@
 //     round, before anything was synced: N's file is removed as above, and
 //     the root opens empty, as never written (and gets no marker). With a
 //     marker it is corruption: the marker proves that a segment's start
-//     frame had been durable, and the journal installs a segment only while
-//     the one before it exists, so N's start frame was damaged, or the
-//     segment files before N were deleted. Open fails with ErrCorrupt
-//     naming N's file, and removes nothing.
+//     frame had been durable, the journal installs a segment only while
+//     the one before it exists, and it frees that one only once N's start
+//     frame is durable (see Truncation), whatever the sync policy, so N's
+//     start frame was damaged, or the segment files before N were deleted.
+//     Open fails with ErrCorrupt naming N's file, and removes nothing.
 //   - Sequence numbers must strictly increase and segment numbers must be
 //     contiguous; anything else is corruption.
 //   - A delete frame ends its channel id: replay drops the channel (its
@@ -377,13 +388,24 @@
 // and the seq of the last message it removed; reads from positions at or
 // below the last removed message (StartFrom) or below it (StartAfter) are
 // ErrPositionGone, and a scanner that falls behind a truncation ends with
-// ErrPositionGone instead of skipping. A segment is deleted once it is not
-// the last segment, every older segment has been deleted, and every channel
-// that has messages in it has truncated past them or has been deleted (or
-// recycled as a spare).
-// A reader still holding the file finds frames of another segment, or a
-// closed file, and learns from the truncation point that its position is
-// gone.
+// ErrPositionGone instead of skipping. A segment is deleted (or recycled
+// as a spare) once it is not the last segment, every older segment has
+// been deleted, and every channel that has messages in it has truncated
+// past them or has been deleted. A reader still holding the file finds
+// frames of another segment, or a closed file, and learns from the
+// truncation point that its position is gone.
+//
+// The deletion (an unlink, or the rename that recycles the file) is not
+// followed by a directory sync, and a file system may make it durable
+// before bytes written earlier, or never before a power loss. Either way
+// recovery must find a log that starts with a durable start frame: so a
+// segment is freed only once the start frame of the segment after it is
+// durable. The journal makes sure of it by publishing a segment only after
+// a sync that covers its start frame (see Writing), and the collector
+// frees only segments that are followed by a published one, never the
+// last. A round whose write or sync fails publishes none of the segments
+// it started (Close closes their files), so the segment before them stays
+// the last one the collector sees.
 //
 // # Deleting a channel
 //

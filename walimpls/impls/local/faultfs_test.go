@@ -13,6 +13,7 @@ import (
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
+	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -181,6 +182,51 @@ func TestSpareFailureFailsTheSwitch(t *testing.T) {
 	require.ErrorIs(t, err, ErrJournalFailed)
 	require.ErrorIs(t, err, walimpls.ErrUnrecoverable, "a failed journal is not worth retrying")
 	require.Contains(t, err.Error(), "no space left")
+}
+
+// A round that fails after it installed the next segment does not list it:
+// a listed segment's start frame is durable, and the collector frees the
+// segment before a listed one. Here the seal's write fails, after segment 2
+// is in place and before its start frame is written.
+func TestFailedSwitchListsNoSegment(t *testing.T) {
+	ctx := context.Background()
+	fs := newFaultFS()
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentBytes, cfg.MaxMessageBytes = 64<<10, 16<<10
+	cfg.Sync, cfg.SyncInterval = SyncInterval, time.Hour
+	s := openStore(t, withFS(cfg, fs))
+	openWAL(t, s, "d", 7)
+	w := openWAL(t, s, "c", 5)
+	big, err := message.New(make([]byte, 8000), nil)
+	require.NoError(t, err)
+	for {
+		seg, room := segmentRoom(s)
+		require.Equal(t, uint64(1), seg)
+		if room < int64(frameSize(8000)) {
+			break
+		}
+		appendN(t, w, "m", 1)
+	}
+	fs.failWrite.Store(true)
+	_, err = w.Append(ctx, big)
+	require.ErrorIs(t, err, ErrJournalFailed)
+	seg, _ := segmentRoom(s)
+	require.Equal(t, uint64(2), seg, "the big message started segment 2")
+	s.segMu.RLock()
+	var listed []uint64
+	for _, seg := range s.segments {
+		listed = append(listed, seg.num)
+	}
+	s.segMu.RUnlock()
+	require.Equal(t, []uint64{1}, listed)
+	_ = s.Close() // reports the failure, or nothing
+
+	fs.failWrite.Store(false)
+	s = openStore(t, withFS(cfg, fs))
+	for _, ch := range []walimpls.Channel{{Name: "c", Term: 4}, {Name: "d", Term: 6}} {
+		_, err = s.Open(ctx, ch)
+		require.ErrorIs(t, err, walimpls.ErrFenced, "the term of %s was forgotten", ch.Name)
+	}
 }
 
 func errorsIsAny(err error, targets ...error) bool {

@@ -81,6 +81,15 @@ func readN(t *testing.T, w walimpls.WALImpl, p walimpls.DeliverPolicy, n int) []
 	return out
 }
 
+// segmentRoom returns the segment being framed and the room it has left
+// for frames (its seal's kept apart). An append is framed before it
+// returns, whatever the policy.
+func segmentRoom(s *Store) (seg uint64, room int64) {
+	s.j.mu.Lock()
+	defer s.j.mu.Unlock()
+	return s.j.fseg, s.j.flimit - s.j.foff - sealReserve
+}
+
 // readAvailable reads until the scanner is idle for a moment.
 func readAvailable(t *testing.T, w walimpls.WALImpl, p walimpls.DeliverPolicy) ([]message.Immutable, error) {
 	t.Helper()

@@ -120,7 +120,7 @@ type batch struct {
 	pieces   []piece
 	recs     []rec
 	bytes    int
-	needSync bool // it holds a term, truncate or delete frame
+	needSync bool // it holds a term, truncate or delete frame, or starts a segment
 }
 
 func (b *batch) empty() bool { return len(b.pieces) == 0 && len(b.recs) == 0 }
@@ -213,8 +213,10 @@ type journal struct {
 	woff     int64 // end of the bytes written to the active segment
 	synced   int64 // bytes of the active segment known durable
 	lastSync time.Time
-	newSegs  []*segment // segments started this round, published with it
-	marked   bool       // the root has its journal marker
+	marked   bool // the root has its journal marker
+	// newSegs are the segments started this round, listed when it is
+	// published; a failed round leaves them here for close to close.
+	newSegs []*segment
 }
 
 func newJournal(s *Store, rs recovered) *journal {
@@ -361,6 +363,10 @@ func (j *journal) close() error {
 	default:
 	}
 	<-j.stopped
+	for _, seg := range j.newSegs {
+		_ = seg.f.Close() // a failed round's; the journal failed already
+	}
+	j.newSegs = nil
 	j.notes.Close()
 	return j.final
 }
@@ -686,6 +692,10 @@ func (j *journal) startSegment(st *segmentStart, size int) {
 	j.nextSeq++
 	p.buf = append(p.buf, make([]byte, size)...)
 	j.pend.bytes += size
+	// Synced whatever the policy before the segment is published: from
+	// then on the collector may free the segment before it (doc.go,
+	// Truncation).
+	j.pend.needSync = true
 	j.foff, j.fsynced, j.flimit = int64(size), 0, j.s.cfg.SegmentBytes
 	j.fresh = true
 }
@@ -771,8 +781,9 @@ func (j *journal) flush(b *batch) {
 		err = j.syncActive()
 	}
 	if err != nil {
-		// The segments stay listed so that Close closes their files.
-		j.publishSegments()
+		// The segments the round started stay unlisted: a listed segment's
+		// start frame is durable, and the collector may free the segment
+		// before it (doc.go, Truncation). close closes their files.
 		j.finishWaiters(b.recs, err)
 		return
 	}
@@ -857,9 +868,8 @@ func (j *journal) installSegment(p *piece) error {
 		return j.fail(errors.AssertionFailedf("local: start frame of segment %d is %d bytes, %d reserved", p.seg, len(fr), p.startLen))
 	}
 	copy(p.buf, fr)
-	// The new segment's start frame must be durable before anything in it
-	// is acknowledged; the round's sync covers it with SyncAlways, and the
-	// other policies accept losing an unsynced tail.
+	// The round's sync, which a round that starts a segment always makes,
+	// covers the start frame before the segment is published.
 	return nil
 }
 
@@ -895,7 +905,8 @@ func (j *journal) syncActive() error {
 	return nil
 }
 
-// publishSegments lists the segments started by this round.
+// publishSegments lists the segments started by this round, whose start
+// frames the round synced.
 func (j *journal) publishSegments() {
 	if len(j.newSegs) == 0 {
 		return

@@ -3,9 +3,12 @@ package local
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"math/rand/v2"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,4 +188,157 @@ func TestTermsSurviveSegmentDeletion(t *testing.T) {
 	defer s2.Close()
 	_, err = s2.Open(ctx, walimpls.Channel{Name: "c", Term: 4})
 	require.ErrorIs(t, err, walimpls.ErrFenced, "term 5 was forgotten")
+}
+
+// A power loss at every step around the collection of segment N right
+// after the switch to N+1, with the policies that do not sync appends: the
+// collector may free N (delete it, or recycle it as a spare) as soon as
+// N+1 is published, and a file system may make that unsynced unlink or
+// rename durable before N+1's unsynced bytes. Were N+1's start frame not
+// durable by then, N would be gone and N+1 would have no start frame: a
+// root that cannot be opened (ErrCorrupt: its marker proves a start frame
+// was durable), or without the marker an empty one, every term forgotten.
+// Every power loss must open and keep the channels' terms, the deletion,
+// and every record synced.
+//
+// What frees N before N+1 is published is a deletion framed in N: a
+// truncation cannot, since a channel keeps its last message and a
+// Truncate names a message it has, so the truncation that frees N is
+// framed after the switch, in N+1, and synced with N+1's start frame. So
+// channel e fills segment 1 and is deleted there; c and d hold no message
+// in it, and once segment 1 is gone their terms live in segment 2's start
+// frame only. The collection the deletion asks for may run late (the
+// preparer also prepares spares and installs segments): the test asks for
+// one once segment 2 is published.
+func TestPowerLossAroundFreeingTheSegmentBeforeANewOne(t *testing.T) {
+	for _, policy := range []SyncPolicy{SyncNone, SyncInterval} {
+		// Segment 1 is recycled when its size is the one the store
+		// prepares spares of, deleted when it is not.
+		for _, c := range []struct {
+			how          string
+			segmentBytes int64
+		}{{"recycled", 64 << 10}, {"deleted", 128 << 10}} {
+			t.Run(string(policy)+"/"+c.how, func(t *testing.T) {
+				powerLossAroundFreeing(t, policy, c.segmentBytes)
+			})
+		}
+	}
+}
+
+func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64) {
+	ctx := context.Background()
+	fs := newMemFS()
+	// No sync but those the journal always makes: the interval never ends.
+	cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 16 << 10, Sync: policy, SyncInterval: time.Hour}
+	raw := func(n int, b byte) message.Message {
+		m, err := message.New(bytes.Repeat([]byte{b}, n), nil)
+		require.NoError(t, err)
+		return m
+	}
+	const bigBytes = 8000
+	deleteFrame := int64(frameSize(16))
+	s, err := New(ctx, withFS(cfg, fs))
+	require.NoError(t, err)
+	openWAL(t, s, "c", 5)
+	openWAL(t, s, "d", 7)
+	e := openWAL(t, s, "e", 3)
+	// Fill segment 1 until a delete frame still fits and a big message no
+	// longer does after it.
+	for {
+		seg, r := segmentRoom(s)
+		require.Equal(t, uint64(1), seg)
+		if r < int64(frameSize(bigBytes))+deleteFrame {
+			require.GreaterOrEqual(t, r, deleteFrame)
+			break
+		}
+		_, err = e.Append(ctx, raw(1000, 'e'))
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
+
+	cfg.SegmentBytes = segmentBytes
+	s, err = New(ctx, withFS(cfg, fs))
+	require.NoError(t, err)
+	defer s.Close()
+	// Segment 1 holds e's messages only: the deletion frees it, but it is
+	// the last segment.
+	require.NoError(t, s.Delete(ctx, "e"))
+	w := openWAL(t, s, "c", 5)
+
+	type snapshot struct {
+		fs        *memFS
+		bigSynced bool
+		step      string
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	all, none := crashExtremes()
+	var (
+		mu        sync.Mutex
+		bigSynced bool
+		snaps     []snapshot
+	)
+	seg2 := s.path(segmentName(2))
+	hook := func(op, name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		// Namespace and bytes, each kept whole or not at all, and a mix.
+		for _, r := range [][2]*rand.Rand{{all, all}, {none, none}, {all, none}, {none, all}, {rng, rng}} {
+			snaps = append(snaps, snapshot{fs: fs.crashMix(r[0], r[1]), bigSynced: bigSynced, step: op + " " + filepath.Base(name)})
+		}
+		if op == "sync" && name == seg2 {
+			// Every write to segment 2 holds the big message.
+			bigSynced = true
+		}
+	}
+	fs.before.Store(&hook)
+	// The big message starts segment 2.
+	big, err := w.Append(ctx, raw(bigBytes, 'b'))
+	require.NoError(t, err)
+	_, err = w.Last(ctx) // published, and segment 2 with it
+	require.NoError(t, err)
+	seg, _ := segmentRoom(s)
+	require.Equal(t, uint64(2), seg, "the big message starts segment 2")
+	s.prep.requestGC()
+	seg1 := s.path(segmentName(1))
+	fs.await(t, "segment 1 is freed", func(names map[string]*memFile) bool { _, ok := names[seg1]; return !ok })
+	hook("end", "")
+	fs.before.Store(nil)
+	require.NoError(t, s.Close())
+
+	freed := 0
+	for i, sn := range snaps {
+		what := fmt.Sprintf("power loss %d, before %s", i, sn.step)
+		if names, _ := sn.fs.ReadDir("/root"); !slices.Contains(names, filepath.Base(seg1)) {
+			freed++
+		}
+		s, err := New(ctx, withFS(cfg, sn.fs))
+		require.NoError(t, err, what)
+		for _, ch := range []walimpls.Channel{{Name: "c", Term: 4}, {Name: "d", Term: 6}} {
+			_, err = s.Open(ctx, ch)
+			require.ErrorIs(t, err, walimpls.ErrFenced, "%s: the term of %s was forgotten", what, ch.Name)
+		}
+		// Deleted: the name is free, at any term, with nothing in it.
+		last, err := openWAL(t, s, "e", 1).Last(ctx)
+		require.NoError(t, err, what)
+		require.True(t, last.IsZero(), "%s: e came back", what)
+		w, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 5})
+		require.NoError(t, err, what)
+		end, err := w.Append(ctx, msg(t, "end"))
+		require.NoError(t, err, what)
+		got := readUntil(t, w, end)
+		sawBig := false
+		for _, m := range got[:len(got)-1] {
+			require.True(t, m.ID().EQ(big), "%s: message %s, the only one kept is %s", what, m.ID(), big)
+			require.Equal(t, raw(bigBytes, 'b').Payload(), m.Payload(), what)
+			sawBig = true
+		}
+		if sn.bigSynced {
+			require.True(t, sawBig, "%s: the synced message %s was lost", what, big)
+		}
+		require.NoError(t, s.Close(), what)
+	}
+	t.Logf("%d power losses checked, %d after segment 1's removal reached the disk", len(snaps), freed)
+	require.Positive(t, freed)
 }

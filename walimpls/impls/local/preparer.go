@@ -179,7 +179,8 @@ func (p *preparer) installSpare(num uint64) installResult {
 }
 
 // collectSegments deletes (or recycles) the oldest segments that no channel
-// needs any more.
+// needs any more. The segment after the one it frees is listed, so its
+// start frame is durable (doc.go, Truncation).
 func (p *preparer) collectSegments() {
 	s := p.s
 	for {
