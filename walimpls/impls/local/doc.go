@@ -407,6 +407,16 @@
 // it started (Close closes their files), so the segment before them stays
 // the last one the collector sees.
 //
+// Nor does a file system promise to make unsynced directory changes
+// durable in the order they were made: of two segments deleted one after
+// the other, the later deletion alone may survive a power loss, leaving a
+// gap in the segment numbers, which recovery takes for corruption. So the
+// collector syncs the directory after each segment it frees, before it
+// frees the next: the oldest segments go in order, one fsync of the
+// directory each (one per SegmentBytes truncated, in the preparer's
+// goroutine). When that sync fails, it frees nothing more until the next
+// collection.
+//
 // # Deleting a channel
 //
 // Delete(name) ends a channel for good (the promise is in package

@@ -114,14 +114,31 @@ func (m *memFS) crash(r *rand.Rand) *memFS { return m.crashMix(r, r) }
 // decided by ns (each one reaches the disk, in order, while ns.IntN(2) is
 // 0) and the files' unsynced bytes by data.
 func (m *memFS) crashMix(ns, data *rand.Rand) *memFS {
+	inOrder := true
+	return m.crashWith(func() bool {
+		inOrder = inOrder && ns.IntN(2) == 0
+		return inOrder
+	}, data)
+}
+
+// crashUnordered is crash on a file system that makes each namespace
+// change since the last SyncDir durable or not independently of the
+// others, as POSIX allows: ns decides each one.
+func (m *memFS) crashUnordered(ns, data *rand.Rand) *memFS {
+	return m.crashWith(func() bool { return ns.IntN(2) == 0 }, data)
+}
+
+// crashWith is a power loss that keeps the pending namespace changes for
+// which keep, called for each in order, says so, and the files' unsynced
+// bytes as data decides.
+func (m *memFS) crashWith(keep func() bool, data *rand.Rand) *memFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	names := maps.Clone(m.durable)
 	for _, c := range m.pending {
-		if ns.IntN(2) != 0 {
-			break
+		if keep() {
+			c.applyTo(names)
 		}
-		c.applyTo(names)
 	}
 	out := newMemFS()
 	done := map[*memFile]*memFile{}

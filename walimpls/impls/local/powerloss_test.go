@@ -342,3 +342,73 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 	t.Logf("%d power losses checked, %d after segment 1's removal reached the disk", len(snaps), freed)
 	require.Positive(t, freed)
 }
+
+// A truncation that frees several segments at once frees them oldest
+// first, each gone for good before the next goes: on a file system that
+// makes unsynced directory changes durable in any order, a power loss at
+// any step leaves the oldest segments present contiguous, and the store
+// opens with every message the truncation kept.
+func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
+	ctx := context.Background()
+	fs := newMemFS()
+	// Freed segments are recycled (renamed to spares, two at most) or
+	// deleted: either is a namespace change that may or may not survive.
+	cfg := Config{Dir: "/root", SegmentBytes: 128 << 10, MaxMessageBytes: 16 << 10}
+	s, err := New(ctx, withFS(cfg, fs))
+	require.NoError(t, err)
+	defer s.Close()
+	w := openWAL(t, s, "c", 1)
+	var ids []message.ID
+	for {
+		seg, _ := segmentRoom(s)
+		if seg == 5 {
+			break
+		}
+		ids = append(ids, appendBig(t, w, len(ids)))
+	}
+	keep := ids[len(ids)-1] // the first message of segment 5
+	got, err := readAvailable(t, w, walimpls.DeliverStartFrom(keep))
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 13))
+	var (
+		mu    sync.Mutex
+		snaps []*memFS
+		steps []string
+	)
+	hook := func(op, name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for range 4 {
+			snaps = append(snaps, fs.crashUnordered(rng, rng))
+			steps = append(steps, op+" "+filepath.Base(name))
+		}
+	}
+	fs.before.Store(&hook)
+	require.NoError(t, w.Truncate(ctx, keep))
+	s.prep.requestGC()
+	fs.await(t, "segments 1 to 4 are freed", func(names map[string]*memFile) bool {
+		for n := uint64(1); n <= 4; n++ {
+			if _, ok := names[s.path(segmentName(n))]; ok {
+				return false
+			}
+		}
+		return true
+	})
+	hook("end", "")
+	fs.before.Store(nil)
+
+	for i, sn := range snaps {
+		what := fmt.Sprintf("power loss %d, before %s (seed %d)", i, steps[i], seed)
+		s2, err := New(ctx, withFS(cfg, sn))
+		require.NoError(t, err, what)
+		w2, err := s2.Open(ctx, walimpls.Channel{Name: "c", Term: 1})
+		require.NoError(t, err, what)
+		got := readUntil(t, w2, keep)
+		require.True(t, got[0].ID().LTE(keep), what)
+		require.NoError(t, s2.Close(), what)
+	}
+}

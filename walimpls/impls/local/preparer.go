@@ -207,13 +207,20 @@ func (p *preparer) collectSegments() {
 		// their position is gone.
 		if len(p.spares) < maxSpares && p.recycle(oldest) {
 			s.log.Debug("recycled truncated segment", "segment", oldest.num)
-			continue
+		} else {
+			if err := s.fs.Remove(s.path(segmentName(oldest.num))); err != nil && !os.IsNotExist(err) {
+				s.log.Warn("cannot delete truncated segment", "segment", oldest.num, "err", err)
+			}
+			_ = oldest.f.Close()
+			s.log.Debug("deleted truncated segment", "segment", oldest.num)
 		}
-		if err := s.fs.Remove(s.path(segmentName(oldest.num))); err != nil && !os.IsNotExist(err) {
-			s.log.Warn("cannot delete truncated segment", "segment", oldest.num, "err", err)
+		// The next segment goes only once this one is gone for good: the
+		// file system may make unsynced directory changes durable in any
+		// order, and a later deletion without this one is a gap.
+		if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+			s.log.Warn("cannot sync the directory after freeing a segment; freeing no more for now", "segment", oldest.num, "err", err)
+			return
 		}
-		_ = oldest.f.Close()
-		s.log.Debug("deleted truncated segment", "segment", oldest.num)
 	}
 }
 
