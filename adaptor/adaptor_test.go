@@ -530,7 +530,7 @@ func TestTooLargeNamesTheLimit(t *testing.T) {
 	}
 	last, err := w.impl.Last(ctx)
 	require.NoError(t, err)
-	require.Equal(t, w.lastWatermark, last, "nothing was stored after the first watermark")
+	require.Equal(t, w.marks.lastWritten(), last, "nothing was stored after the first watermark")
 }
 
 // On a backend that appends asynchronously, AppendAsync hands the batch

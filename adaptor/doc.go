@@ -161,6 +161,47 @@
 // deliver what its reorder buffer already held). A read-only WAL on another
 // node learns of the truncation only through the backend.
 //
+// # Inside a WAL
+//
+// A WAL is split by job, a file each, and each part guards its own state:
+//
+//   - recovery.go: what a read-write open learns from the end of the log
+//     (the highest timetick and term, the term-begins), a function of what
+//     the backend delivers; endWindow decides, as pure logic, when a suffix
+//     of the log proves enough.
+//   - append.go and retry.go, the writer: an append takes an in-flight
+//     token, its timeticks (timeticks.go, which also tracks the appends in
+//     flight and the local release point), is stamped and split (split.go),
+//     stored with retries, confirmed by the tail reader on a backend that
+//     cannot fence, and ends its timeticks with its outcome.
+//   - tail.go, the tail reader and what it learned (tailLog, one lock): the
+//     log copied into the write-ahead buffer (wab.go, one lock), the
+//     term-begins read, the position confirmations wait for.
+//   - watermark.go, the watermark writer (watermarker: one lock ordering
+//     the writes, one for its schedule).
+//   - scanner.go, scanread.go, scansend.go: a scanner's reading, ordering
+//     and sending.
+//   - wal.go: opening, closing, reading and truncating; the WAL's own mutex
+//     guards only whether it is closed.
+//
+// Goroutines, and who stops them:
+//
+//   - the tail reader, one per WAL: Open starts it, Close ends it (the
+//     WAL's context) and waits for it;
+//   - a watermark write, only while one is due: the watermarker's timer
+//     (Options.Clock) or a kick starts it, it ends after the write, and
+//     Close stops the timer and waits for a write in flight. An idle WAL
+//     holds no goroutine for its watermarks;
+//   - the callback goroutine (utility/serial), from the first AppendAsync
+//     on: Close waits for every callback, then ends it;
+//   - one per append in flight where the backend cannot take it
+//     asynchronously (no walimpls.AsyncAppender, or appends that must be
+//     confirmed), and one per retry of an asynchronous append: counted in
+//     the WAL's wait group, which Close waits for;
+//   - per scanner, its reading and ordering goroutine and its sender
+//     (catching up): the scanner's Close stops and waits for them, and the
+//     WAL's Close closes every scanner first.
+//
 // # Costs
 //
 // Opening read-write recovers the highest timetick and term from the log.

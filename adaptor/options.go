@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/streamwal/streamwal/utility/backoff"
 )
@@ -58,7 +59,12 @@ type Options struct {
 	// always readable. Default 32 MiB.
 	ScannerBufferBytes int
 	// Retry is the backoff between retries of a retryable append error.
+	// Its Clock, when unset, is Clock.
 	Retry backoff.Config
+	// Clock is the time the WAL schedules by: its periodic watermarks and
+	// its retry waits. Default the real clock; tests give a
+	// clockwork.FakeClock and advance it instead of sleeping.
+	Clock clockwork.Clock
 	// Logger receives the WAL's logs, with channel and term attributes;
 	// nil discards them, as in every other layer of streamwal.
 	Logger *slog.Logger
@@ -123,6 +129,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	if o.Retry.Clock == nil {
+		o.Retry.Clock = o.Clock
 	}
 	return o
 }

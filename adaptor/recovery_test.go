@@ -115,7 +115,7 @@ func TestOpenAfterAnOwnerDiedAtItsTermBegin(t *testing.T) {
 	require.EqualValues(t, 100, wantTerm)
 	require.Equal(t, wantTT, w.recoveredTT)
 	require.Less(t, w.recoveredMessages, inLog, "read the whole log")
-	require.Equal(t, int64(100), w.termBefore(w.beginID))
+	require.Equal(t, int64(100), w.learned.termBefore(w.beginID))
 }
 
 // TestOpenFindsTheHighestTimetickAfterRandomHistories: owners of rising

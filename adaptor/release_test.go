@@ -66,9 +66,7 @@ func TestLocalScannersNeedNoWatermark(t *testing.T) {
 }
 
 func testWatermarks(w *wal) uint64 {
-	w.watermarkMu.Lock()
-	defer w.watermarkMu.Unlock()
-	id := w.lastWatermark
+	id := w.marks.lastWritten()
 	seq, _ := message.SeqOf(memory.Name, id)
 	return uint64(seq)
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Config is a capped exponential backoff. The zero value waits 10ms, doubling
@@ -15,6 +17,8 @@ type Config struct {
 	Max     time.Duration
 	// NoJitter turns the ±20% jitter off (for step-by-step tests).
 	NoJitter bool
+	// Clock times Wait; nil is the real clock.
+	Clock clockwork.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -46,10 +50,14 @@ func (c Config) Delay(attempt int) time.Duration {
 
 // Wait sleeps Delay(attempt), or returns ctx's error when it ends first.
 func (c Config) Wait(ctx context.Context, attempt int) error {
-	t := time.NewTimer(c.Delay(attempt))
+	clock := c.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	t := clock.NewTimer(c.Delay(attempt))
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.Chan():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
