@@ -559,7 +559,9 @@ func TestAppendAsyncNeedsNoGoroutinePerAppend(t *testing.T) {
 // synchronous append would be, and the message is stored once.
 func TestAppendAsyncRetriesAFailedFirstAttempt(t *testing.T) {
 	c := memory.NewCluster()
-	w := openWAL(t, memOpener(t, c, memory.Config{}), "async-retry", 1, Options{TimeTickInterval: time.Hour})
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "async-retry", 1, Options{TimeTickInterval: time.Hour, Metrics: metrics})
 	s, err := w.Read(context.Background(), ReadOption{DeliverPolicy: DeliverAll()})
 	require.NoError(t, err)
 	defer s.Close()
@@ -570,7 +572,7 @@ func TestAppendAsyncRetriesAFailedFirstAttempt(t *testing.T) {
 		done <- r
 	})
 	r := <-done
-	require.EqualValues(t, 1, testutil.ToFloat64(w.m.retries), "the first attempt failed and was retried")
+	require.EqualValues(t, 1, testutil.ToFloat64(metrics.retries.WithLabelValues("async-retry")), "the first attempt failed and was retried")
 	got := recvN(t, s, 1)[0]
 	require.Equal(t, r.ID, got.ID())
 	_, err = w.Append(context.Background(), payload(2, 10))

@@ -87,7 +87,7 @@
 // One term has one writer. A later read-write open of the same term takes
 // the channel over (the backend contract's same-term rule), and the earlier
 // WAL becomes unavailable as soon as the backend refuses it or its tail
-// reader reads the later term-begin. On a backend that cannot fence, the
+// reader (where one runs: see Inside a WAL) reads the later term-begin. On a backend that cannot fence, the
 // log cannot tell two writers of one term apart: there, whoever assigns
 // terms must never hand one term to two live writers.
 //
@@ -186,8 +186,12 @@
 //
 // Goroutines, and who stops them:
 //
-//   - the tail reader, one per WAL: Open starts it, Close ends it (the
-//     WAL's context) and waits for it;
+//   - the tail reader, one per WAL: Close ends it (the WAL's context) and
+//     waits for it. Open starts it where appends must be confirmed (a
+//     backend that cannot fence) or, on a read-only WAL of such a backend,
+//     where every term-begin must be noted; elsewhere the WAL's first
+//     scanner starts it, from the log's end: a WAL nobody reads reads
+//     nothing back;
 //   - a watermark write, only while one is due: the watermarker's timer
 //     (Options.Clock) or a kick starts it, it ends after the write, and
 //     Close stops the timer and waits for a write in flight. An idle WAL

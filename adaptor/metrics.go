@@ -102,26 +102,54 @@ func (m *Metrics) forget(channel string) {
 	}
 }
 
+// The parts of a series a WAL records to: satisfied by Prometheus's
+// counters, gauges and observers, and by nop.
+type (
+	counter interface {
+		Inc()
+		Add(float64)
+	}
+	gauge interface {
+		counter
+		Set(float64)
+		Dec()
+		Sub(float64)
+	}
+	observer interface{ Observe(float64) }
+)
+
+// nop records nothing: the series of a WAL opened without Metrics, which
+// then costs no registry and no series of its own.
+type nop struct{}
+
+func (nop) Inc()            {}
+func (nop) Add(float64)     {}
+func (nop) Set(float64)     {}
+func (nop) Dec()            {}
+func (nop) Sub(float64)     {}
+func (nop) Observe(float64) {}
+
 // walMetrics are one channel's series.
 type walMetrics struct {
-	parent      *Metrics
+	parent      *Metrics // nil: nothing is recorded
 	channel     string
-	appendsOK   prometheus.Counter
-	appendBytes prometheus.Counter
-	latencyOK   prometheus.Observer
-	latencyErr  prometheus.Observer
-	retries     prometheus.Counter
-	fenced      prometheus.Counter
-	watermarks  prometheus.Counter
-	wabBytes    prometheus.Gauge
-	scanBytes   prometheus.Gauge
-	fallbacks   prometheus.Counter
+	appendsOK   counter
+	appendBytes counter
+	latencyOK   observer
+	latencyErr  observer
+	retries     counter
+	fenced      counter
+	watermarks  counter
+	wabBytes    gauge
+	scanBytes   gauge
+	fallbacks   counter
 }
 
 func newWALMetrics(m *Metrics, channel string) walMetrics {
 	if m == nil {
-		// Unregistered metrics: recorded nowhere, but no nil checks anywhere.
-		m, _ = NewMetrics(prometheus.NewRegistry())
+		var n nop
+		return walMetrics{channel: channel, appendsOK: n, appendBytes: n, latencyOK: n, latencyErr: n,
+			retries: n, fenced: n, watermarks: n, wabBytes: n, scanBytes: n, fallbacks: n}
 	}
 	return walMetrics{
 		parent:      m,
@@ -140,6 +168,9 @@ func newWALMetrics(m *Metrics, channel string) walMetrics {
 }
 
 func (m walMetrics) observe(start time.Time, size int, err error) {
+	if m.parent == nil {
+		return
+	}
 	if err != nil {
 		m.latencyErr.Observe(time.Since(start).Seconds())
 		return
@@ -149,11 +180,17 @@ func (m walMetrics) observe(start time.Time, size int, err error) {
 	m.latencyOK.Observe(time.Since(start).Seconds())
 }
 
-func (m walMetrics) scanners(mode string) prometheus.Gauge {
+func (m walMetrics) scanners(mode string) gauge {
+	if m.parent == nil {
+		return nop{}
+	}
 	return m.parent.scanners.WithLabelValues(m.channel, mode)
 }
 
-func (m walMetrics) dropped(reason string) prometheus.Counter {
+func (m walMetrics) dropped(reason string) counter {
+	if m.parent == nil {
+		return nop{}
+	}
 	return m.parent.dropped.WithLabelValues(m.channel, reason)
 }
 

@@ -16,10 +16,48 @@ import (
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// startTail runs the reader that feeds the write-ahead buffer.
+// startTail runs the reader that feeds the write-ahead buffer, from Open.
 func (w *wal) startTail(s *backendScan) {
+	w.mu.Lock()
+	w.tailing = true
+	w.mu.Unlock()
 	w.wg.Add(1)
 	go w.tail(s)
+}
+
+// ensureTail starts the tail reader, if it is not running yet, from the
+// log's end. On a backend that fences, a WAL reads nothing back until its
+// first scanner: only scanners read the write-ahead buffer (and the local
+// releases it publishes), and where the backend fences no other writer's
+// term-begin can come after this WAL's own without the backend refusing
+// its appends, so nothing but the buffer depends on the reader. A scanner
+// catching up from before the end reads the backend until it meets the
+// buffer.
+func (w *wal) ensureTail(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.tailing {
+		return nil
+	}
+	// Under mu, so that two first scanners start one reader; Close waits
+	// for mu, and cancels the reader's context after it.
+	last, err := w.impl.Last(ctx)
+	if err != nil {
+		return errors.Wrap(err, "start the tail reader")
+	}
+	p := walimpls.DeliverAll()
+	if !last.IsZero() {
+		p = walimpls.DeliverStartAfter(last)
+	}
+	s, err := readBackend(w.impl)(w.ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: p})
+	if err != nil {
+		return errors.Wrap(err, "start the tail reader")
+	}
+	w.wab.startsAt(last, false)
+	w.tailing = true
+	w.wg.Add(1)
+	go w.tail(s)
+	return nil
 }
 
 // tailBatch bounds how many messages the tail reader takes from the backend

@@ -14,12 +14,14 @@ import (
 // backend. The writer is never blocked by a slow scanner.
 type writeAheadBuffer struct {
 	budget int
-	// origin is where the tail reader starts (the WAL's term-begin), or
-	// zero when unknown (read-only WALs tail from the latest position). Set
-	// before the tail reader starts, read-only afterwards.
-	origin message.ID
 
 	mu sync.Mutex
+	// origin is where the tail reader starts, or zero when unknown (a
+	// read-only WAL that tails from the latest position): its first push
+	// is origin (inclusive) or the message after it. Set before the tail
+	// reader starts.
+	origin          message.ID
+	originInclusive bool
 	// entries.at(i) has index base+i. A full buffer evicts on every push:
 	// copying the window then (and growing one slice while it fills) made
 	// the tail reader, not the backend, the append path's bottleneck, so
@@ -294,9 +296,23 @@ func (b *writeAheadBuffer) behindLocked(id message.ID) bool {
 	if n == 0 {
 		// Nothing pushed yet: the window starts where the tail reader
 		// starts, when that is known.
-		return !b.origin.IsZero() && b.origin.LTE(id)
+		switch {
+		case b.origin.IsZero():
+			return false
+		case b.originInclusive:
+			return b.origin.LTE(id)
+		}
+		return b.origin.LT(id)
 	}
 	return b.entries.at(0).m.ID().LTE(id) && b.entries.at(n-1).m.ID().LT(id)
+}
+
+// startsAt records where the tail reader starts: at from (inclusive) or
+// right after it.
+func (b *writeAheadBuffer) startsAt(from message.ID, inclusive bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.origin, b.originInclusive = from, inclusive
 }
 
 // waitChanged returns a channel closed at the next push or close.

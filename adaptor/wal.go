@@ -76,8 +76,9 @@ type wal struct {
 	// watch it.
 	ctx         context.Context
 	cancel      context.CancelFunc
-	mu          sync.Mutex // guards closed, and wg.Add against Close
+	mu          sync.Mutex // guards closed and tailing, and wg.Add against Close
 	closed      bool
+	tailing     bool           // the tail reader was started
 	wg          sync.WaitGroup // the tail reader, and appends and callbacks in flight
 	available   chan struct{}  // closed once the WAL can no longer append
 	unavailable sync.Once
@@ -160,6 +161,13 @@ func partBytes(configured, backend int) int {
 
 func (w *wal) start(ctx context.Context) error {
 	if w.opts.ReadOnly {
+		if w.fencing {
+			return nil // the tail reader starts with the first scanner (ensureTail)
+		}
+		// On a backend that cannot fence, a stale writer's message may
+		// follow a higher term-begin anywhere: the tail reader notes every
+		// term-begin from the open on, so that scanners starting later
+		// know them (termBefore).
 		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverLatest()})
 		if err != nil {
 			return err
@@ -222,12 +230,17 @@ func (w *wal) start(ctx context.Context) error {
 		w.ticks.trackReleases()
 		w.localRelease = true
 	}
-	s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartFrom(beginID)})
-	if err != nil {
-		return errors.Wrap(err, "start tail reader")
+	if w.confirm {
+		// Appends are confirmed by the tail reader: it reads on from the
+		// term-begin at once. Where the backend fences, it starts with the
+		// first scanner (ensureTail): a WAL nobody reads reads nothing back.
+		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartFrom(beginID)})
+		if err != nil {
+			return errors.Wrap(err, "start tail reader")
+		}
+		w.wab.startsAt(beginID, true)
+		w.startTail(s)
 	}
-	w.wab.origin = beginID
-	w.startTail(s)
 	// A first watermark releases to scanners whatever the previous owner
 	// left unreleased, even if this owner never appends.
 	w.marks = newWatermarker(w, w.opts.Clock, w.opts.TimeTickInterval, w.opts.WatermarkBytes)
@@ -329,6 +342,9 @@ func (w *wal) read(ctx context.Context, opt ReadOption, batches bool) (*scanner,
 		return nil, errors.Wrapf(walimpls.ErrClosed, "adaptor: read %s", w.ch.Name)
 	}
 	if err := ctx.Err(); err != nil {
+		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)
+	}
+	if err := w.ensureTail(ctx); err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)
 	}
 	s, err := newScanner(ctx, w.scanView(), opt, batches)
