@@ -3,10 +3,11 @@
 // that must not run it itself (a writer loop answering appends, a flusher
 // between rounds), in order, without a goroutine per function.
 //
-// The goroutine starts with the first Post and ends at Close, which runs
-// what is still queued first. Post after Close is the owner's bug: the
-// owner stops posting (its wait group, its own goroutine having returned)
-// before it closes.
+// The goroutine runs only while something is queued: the first Post starts
+// it, and it ends once it has run everything posted, so an idle queue holds
+// no goroutine. Close waits for what is still queued to run. Post after
+// Close is the owner's bug: the owner stops posting (its wait group, its
+// own goroutine having returned) before it closes.
 package serial
 
 import "sync"
@@ -17,16 +18,12 @@ type Queue struct {
 	mu      sync.Mutex
 	queue   []func()
 	spare   []func() // the queue's previous backing array, for reuse
-	running bool
-	wake    chan struct{} // capacity 1: a post since the goroutine last looked
-	stop    chan struct{}
-	done    chan struct{}
+	running bool     // the goroutine runs; it ends once it finds the queue empty
+	wg      sync.WaitGroup
 }
 
 // New returns an empty queue; its goroutine starts with the first Post.
-func New() *Queue {
-	return &Queue{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-}
+func New() *Queue { return &Queue{} }
 
 // Post queues f, to run after everything posted before it. It does not
 // wait for f.
@@ -34,22 +31,27 @@ func (q *Queue) Post(f func()) {
 	q.mu.Lock()
 	q.queue = append(q.queue, f)
 	start := !q.running
-	q.running = true
+	if start {
+		q.running = true
+		q.wg.Add(1)
+	}
 	q.mu.Unlock()
 	if start {
 		go q.run()
 	}
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (q *Queue) run() {
-	defer close(q.done)
+	defer q.wg.Done()
 	for {
 		q.mu.Lock()
 		fs := q.queue
+		if len(fs) == 0 {
+			// Decided under mu: a Post after this starts a new goroutine.
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
 		q.queue, q.spare = q.spare[:0], nil
 		q.mu.Unlock()
 		for i, f := range fs {
@@ -60,32 +62,10 @@ func (q *Queue) run() {
 		if q.spare == nil {
 			q.spare = fs[:0]
 		}
-		more := len(q.queue) > 0
 		q.mu.Unlock()
-		if more {
-			continue
-		}
-		select {
-		case <-q.wake:
-		case <-q.stop:
-			q.mu.Lock()
-			more := len(q.queue) > 0
-			q.mu.Unlock()
-			if !more {
-				return
-			}
-		}
 	}
 }
 
-// Close runs what is queued, stops the goroutine and waits for it. Call
-// it once, after the last Post.
-func (q *Queue) Close() {
-	q.mu.Lock()
-	running := q.running
-	q.mu.Unlock()
-	close(q.stop)
-	if running {
-		<-q.done
-	}
-}
+// Close waits until everything posted has run. Call it once, after the
+// last Post.
+func (q *Queue) Close() { q.wg.Wait() }

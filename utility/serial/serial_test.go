@@ -43,3 +43,16 @@ func TestQueueRunsInPostOrder(t *testing.T) {
 func TestQueueClosesUnused(t *testing.T) {
 	New().Close()
 }
+
+// An idle queue holds no goroutine: the one that ran what was posted ends
+// once the queue is empty, and the next Post starts another, in order.
+func TestIdleQueueHoldsNoGoroutine(t *testing.T) {
+	q := New()
+	ran := make(chan int, 2)
+	q.Post(func() { ran <- 1 })
+	require.Equal(t, 1, <-ran)
+	goleak.VerifyNone(t) // retries until the goroutine has ended
+	q.Post(func() { ran <- 2 })
+	q.Close()
+	require.Equal(t, 2, <-ran)
+}
