@@ -70,6 +70,12 @@ func (l *channelLog) readFrom(dst []message.Immutable, seq int64, maxCount, maxB
 		return dst, false, l.changed
 	}
 	i := int(seq - l.first)
+	if k := min(maxCount, len(l.entries)-i); cap(dst)-len(dst) < k {
+		// Room for what is there, not for maxCount: a tailing reader
+		// mostly finds one or two messages, and a slice of maxCount for
+		// each was most of what reading them cost.
+		dst = append(make([]message.Immutable, 0, len(dst)+k), dst...)
+	}
 	size := 0
 	for n := 0; n < maxCount && i+n < len(l.entries); n++ {
 		e := l.entries[i+n]

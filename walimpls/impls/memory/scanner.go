@@ -53,7 +53,7 @@ func (s *scanner) run() {
 
 func (s *scanner) deliver() error {
 	for {
-		msgs, gone, wait := s.w.log.readFrom(s.out.Slice(readBatch), s.next, readBatch, s.readAhead)
+		msgs, gone, wait := s.w.log.readFrom(s.out.Slice(0), s.next, readBatch, s.readAhead)
 		if gone {
 			return errors.Wrapf(walimpls.ErrPositionGone, "memory: scanner of %s at %d", s.w.ch, s.next)
 		}
