@@ -1,5 +1,14 @@
 package adaptor
 
+// The writer: an append takes an in-flight token, waits while too much is
+// unreleased (watermarker.waitFor), takes its timeticks (timeticks), is
+// stamped and split (prepare), stored with retries (retry.go), confirmed
+// where the backend cannot fence (tail.go), and ends its timeticks with its
+// outcome (finish), which may move the local release point. Append and
+// AppendBatch run in the caller's goroutine; AppendAsync hands the batch to
+// an asynchronous backend, or to a goroutine of its own, and answers on the
+// callback goroutine. The writer holds no lock of its own.
+
 import (
 	"context"
 	"time"

@@ -1,5 +1,9 @@
 package adaptor
 
+// Retries: a backend append retried on retryable errors with backoff
+// (Options.Retry, on Options.Clock), keeping the records in order and
+// telling a stored prefix, a certain refusal and an unknown outcome apart.
+
 import (
 	"context"
 	"fmt"

@@ -1,9 +1,10 @@
 package adaptor
 
-// The tail reader: one goroutine per WAL (wal.tail), started by Open and
-// stopped by Close, copies the log from the WAL's start (its term-begin;
-// the log's end on a read-only WAL) into the write-ahead buffer, notes the
-// term-begins it reads and fences this WAL at a later one. What it and
+// The tail reader: one goroutine per WAL (wal.tail), started by Open where
+// appends are confirmed or term-begins must all be noted, else by the first
+// scanner (ensureTail), and stopped by Close, copies the log into the
+// write-ahead buffer, notes the term-begins it reads and fences this WAL at
+// a later one. What it and
 // recovery learned lives in a tailLog, behind that type's one lock.
 
 import (

@@ -1,5 +1,9 @@
 package adaptor
 
+// The WAL itself: opening (recovery, the term-begin, the first watermark),
+// closing, reading, truncating and its lifetime. Its one mutex guards only
+// whether it is closed and whether its tail reader was started.
+
 import (
 	"context"
 	"log/slog"
