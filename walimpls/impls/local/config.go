@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -91,6 +92,14 @@ type Config struct {
 	// SlowSync is the fdatasync duration above which a warning is logged
 	// (default 1s).
 	SlowSync time.Duration `yaml:"slowSync" json:"slowSync"`
+	// Clock schedules the "interval" sync policy: the flusher's
+	// SyncInterval ticker and the time since its last sync (code only;
+	// tests give a clockwork.FakeClock and advance it instead of
+	// sleeping). Nil is the real clock. How long an fdatasync takes - the
+	// sync-latency histogram and the SlowSync warning - is always measured
+	// on the real clock: it is the device's time, which a fake clock would
+	// not see pass.
+	Clock clockwork.Clock `yaml:"-" json:"-"`
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -115,6 +124,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SlowSync == 0 {
 		c.SlowSync = DefaultSlowSync
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }

@@ -175,7 +175,10 @@
 // published: written, and with SyncAlways synced. With SyncAlways a waiter
 // is acknowledged after the fdatasync that covers its records (a batch's
 // waiter after the one that covers the whole batch); with SyncInterval
-// after the write; with SyncNone an append is acknowledged as soon as it
+// after the write, and the flusher syncs what it wrote once
+// Config.SyncInterval has passed since its last sync (in a round, or on a
+// ticker when idle; both timed on Config.Clock, which tests replace with a
+// fake one); with SyncNone an append is acknowledged as soon as it
 // is framed, without waiting for the flusher (its write overlaps the
 // appends that follow), so it may be acknowledged before it is published
 // (Truncate, Last and a Latest read account for that). Term, truncate and

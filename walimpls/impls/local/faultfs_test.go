@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
@@ -30,6 +31,9 @@ type faultFS struct {
 	failMarkerSync  atomic.Bool
 	writes          atomic.Int64
 	syncs           atomic.Int64
+	// prepared counts the spares zero-filled and synced: the first sync
+	// of a spare file, before any data went to it.
+	prepared atomic.Int64
 	// gate, when set, holds the next fdatasync of a file that holds data
 	// (not the zero-fill of a spare) until release is closed.
 	gate atomic.Pointer[syncGate]
@@ -100,7 +104,11 @@ func (f *faultFile) Sync() error {
 		return &os.PathError{Op: "fdatasync", Path: markerTempName, Err: unix.EIO}
 	}
 	f.fs.syncs.Add(1)
-	return f.File.Sync()
+	err := f.File.Sync()
+	if err == nil && f.spare && !f.withData.Load() {
+		f.fs.prepared.Add(1)
+	}
+	return err
 }
 
 func TestWriteErrorIsSticky(t *testing.T) {
@@ -244,7 +252,11 @@ func TestSyncPolicies(t *testing.T) {
 		fs := newFaultFS()
 		s := openStore(t, withFS(cfg, fs))
 		w := openWAL(t, s, "c", 1)
-		time.Sleep(50 * time.Millisecond) // let the next spare be prepared
+		// The preparer syncs the next spare in the background: wait for it
+		// (one spare became segment 1, the next is ready) so that its sync
+		// is not counted as the appends'.
+		require.Eventually(t, func() bool { return fs.prepared.Load() >= 2 }, 10*time.Second, time.Millisecond,
+			"the next spare is prepared")
 		return fs, w
 	}
 	t.Run("always", func(t *testing.T) {
@@ -265,13 +277,20 @@ func TestSyncPolicies(t *testing.T) {
 		require.Greater(t, fs.syncs.Load()-before, int64(0))
 	})
 	t.Run("interval", func(t *testing.T) {
+		clock := clockwork.NewFakeClock()
 		cfg := testConfig(t.TempDir())
 		cfg.Sync = SyncInterval
 		cfg.SyncInterval = 20 * time.Millisecond
+		cfg.Clock = clock
 		fs, w := run(t, cfg)
 		before := fs.syncs.Load()
-		appendN(t, w, "x", 1)
-		require.Eventually(t, func() bool { return fs.syncs.Load() > before }, 5*time.Second, 5*time.Millisecond,
-			"an idle journal with unsynced appends is synced by the ticker")
+		appendN(t, w, "x", n)
+		require.Equal(t, before, fs.syncs.Load(), "appends within the interval are not synced (the clock has not moved)")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the flusher's ticker")
+		clock.Advance(cfg.SyncInterval)
+		require.Eventually(t, func() bool { return fs.syncs.Load() > before }, 10*time.Second, time.Millisecond,
+			"an idle journal with unsynced appends is synced by the ticker once the interval has passed")
 	})
 }

@@ -210,10 +210,10 @@ type journal struct {
 
 	// Owned by the flusher goroutine.
 	active   *segment
-	woff     int64 // end of the bytes written to the active segment
-	synced   int64 // bytes of the active segment known durable
-	lastSync time.Time
-	marked   bool // the root has its journal marker
+	woff     int64     // end of the bytes written to the active segment
+	synced   int64     // bytes of the active segment known durable
+	lastSync time.Time // on Config.Clock
+	marked   bool      // the root has its journal marker
 	// newSegs are the segments started this round, listed when it is
 	// published; a failed round leaves them here for close to close.
 	newSegs []*segment
@@ -237,7 +237,7 @@ func newJournal(s *Store, rs recovered) *journal {
 		active:   rs.active,
 		woff:     rs.off,
 		synced:   rs.off,
-		lastSync: time.Now(),
+		lastSync: s.cfg.Clock.Now(),
 		marked:   rs.marked,
 	}
 	if rs.active != nil {
@@ -733,9 +733,9 @@ func (j *journal) run() {
 	defer close(j.stopped)
 	var tick <-chan time.Time
 	if j.s.cfg.Sync == SyncInterval {
-		t := time.NewTicker(j.s.cfg.SyncInterval)
+		t := j.s.cfg.Clock.NewTicker(j.s.cfg.SyncInterval)
 		defer t.Stop()
-		tick = t.C
+		tick = t.Chan()
 	}
 	for {
 		b, closing := j.take()
@@ -774,7 +774,7 @@ func (j *journal) flush(b *batch) {
 		err = j.writePiece(&b.pieces[i])
 	}
 	needSync := b.needSync || j.s.cfg.Sync == SyncAlways
-	if err == nil && j.s.cfg.Sync == SyncInterval && time.Since(j.lastSync) >= j.s.cfg.SyncInterval {
+	if err == nil && j.s.cfg.Sync == SyncInterval && j.s.cfg.Clock.Since(j.lastSync) >= j.s.cfg.SyncInterval {
 		needSync = true
 	}
 	if err == nil && needSync && j.active != nil && j.synced < j.woff {
@@ -877,7 +877,9 @@ func (j *journal) installSegment(p *piece) error {
 // may have dropped the pages it could not write, so a later successful sync
 // would prove nothing. The root's first sync makes its first segment
 // durable, start frame included: it then writes the journal marker, once,
-// whose failure is sticky too.
+// whose failure is sticky too. The sync's duration is the device's, timed
+// on the real clock; lastSync is on Config.Clock, which schedules the
+// interval policy.
 func (j *journal) syncActive() error {
 	start := time.Now()
 	err := j.active.f.Sync()
@@ -890,7 +892,7 @@ func (j *journal) syncActive() error {
 		return j.fail(errors.Wrapf(err, "local: fdatasync segment %d", j.active.num))
 	}
 	j.synced = j.woff
-	j.lastSync = time.Now()
+	j.lastSync = j.s.cfg.Clock.Now()
 	j.mu.Lock()
 	if j.fseg == j.active.num {
 		j.fsynced = j.synced
