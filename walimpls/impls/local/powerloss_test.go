@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -30,7 +31,7 @@ import (
 func TestPowerLoss(t *testing.T) {
 	for _, policy := range []SyncPolicy{SyncAlways, SyncInterval, SyncNone} {
 		t.Run(string(policy), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+			rng := rand.New(rand.NewPCG(testseed.Seed(t), 7))
 			fs := newMemFS()
 			cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 16 << 10, Sync: policy, SyncInterval: time.Millisecond}
 			dropped, recycled := int64(0), 0
@@ -74,6 +75,8 @@ func TestPowerLoss(t *testing.T) {
 						}
 					}()
 				}
+				// A random moment for the power loss, not a wait for anything:
+				// the checks hold whatever the appenders got done by then.
 				time.Sleep(time.Duration(1+rng.IntN(20)) * time.Millisecond)
 				mu.Lock()
 				// The power goes: what is acknowledged from here on does
@@ -270,8 +273,7 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 		bigSynced bool
 		step      string
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 11))
 	all, none := crashExtremes()
 	var (
@@ -371,8 +373,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 13))
 	var (
 		mu    sync.Mutex
@@ -388,6 +389,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 		}
 	}
 	fs.before.Store(&hook)
+	passes := s.prep.collections.Load()
 	require.NoError(t, w.Truncate(ctx, keep))
 	s.prep.requestGC()
 	fs.await(t, "segments 1 to 4 are freed", func(names map[string]*memFile) bool {
@@ -398,6 +400,10 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 		}
 		return true
 	})
+	// The pass syncs the directory once more after the last removal: wait
+	// for it to end, so that no hook runs while snaps is read below.
+	require.Eventually(t, func() bool { return s.prep.collections.Load() > passes }, 10*time.Second, time.Millisecond,
+		"the collection pass ends")
 	hook("end", "")
 	fs.before.Store(nil)
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 )
@@ -30,6 +31,11 @@ type preparer struct {
 
 	spares []spare // owned by run; recycled ones first
 	nextID int     // names the next spare file
+
+	// collections counts the collection passes run has finished, so that
+	// a test can wait for the one a truncation asked for instead of
+	// sleeping.
+	collections atomic.Uint64
 }
 
 type spare struct {
@@ -182,6 +188,7 @@ func (p *preparer) installSpare(num uint64) installResult {
 // needs any more. The segment after the one it frees is listed, so its
 // start frame is durable (doc.go, Truncation).
 func (p *preparer) collectSegments() {
+	defer p.collections.Add(1)
 	s := p.s
 	for {
 		s.segMu.Lock()
