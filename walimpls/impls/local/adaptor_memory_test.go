@@ -70,6 +70,9 @@ func TestAdaptorMemoryStaysBounded(t *testing.T) {
 		}
 	}
 	require.NoError(t, w.Sync(ctx))
+	// Gives the stalled scanner's read-ahead time to fill before the last
+	// measure. Too short a pause can only lower the peak (a false pass),
+	// never fail the test.
 	time.Sleep(50 * time.Millisecond)
 	peak = max(peak, heap())
 	growth := int64(peak) - int64(base)

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -396,8 +396,7 @@ func powerLossDuringBatches(t *testing.T, policy SyncPolicy) int {
 		acked int
 		step  string
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 5))
 	all, none := crashExtremes()
 	var (

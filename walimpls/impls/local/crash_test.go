@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -24,6 +25,7 @@ import (
 const (
 	crashChildEnv  = "STREAMWAL_LOCAL_CRASH_CHILD"
 	crashTermEnv   = "STREAMWAL_LOCAL_CRASH_TERM"
+	crashSeedEnv   = "STREAMWAL_LOCAL_CRASH_SEED" // the child's randomness, drawn by the parent
 	crashChannel   = "crash"
 	crashMaxRecord = 64 << 10
 )
@@ -67,6 +69,7 @@ func crashBatch(r *rand.Rand, tag string, n int) ([]message.Message, []uint64) {
 // acknowledgement.
 func crashChild(dir string) int {
 	term, _ := strconv.ParseInt(os.Getenv(crashTermEnv), 10, 64)
+	seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
 	s, err := New(context.Background(), crashConfig(dir))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
@@ -84,7 +87,7 @@ func crashChild(dir string) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(g)))
+			r := rand.New(rand.NewPCG(seed, uint64(g)))
 			for k := 0; ; k++ {
 				var (
 					ids   []message.ID
@@ -127,12 +130,12 @@ func TestCrashRecovery(t *testing.T) {
 		t.Skip("crash test re-executes the test binary")
 	}
 	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 1))
 	const rounds = 20
 	var lastID message.ID
 	totalAcked, totalDropped, batches := 0, int64(0), 0
 	for round := 1; round <= rounds; round++ {
-		acked := crashRound(t, dir, int64(round), round == 1, time.Duration(5+rng.IntN(75))*time.Millisecond)
+		acked := crashRound(t, dir, int64(round), round == 1, rng.Uint64(), time.Duration(5+rng.IntN(75))*time.Millisecond)
 		totalAcked += len(acked)
 
 		s, err := New(context.Background(), crashConfig(dir))
@@ -173,12 +176,15 @@ func TestCrashRecovery(t *testing.T) {
 	t.Logf("%d rounds, %d acknowledged appends checked, %d batches read back whole, %d torn bytes dropped", rounds, totalAcked, batches, totalDropped)
 }
 
-// crashRound runs one child, kills it after d and returns the IDs it
-// acknowledged (marshalled) with their seeds.
-func crashRound(t *testing.T, dir string, term int64, checkLock bool, d time.Duration) map[string]uint64 {
+// crashRound runs one child, whose randomness is seed, kills it after d
+// and returns the IDs it acknowledged (marshalled) with their seeds. The
+// moment of the kill is random: every check holds whatever the child got
+// done by then, so no round needs it to have done anything.
+func crashRound(t *testing.T, dir string, term int64, checkLock bool, seed uint64, d time.Duration) map[string]uint64 {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashTermEnv+"="+strconv.FormatInt(term, 10))
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashTermEnv+"="+strconv.FormatInt(term, 10),
+		crashSeedEnv+"="+strconv.FormatUint(seed, 10))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -292,8 +292,7 @@ func powerLossAroundTheMarker(t *testing.T, policy SyncPolicy) {
 		acked  int
 		step   string
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	all, none := crashExtremes()
 	var (

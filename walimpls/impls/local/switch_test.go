@@ -10,10 +10,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -230,8 +230,7 @@ func powerLossAtEveryStep(t *testing.T, policy SyncPolicy) {
 		acked int
 		step  string
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	all, none := crashExtremes()
 	var (
