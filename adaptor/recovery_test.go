@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -124,7 +125,7 @@ func TestOpenAfterAnOwnerDiedAtItsTermBegin(t *testing.T) {
 // recover exactly the highest timetick stored before its term-begin.
 func TestOpenFindsTheHighestTimetickAfterRandomHistories(t *testing.T) {
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	rng := rand.New(rand.NewPCG(7, testseed.Seed(t)))
 	c := memory.NewCluster()
 	o := memOpener(t, c, memory.Config{})
 	opts := Options{TimeTickInterval: time.Hour, WatermarkBytes: 2 << 10}

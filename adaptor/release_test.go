@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -78,7 +79,7 @@ func testWatermarks(w *wal) uint64 {
 func TestLocalAndRemoteReadersAgree(t *testing.T) {
 	ctx := context.Background()
 	c := memory.NewCluster()
-	rng := rand.New(rand.NewPCG(11, uint64(time.Now().UnixNano())))
+	rng := rand.New(rand.NewPCG(11, testseed.Seed(t)))
 	var rngMu sync.Mutex
 	chance := func(p float64) bool {
 		rngMu.Lock()
