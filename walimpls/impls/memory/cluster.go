@@ -19,6 +19,7 @@ type Cluster struct {
 	fencing  bool
 	failNext int
 	latency  time.Duration
+	waiting  int // appends now waiting out latency
 }
 
 // NewCluster returns an empty cluster with fencing on.
@@ -56,6 +57,15 @@ func (c *Cluster) SetAppendLatency(d time.Duration) {
 	c.latency = max(d, 0)
 }
 
+// WaitingAppends reports how many appends are waiting out the latency
+// SetAppendLatency injected: a test waits until an append is held up
+// instead of sleeping.
+func (c *Cluster) WaitingAppends() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiting
+}
+
 // log returns the channel's log, creating it.
 func (c *Cluster) log(name string) *channelLog {
 	c.mu.Lock()
@@ -83,6 +93,19 @@ func (c *Cluster) deleteLog(name string) {
 	l.deleted = true
 	l.entries = nil
 	l.broadcast()
+}
+
+// wait counts an append waiting out latency while wait runs.
+func (c *Cluster) wait(wait func()) {
+	c.mu.Lock()
+	c.waiting++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+	}()
+	wait()
 }
 
 // appendFaults returns the latency to apply and whether to fail the append.

@@ -31,7 +31,8 @@
 // order. Close waits for it.
 //
 // Fault injection, per Cluster: FailNextAppends makes the next n appends fail
-// with the retryable ErrInjected, and SetAppendLatency delays every append.
+// with the retryable ErrInjected, and SetAppendLatency delays every append;
+// WaitingAppends counts the appends it holds up, for tests to wait on.
 //
 // The backend is not durable: Capabilities.Durable is false.
 package memory

@@ -102,15 +102,20 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]messag
 	}
 	latency, fail := w.opener.cluster.appendFaults()
 	if latency > 0 {
-		t := time.NewTimer(latency)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, walimpls.MarkNotStored(errors.Wrapf(ctx.Err(), "memory: append to %s", w.ch))
-		case <-w.closing:
-			t.Stop()
-			return nil, walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch))
+		var err error
+		w.opener.cluster.wait(func() {
+			t := time.NewTimer(latency)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				err = walimpls.MarkNotStored(errors.Wrapf(ctx.Err(), "memory: append to %s", w.ch))
+			case <-w.closing:
+				err = walimpls.MarkNotStored(errors.Wrapf(walimpls.ErrClosed, "memory: append to %s", w.ch))
+			}
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	if fail {
