@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 )
 
 // ErrClosed is returned by the hooks of a closed broker.
@@ -49,6 +50,10 @@ type Config struct {
 	// AdminToken, when set, is the bearer token every admin request must
 	// carry.
 	AdminToken string
+	// Clock times DelayReceipts; nil is the real clock. With a
+	// clockwork.FakeClock a delayed receipt (and every frame behind it on
+	// its connection) is held until the test advances the clock.
+	Clock clockwork.Clock
 }
 
 // Validate reports a configuration the broker cannot run with.
@@ -124,6 +129,9 @@ func New(cfg Config) (*Broker, error) {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	b := &Broker{
 		cfg:      cfg,
@@ -259,7 +267,7 @@ func (b *Broker) acceptLoop() {
 		}
 		b.wg.Add(2)
 		go b.readLoop(c)
-		go c.writeLoop(&b.wg)
+		go c.writeLoop(&b.wg, b.cfg.Clock)
 	}
 }
 
@@ -471,9 +479,9 @@ func (b *Broker) ResumeSends(name string) error {
 	})
 }
 
-// DelayReceipts delays every SEND_RECEIPT by d from now on (0 stops it).
-// Frames behind a delayed receipt on the same connection wait with it, so
-// receipts stay in order.
+// DelayReceipts delays every SEND_RECEIPT by d from now on (0 stops it),
+// on Config.Clock. Frames behind a delayed receipt on the same connection
+// wait with it, so receipts stay in order.
 func (b *Broker) DelayReceipts(d time.Duration) error {
 	return b.do(func(st *state) error {
 		st.receiptDelay = d
@@ -495,6 +503,11 @@ type TopicStats struct {
 	// ProducerFenced: an exclusive producer coming back with a stale topic
 	// epoch, or an Exclusive one finding a producer in place.
 	FencedProducers int
+	// FencedClosed counts the CLOSE_PRODUCER requests for producers
+	// refused with ProducerFenced: pulsar-client-go sends one when it
+	// gives a fenced producer up, once it has marked it closing (its
+	// later sends then fail at once).
+	FencedClosed int
 }
 
 // Stats returns a snapshot of a topic.
@@ -508,7 +521,7 @@ func (b *Broker) Stats(name string) (TopicStats, error) {
 		s = TopicStats{
 			Entries: len(t.entries), Last: t.last, Epoch: t.epoch,
 			Producers: len(t.producers), Waiters: len(t.waiters),
-			Cursors: map[string]Position{}, FencedProducers: t.fencedRefusals,
+			Cursors: map[string]Position{}, FencedProducers: t.fencedRefusals, FencedClosed: t.fencedCloses,
 		}
 		if len(t.entries) > 0 {
 			s.First = t.entries[0].pos

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/atomic"
 )
 
@@ -39,6 +40,9 @@ type conn struct {
 	connected bool
 	producers map[uint64]*producer
 	consumers map[uint64]*consumer
+	// fenced maps the ids of producers refused with ProducerFenced to
+	// their topic, until the client closes them.
+	fenced map[uint64]*topic
 }
 
 // outFrame is a frame to write, not before at (zero: at once): head (sizes
@@ -58,6 +62,7 @@ func newConn(id uint64, nc net.Conn) *conn {
 		done:      make(chan struct{}),
 		producers: map[uint64]*producer{},
 		consumers: map[uint64]*consumer{},
+		fenced:    map[uint64]*topic{},
 	}
 }
 
@@ -90,12 +95,13 @@ func (c *conn) shutdown() {
 	})
 }
 
-// writeLoop writes queued frames until shutdown. A write error closes the
-// socket, which makes readLoop report the connection gone.
-func (c *conn) writeLoop(wg *sync.WaitGroup) {
+// writeLoop writes queued frames until shutdown, a frame with a time not
+// before then on clock. A write error closes the socket, which makes
+// readLoop report the connection gone.
+func (c *conn) writeLoop(wg *sync.WaitGroup, clock clockwork.Clock) {
 	defer wg.Done()
 	bw := bufio.NewWriterSize(c.nc, 64<<10)
-	var timer *time.Timer
+	var timer clockwork.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -117,19 +123,19 @@ func (c *conn) writeLoop(wg *sync.WaitGroup) {
 				break
 			}
 			for _, f := range q {
-				if d := time.Until(f.at); !f.at.IsZero() && d > 0 {
+				if d := clock.Until(f.at); !f.at.IsZero() && d > 0 {
 					if err := bw.Flush(); err != nil {
 						failed = true
 						_ = c.nc.Close()
 						break
 					}
 					if timer == nil {
-						timer = time.NewTimer(d)
+						timer = clock.NewTimer(d)
 					} else {
 						timer.Reset(d)
 					}
 					select {
-					case <-timer.C:
+					case <-timer.Chan():
 					case <-c.done:
 						return
 					}

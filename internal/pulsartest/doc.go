@@ -121,9 +121,12 @@
 // token when one is set. See admin.go.
 //
 // Fault hooks: InjectSendError answers SEND_ERROR (the client reconnects and
-// resends), DelayReceipts holds receipts back, and StallSends makes a topic
-// stop storing and answering SENDs, so that only the client's SendTimeout
-// fails them, after a chosen number of stored SENDs.
+// resends), DelayReceipts holds receipts back (on Config.Clock: with a fake
+// clock, until the test advances it), and StallSends makes a topic stop
+// storing and answering SENDs, so that only the client's SendTimeout fails
+// them, after a chosen number of stored SENDs. Stats reports what tests wait
+// on instead of sleeping: entries stored, producers granted and waiting,
+// refused as fenced, and closed by the client after that refusal.
 //
 // # Retention and trimming
 //

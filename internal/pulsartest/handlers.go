@@ -98,9 +98,13 @@ func (b *Broker) handle(c *conn, cmd command, payload []byte) {
 	case cmdSend:
 		b.onSend(c, body, payload)
 	case cmdCloseProducer:
-		if p := c.producers[body.u64("producer_id")]; p != nil {
+		pid := body.u64("producer_id")
+		if p := c.producers[pid]; p != nil {
 			b.releaseProducer(p)
+		} else if t := c.fenced[pid]; t != nil {
+			t.fencedCloses++
 		}
+		delete(c.fenced, pid)
 		b.success(c, body.u64("request_id"))
 	case cmdSubscribe:
 		b.onSubscribe(c, body)
@@ -295,12 +299,14 @@ func (b *Broker) onProducer(c *conn, body msg) {
 	case accessExclusive, accessWaitForExclusive:
 		if hasEpoch && epoch < t.epoch {
 			t.fencedRefusals++
+			c.fenced[pid] = t
 			b.sendError(c, reqID, errProducerFenced, "producer topic epoch %d is below topic epoch %d of %s", epoch, t.epoch, t.name)
 			return
 		}
 		if len(t.producers) > 0 {
 			if p.mode == accessExclusive {
 				t.fencedRefusals++
+				c.fenced[pid] = t
 				b.sendError(c, reqID, errProducerFenced, "topic %s has an existing producer", t.name)
 				return
 			}
@@ -458,7 +464,7 @@ func (b *Broker) duplicatePosition(t *topic, name string, seq uint64) Position {
 func (b *Broker) receipt(p *producer, seq, highest uint64, pos Position) {
 	var at time.Time
 	if d := b.st.receiptDelay; d > 0 {
-		at = time.Now().Add(d)
+		at = b.cfg.Clock.Now().Add(d)
 	}
 	b.write(p.c, cmdSendReceipt, at, nil, func(m msg) {
 		m.setU64("producer_id", p.id).setU64("sequence_id", seq).setU64("highest_sequence_id", highest)

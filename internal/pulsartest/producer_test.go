@@ -1,11 +1,13 @@
 package pulsartest_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/internal/pulsartest"
@@ -71,7 +73,7 @@ func TestWaitForExclusiveTakesOver(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := b.Stats(topic)
 		return err == nil && st.Waiters == 1
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
 	select {
 	case r := <-res:
 		t.Fatalf("waiting producer created while the first is open: %v", r.err)
@@ -112,7 +114,7 @@ func TestEpochFencing(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := b.Stats(topic)
 		return err == nil && st.Waiters == 1
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
 
 	// Unloading disconnects p1; the waiter gets the topic at epoch 2; p1
 	// comes back with epoch 1 and is fenced.
@@ -128,8 +130,8 @@ func TestEpochFencing(t *testing.T) {
 	// hangs), which is the client's bug, not the broker's.
 	require.Eventually(t, func() bool {
 		st, err := b.Stats(topic)
-		return err == nil && st.FencedProducers == 1
-	}, 10*time.Second, 10*time.Millisecond, "p1's reconnect was refused")
+		return err == nil && st.FencedProducers == 1 && st.FencedClosed == 1
+	}, 10*time.Second, time.Millisecond, "p1's reconnect was refused, and the client gave p1 up")
 	st, err := b.Stats(topic)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), st.Epoch)
@@ -262,21 +264,46 @@ func TestInjectSendError(t *testing.T) {
 	}
 }
 
+// TestDelayReceipts: a delayed receipt is held until its time has come on
+// the broker's clock - a fake one here, which only the test moves - and
+// then flows; once the delay is off, receipts flow without the clock
+// moving.
 func TestDelayReceipts(t *testing.T) {
-	b := pulsartest.Start(t, pulsartest.Config{})
+	clock := clockwork.NewFakeClock()
+	b := pulsartest.Start(t, pulsartest.Config{Clock: clock})
 	c := newClient(t, b)
 	topic := newTopic(t)
 	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
 	require.NoError(t, err)
 	defer p.Close()
-	require.NoError(t, b.DelayReceipts(200*time.Millisecond))
-	start := time.Now()
-	produce(t, p, "m", 10)
-	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+	const delay, n = 200 * time.Millisecond, 10
+	require.NoError(t, b.DelayReceipts(delay))
+	acked := make(chan error, n)
+	for i := range n {
+		p.SendAsync(ctxT(t), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "m%d", i)},
+			func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { acked <- err })
+	}
+	require.Eventually(t, func() bool {
+		st, err := b.Stats(topic)
+		return err == nil && st.Entries == n
+	}, 10*time.Second, time.Millisecond, "the broker stores the sends")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the connection waits for the first receipt's time")
+	clock.Advance(delay - time.Millisecond)
+	require.Empty(t, acked, "a receipt went out before its time")
+	clock.Advance(time.Millisecond)
+	for i := range n {
+		select {
+		case err := <-acked:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			require.FailNowf(t, "watchdog", "%d of %d sends acknowledged once their receipts' time came", i, n)
+		}
+	}
+
 	require.NoError(t, b.DelayReceipts(0))
-	start = time.Now()
-	produce(t, p, "n", 10)
-	require.Less(t, time.Since(start), 200*time.Millisecond)
+	produce(t, p, "n", n) // would wait for the clock, which stays put, if delayed
 }
 
 func TestAutoTopicCreationDisabled(t *testing.T) {

@@ -60,7 +60,7 @@ func TestDurableSubscriptionAndRetention(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := b.Stats(topic)
 		return err == nil && st.Cursors["trunc"].Entry == ids[3].EntryID()
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
 
 	n, err := b.ApplyRetention(topic)
 	require.NoError(t, err)
@@ -87,7 +87,7 @@ func TestDurableSubscriptionAndRetention(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := b.Stats(topic)
 		return err == nil && st.Cursors["trunc"].Entry == ids[9].EntryID()
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
 	n, err = b.ApplyRetention(topic)
 	require.NoError(t, err)
 	require.Equal(t, 6, n)

@@ -66,8 +66,10 @@ type topic struct {
 	// stallAfter is the number of SENDs still stored before the topic
 	// stalls (StallSends); -1 when it does not stall.
 	stallAfter int
-	// fencedRefusals counts PRODUCER requests refused with ProducerFenced.
+	// fencedRefusals counts PRODUCER requests refused with ProducerFenced,
+	// fencedCloses the CLOSE_PRODUCER requests for those producers.
 	fencedRefusals int
+	fencedCloses   int
 	// dedup maps a producer name to the highest sequence id persisted.
 	dedup map[string]uint64
 }
