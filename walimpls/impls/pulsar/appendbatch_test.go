@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -288,15 +289,22 @@ func TestAppendBatchStalled(t *testing.T) {
 }
 
 // TestAppendBatchFencedMidway: a higher term takes the channel while a
-// long batch is in flight (receipts are slow, the window small). The batch
+// long batch is in flight. The window is small and the broker holds the
+// receipts back on a fake clock: the test lets three rounds of them through
+// and opens the higher term while the next round's are held. The batch
 // fails with ErrFenced, of unknown outcome; every ID it reports is stored
 // at that ID, and what the log holds of the batch is a prefix of it.
 func TestAppendBatchFencedMidway(t *testing.T) {
-	b, cfg := startBroker(t, pulsartest.Config{})
+	clock := clockwork.NewFakeClock()
+	b, cfg := startBroker(t, pulsartest.Config{Clock: clock})
 	cfg.MaxBatchMessages = 8
 	w := open(t, newOpener(t, cfg), "fenced-midway", 1, walimpls.ReadWrite)
 	appendOK(t, w, msg(t, "warm", nil))
-	require.NoError(t, b.DelayReceipts(25*time.Millisecond))
+	topic := topicOf(cfg, "fenced-midway")
+	before, err := b.Stats(topic)
+	require.NoError(t, err)
+	const delay = time.Minute
+	require.NoError(t, b.DelayReceipts(delay))
 
 	msgs := batchOf(t, "f", 500)
 	type outcome struct {
@@ -308,10 +316,32 @@ func TestAppendBatchFencedMidway(t *testing.T) {
 		ids, err := appendBatch(w, msgs)
 		res <- outcome{ids, err}
 	}()
-	time.Sleep(150 * time.Millisecond)
-	w2 := open(t, newOpener(t, cfg), "fenced-midway", 2, walimpls.ReadWrite)
-	r := <-res
+	entries := before.Entries
+	for round := 0; ; round++ {
+		require.Eventuallyf(t, func() bool {
+			st, err := b.Stats(topic)
+			if err != nil || st.Entries <= entries {
+				return false
+			}
+			entries = st.Entries
+			return true
+		}, 10*time.Second, time.Millisecond, "round %d of the batch is stored", round)
+		if round == 3 {
+			break
+		}
+		clock.Advance(delay) // its receipts go out, the next round's wait
+	}
+	// The receipts of the fencing open, on connections of its own, are not
+	// held; those of the batch's round stay held until the clock moves.
 	require.NoError(t, b.DelayReceipts(0))
+	w2 := open(t, newOpener(t, cfg), "fenced-midway", 2, walimpls.ReadWrite)
+	clock.Advance(delay)
+	var r outcome
+	select {
+	case r = <-res:
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "watchdog: the fenced batch does not end")
+	}
 	require.ErrorIs(t, r.err, walimpls.ErrFenced)
 	require.False(t, walimpls.NotStored(r.err), "messages were in flight: %v", r.err)
 	require.Less(t, len(r.ids), len(msgs))

@@ -331,7 +331,12 @@ func TestScannerGapAfterReconnect(t *testing.T) {
 			first = 1
 		}
 		got := collect(t, s, 2, 10*time.Second)
-		time.Sleep(50 * time.Millisecond) // the backlog reaches the receiver queue
+		// The pauses make the gap likely - the backlog reaches the
+		// receiver queue, then the reader reconnects while the scanner is
+		// blocked - and are no wait for it: the checks hold with or
+		// without a gap, so a short pause can only miss the case, never
+		// fail the test.
+		time.Sleep(50 * time.Millisecond)
 		require.NoError(t, b.UnloadTopic(topic))
 		time.Sleep(100 * time.Millisecond)
 		got = append(got, collect(t, s, 40-first-2, 15*time.Second)...)
@@ -368,16 +373,24 @@ func TestReacquireAfterStolenTopic(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := b.Stats(topic)
 		return err == nil && st.Waiters == 1
-	}, 5*time.Second, 5*time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
+	before, err := b.Stats(topic)
+	require.NoError(t, err)
 	require.NoError(t, b.UnloadTopic(topic))
 	thief := <-stolen
 	defer thief.Close()
-	// Let the owner's client try to reconnect and be refused (the thief has
-	// the higher epoch) before appending: pulsar-client-go v0.19.0 closes a
-	// fenced producer's channels from its reconnect goroutine without
-	// synchronising with a concurrent SendAsync, a data race -race reports
-	// (and a send it may drop). What this test checks starts after that.
-	time.Sleep(2 * time.Second)
+	// Wait for the owner's client to reconnect, be refused (the thief has
+	// the higher epoch) and give its producer up before appending:
+	// pulsar-client-go v0.19.0 closes a fenced producer's channels from its
+	// reconnect goroutine without synchronising with a concurrent
+	// SendAsync, a data race -race reports (and a send it may drop). The
+	// client marks the producer closing before it sends CLOSE_PRODUCER,
+	// after which a SendAsync fails at once. What this test checks starts
+	// after that.
+	require.Eventually(t, func() bool {
+		st, err := b.Stats(topic)
+		return err == nil && st.FencedClosed > before.FencedClosed
+	}, 10*time.Second, time.Millisecond, "the owner's client gives its fenced producer up")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -257,7 +257,7 @@ func TestRacingOpens(t *testing.T) {
 					if err == nil && st.Entries > before.Entries {
 						return
 					}
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // polls the condition above
 				}
 			}
 		}
