@@ -736,12 +736,28 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 		}
 	}
 	if w.broken == "lazy-latest" && p.IsLatest() {
-		// The end is looked up by the scanner's goroutine, a little later.
+		// The end is looked up by the scanner's goroutine, later: once the
+		// log has grown past the end at Read, so that it misses an append
+		// made right after Read however long that append takes.
+		end, err := w.WALImpl.Last(ctx)
+		if err != nil {
+			return nil, err
+		}
 		bs := newBrokenScanner(w, opt, nil)
 		go func() {
-			time.Sleep(50 * time.Millisecond)
-			inner, err := w.WALImpl.Read(context.Background(), opt)
-			bs.start(inner, err)
+			for {
+				last, err := w.WALImpl.Last(context.Background())
+				if err != nil || !last.EQ(end) {
+					break
+				}
+				select {
+				case <-bs.stop:
+					bs.startLate(nil, nil)
+					return
+				case <-time.After(time.Millisecond): // polls Last
+				}
+			}
+			bs.startLate(w.WALImpl.Read(context.Background(), opt))
 		}()
 		return bs, nil
 	}
@@ -819,6 +835,24 @@ func newBrokenScanner(w *brokenWAL, opt walimpls.ReadOption, readCtx context.Con
 
 func (s *brokenScanner) start(inner walimpls.Scanner, err error) {
 	s.mu.Lock()
+	s.inner, s.err = inner, err
+	s.mu.Unlock()
+	go s.run()
+}
+
+// startLate starts the scanner on inner, found after Read returned,
+// unless Close came first: then it closes inner itself (Close closes only
+// the inner scanner it finds).
+func (s *brokenScanner) startLate(inner walimpls.Scanner, err error) {
+	s.mu.Lock()
+	select {
+	case <-s.stop:
+		if inner != nil {
+			_ = inner.Close()
+		}
+		inner = nil
+	default:
+	}
 	s.inner, s.err = inner, err
 	s.mu.Unlock()
 	go s.run()
