@@ -174,9 +174,27 @@ func (s *brokenStore) List(ctx context.Context, prefix string) ([]meta.KV, int64
 	case "list-stale-revision":
 		rev--
 	case "list-torn":
-		// Reads each key again, one at a time: no snapshot.
-		for i := range kvs {
-			time.Sleep(time.Millisecond)
+		// Reads the keys after the first again, one at a time: no
+		// snapshot. It does so once the first key has changed, so that a
+		// write always lands between the reads however the goroutines are
+		// scheduled: ListSnapshot has a writer committing while it lists
+		// (and a List that finds no write coming ends with its context,
+		// failing too).
+		for len(kvs) > 1 {
+			kv, err := s.Store.Get(ctx, kvs[0].Key)
+			if err != nil {
+				return nil, 0, err
+			}
+			if kv.Revision != kvs[0].Revision {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			case <-time.After(time.Millisecond): // polls the first key
+			}
+		}
+		for i := 1; i < len(kvs); i++ {
 			kv, err := s.Store.Get(ctx, kvs[i].Key)
 			if err != nil {
 				return nil, 0, err
