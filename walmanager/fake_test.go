@@ -172,12 +172,12 @@ func TestRemovedChannelsLeaveNoGoroutine(t *testing.T) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.drivers == 0 && m.closers == 0
-	}, 5*time.Second, time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
 	// Polled here, not with require.Eventually, which runs its condition in
-	// a goroutine of its own.
-	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base; {
+	// a goroutine of its own; the deadline is a watchdog.
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > base; {
 		require.True(t, time.Now().Before(deadline), "%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, stacks())
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // paces the polling of the condition
 	}
 	require.Len(t, m.Channels(), 200, "removed channels keep their record (and term)")
 	require.NoError(t, m.Close(ctx))

@@ -28,10 +28,13 @@ import (
 // test (the inner test) against a recording testing.TB and prove that it
 // now fails promptly, naming the call.
 
-// failFast bounds how long an inner test may take to fail. The manager's
-// close grace period is left at its default (10s) so that no case passes
-// by waiting it out.
-const failFast = 5 * time.Second
+// failFast bounds how long an inner test may take to fail: a watchdog,
+// generous for a loaded machine. The managers' close grace period
+// (innerGrace) is far longer, so that no case passes by waiting it out.
+const (
+	failFast   = 10 * time.Second
+	innerGrace = time.Hour
+)
 
 // recordingT is a testing.TB for the inner test: it records what the mocks
 // and require report, and its FailNow ends the calling goroutine like
@@ -111,7 +114,7 @@ func runInner(t *testing.T, inner func(rt *recordingT), calls ...string) {
 // newInnerManager is newManager for the inner test: Close runs at its
 // cleanup, with a deadline.
 func newInnerManager(rt *recordingT, opener walmanager.WALOpener) *walmanager.Manager {
-	m, err := walmanager.New(opener, walmanager.Options{})
+	m, err := walmanager.New(opener, walmanager.Options{CloseGracePeriod: innerGrace})
 	require.NoError(rt, err)
 	rt.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), failFast)
@@ -229,7 +232,7 @@ func TestMissingExpectationInGoTest(t *testing.T) {
 		w.EXPECT().Close().Return(nil).Maybe()
 		opener := mock_walmanager.NewMockWALOpener(t)
 		opener.EXPECT().Open(mock.Anything, ch).Return(w, nil).Once()
-		m := newManager(t, opener, walmanager.Options{})
+		m := newManager(t, opener, walmanager.Options{CloseGracePeriod: innerGrace})
 		_ = m.Open(context.Background(), ch)
 		_, _ = m.GetAvailableWAL(ch)
 		return

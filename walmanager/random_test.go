@@ -12,6 +12,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
+
+	"github.com/streamwal/streamwal/internal/testseed"
 )
 
 type opKind uint8
@@ -171,8 +173,9 @@ func TestRandomizedAgainstModel(t *testing.T) {
 		perRound = 10000 // operations per round, over all clients
 		channels = 4
 	)
+	base := testseed.Seed(t)
 	for round := range rounds {
-		seed := uint64(time.Now().UnixNano()) + uint64(round)
+		seed := base + uint64(round)
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			runRandomRound(t, seed, clients, perRound/clients, channels)
 		})
