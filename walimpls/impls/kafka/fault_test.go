@@ -322,7 +322,7 @@ func TestRestart(t *testing.T) {
 		}
 		require.True(t, walimpls.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded), "%v", err)
 		require.True(t, time.Now().Before(deadline), "no append succeeded after the restart: %v", err)
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // paces the retries of a condition wait (deadline: the watchdog)
 	}
 	// Everything acknowledged is there once; the append that timed out
 	// while the broker was down may or may not be.
