@@ -114,7 +114,7 @@ func TestMailboxLoopReturnsUnanswered(t *testing.T) {
 		_, err := submit(context.Background(), m, 1)
 		res <- err
 	}()
-	require.Eventually(t, func() bool { return len(m.reqs) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(m.reqs) == 1 }, 10*time.Second, time.Millisecond)
 	close(queued)
 	m.Close()
 	err := <-res
@@ -138,7 +138,7 @@ func TestMailboxDrainAnswersQueued(t *testing.T) {
 			res <- got
 		}()
 	}
-	require.Eventually(t, func() bool { return len(m.reqs) == 8 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(m.reqs) == 8 }, 10*time.Second, time.Millisecond)
 	close(stopped)
 	m.Close()
 	sum := 0
