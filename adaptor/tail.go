@@ -8,6 +8,7 @@ package adaptor
 // recovery learned lives in a tailLog, behind that type's one lock.
 
 import (
+	"container/heap"
 	"context"
 	"sync"
 
@@ -156,7 +157,7 @@ func (w *wal) tailed(batch []message.Immutable) {
 // stored, but no reader delivers them, so they must not be acknowledged.
 func (w *wal) confirmAck(ctx context.Context, id message.ID) error {
 	for {
-		pos, at, ended, moved := w.learned.state()
+		pos, at, ended, wake := w.learned.await(id)
 		switch {
 		case !at.IsZero() && at.LT(id):
 			// Stored after the term-begin of the new owner: every reader
@@ -168,7 +169,7 @@ func (w *wal) confirmAck(ctx context.Context, id message.ID) error {
 			return walimpls.MarkOutcomeUnknown(errors.Wrapf(walimpls.ErrClosed, "adaptor: append to %s: stored at %s, the tail reader ended before confirming it", w.ch.Name, id))
 		}
 		select {
-		case <-moved:
+		case <-wake:
 		case <-ctx.Done():
 			return walimpls.MarkOutcomeUnknown(errors.Wrapf(ctx.Err(), "adaptor: append to %s: stored at %s, not yet confirmed", w.ch.Name, id))
 		}
@@ -183,23 +184,51 @@ type termBegin struct {
 
 // tailLog is what reading the log taught a WAL: the term-begins recovery
 // and the tail reader saw, how far the tail reader has read, where a
-// term-begin fenced the WAL, and whether the reader ended. Appends that
-// wait for the tail reader (confirm) are woken on every change.
+// term-begin fenced the WAL, and whether the reader ended. An append that
+// waits for the tail reader to read past it (confirm) waits on a channel
+// of its own, closed once the reader passed its position, or at a fence or
+// the reader's end: a batch the reader handles wakes the appends it
+// confirms, not every append waiting.
 type tailLog struct {
 	mu         sync.Mutex
-	termBegins []termBegin   // in log order
-	pos        message.ID    // the last message the tail reader handled
-	fencedAt   message.ID    // the term-begin that fenced the WAL, if one did
-	ended      bool          // the tail reader stopped for good
-	moved      chan struct{} // closed and replaced on every change
+	termBegins []termBegin // in log order
+	pos        message.ID  // the last message the tail reader handled
+	fencedAt   message.ID  // the term-begin that fenced the WAL, if one did
+	ended      bool        // the tail reader stopped for good
+	waiters    confirmWaiters
 }
 
-func newTailLog() *tailLog { return &tailLog{moved: make(chan struct{})} }
+// confirmWaiter is an append waiting for the tail reader to read id.
+type confirmWaiter struct {
+	id   message.ID
+	wake chan struct{}
+}
 
-// changedLocked wakes the waiters of a change. Called with mu held.
-func (l *tailLog) changedLocked() {
-	close(l.moved)
-	l.moved = make(chan struct{})
+// confirmWaiters is a min-heap of waiters by ID (container/heap).
+type confirmWaiters []confirmWaiter
+
+func (h confirmWaiters) Len() int           { return len(h) }
+func (h confirmWaiters) Less(i, j int) bool { return h[i].id.LT(h[j].id) }
+func (h confirmWaiters) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *confirmWaiters) Push(x any)        { *h = append(*h, x.(confirmWaiter)) }
+func (h *confirmWaiters) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = confirmWaiter{}
+	*h = old[:len(old)-1]
+	return w
+}
+
+func newTailLog() *tailLog { return &tailLog{} }
+
+// wakeAllLocked wakes every waiting append, to look again (a fence, the
+// reader's end). Called with mu held.
+func (l *tailLog) wakeAllLocked() {
+	for _, w := range l.waiters {
+		close(w.wake)
+	}
+	clear(l.waiters)
+	l.waiters = l.waiters[:0]
 }
 
 // noteTermBegin records a term-begin read from the log (recovery and the
@@ -234,7 +263,9 @@ func (l *tailLog) readTo(id message.ID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pos = id
-	l.changedLocked()
+	for len(l.waiters) > 0 && l.waiters[0].id.LTE(id) {
+		close(heap.Pop(&l.waiters).(confirmWaiter).wake)
+	}
 }
 
 // fencedBy records the first term-begin that fenced the WAL.
@@ -244,7 +275,7 @@ func (l *tailLog) fencedBy(id message.ID) {
 	if l.fencedAt.IsZero() {
 		l.fencedAt = id
 	}
-	l.changedLocked()
+	l.wakeAllLocked()
 }
 
 // end records that the tail reader stopped for good.
@@ -252,13 +283,20 @@ func (l *tailLog) end() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ended = true
-	l.changedLocked()
+	l.wakeAllLocked()
 }
 
-// state returns the reader's progress and the channel closed at its next
-// change.
-func (l *tailLog) state() (pos, fencedAt message.ID, ended bool, moved <-chan struct{}) {
+// await returns the reader's progress for an append stored at id and,
+// while that does not decide the append yet, a channel closed once it may:
+// the reader passed id, a term-begin fenced the WAL, or the reader ended.
+func (l *tailLog) await(id message.ID) (pos, fencedAt message.ID, ended bool, wake <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.pos, l.fencedAt, l.ended, l.moved
+	decided := !l.fencedAt.IsZero() && l.fencedAt.LT(id) || !l.pos.IsZero() && id.LTE(l.pos) || l.ended
+	if !decided {
+		ch := make(chan struct{})
+		heap.Push(&l.waiters, confirmWaiter{id: id, wake: ch})
+		wake = ch
+	}
+	return l.pos, l.fencedAt, l.ended, wake
 }

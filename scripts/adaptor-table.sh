@@ -2,6 +2,9 @@
 # adaptor-table.sh — the adaptor's cost table: adaptor ÷ raw backend ratios
 # from adaptor/bench_test.go, each benchmark run COUNT times (default 3),
 # printed as "runs → median" per row, ready for an issue or a closing note.
+# Rows ending in /cpu are the CPU-time ratio (raw CPU ÷ adaptor CPU per
+# record): steadier than the records/s ratio where the disk's writeback, not
+# the CPU, decides the pace (the local rows without sync).
 #
 #   scripts/adaptor-table.sh            # 3 runs, 30000 appends, 3 scans
 #   COUNT=5 APPENDS=50000x scripts/adaptor-table.sh
@@ -30,6 +33,7 @@ awk '/^Benchmark/ {
 		if ($i == "ratio") print name, $(i-1)
 		if ($i == "batch-ratio") print name "/batches", $(i-1)
 		if ($i == "goroutines-ratio") print name "/goroutines", $(i-1)
+		if ($i == "cpu-ratio") print name "/cpu", $(i-1)
 	}
 }' "$out/bench.txt" | sort -s -k1,1 | awk '
 function median(   n, i, j, t, a) {
