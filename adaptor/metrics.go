@@ -1,10 +1,12 @@
 package adaptor
 
 import (
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/atomic"
 )
 
 // Metrics are the adaptor's Prometheus metrics, shared by every WAL of a
@@ -129,14 +131,53 @@ func (nop) Dec()            {}
 func (nop) Sub(float64)     {}
 func (nop) Observe(float64) {}
 
+// lazyObserver is a histogram series created at its first observation: a
+// channel that never appended (or never failed to) exports no buckets of
+// zeros for it. Once dropped (the channel's series forgotten) it creates
+// nothing more.
+type lazyObserver struct {
+	vec    *prometheus.HistogramVec
+	labels []string
+	obs    atomic.Pointer[prometheus.Observer]
+	mu     sync.Mutex // guards creating obs, and gone
+	gone   bool
+}
+
+func (l *lazyObserver) Observe(v float64) {
+	if o := l.obs.Load(); o != nil {
+		(*o).Observe(v)
+		return
+	}
+	l.mu.Lock()
+	if l.gone {
+		l.mu.Unlock()
+		return
+	}
+	o := l.obs.Load()
+	if o == nil {
+		obs := l.vec.WithLabelValues(l.labels...)
+		o = &obs
+		l.obs.Store(o)
+	}
+	l.mu.Unlock()
+	(*o).Observe(v)
+}
+
+// drop stops the series from being created again once forgotten.
+func (l *lazyObserver) drop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gone = true
+}
+
 // walMetrics are one channel's series.
 type walMetrics struct {
 	parent      *Metrics // nil: nothing is recorded
 	channel     string
 	appendsOK   counter
 	appendBytes counter
-	latencyOK   observer
-	latencyErr  observer
+	latencyOK   *lazyObserver
+	latencyErr  *lazyObserver
 	retries     counter
 	fenced      counter
 	watermarks  counter
@@ -148,7 +189,7 @@ type walMetrics struct {
 func newWALMetrics(m *Metrics, channel string) walMetrics {
 	if m == nil {
 		var n nop
-		return walMetrics{channel: channel, appendsOK: n, appendBytes: n, latencyOK: n, latencyErr: n,
+		return walMetrics{channel: channel, appendsOK: n, appendBytes: n,
 			retries: n, fenced: n, watermarks: n, wabBytes: n, scanBytes: n, fallbacks: n}
 	}
 	return walMetrics{
@@ -156,8 +197,8 @@ func newWALMetrics(m *Metrics, channel string) walMetrics {
 		channel:     channel,
 		appendsOK:   m.appends.WithLabelValues(channel),
 		appendBytes: m.appendBytes.WithLabelValues(channel),
-		latencyOK:   m.appendLatency.WithLabelValues(channel, "ok"),
-		latencyErr:  m.appendLatency.WithLabelValues(channel, "error"),
+		latencyOK:   &lazyObserver{vec: m.appendLatency, labels: []string{channel, "ok"}},
+		latencyErr:  &lazyObserver{vec: m.appendLatency, labels: []string{channel, "error"}},
 		retries:     m.retries.WithLabelValues(channel),
 		fenced:      m.fenced.WithLabelValues(channel),
 		watermarks:  m.watermarks.WithLabelValues(channel),
@@ -194,4 +235,11 @@ func (m walMetrics) dropped(reason string) counter {
 	return m.parent.dropped.WithLabelValues(m.channel, reason)
 }
 
-func (m walMetrics) forget() { m.parent.forget(m.channel) }
+func (m walMetrics) forget() {
+	if m.parent == nil {
+		return
+	}
+	m.latencyOK.drop()
+	m.latencyErr.drop()
+	m.parent.forget(m.channel)
+}

@@ -147,7 +147,9 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		w.m.forget()
 		return nil, errors.Wrapf(err, "adaptor: open %s at term %d", ch.Name, ch.Term)
 	}
-	w.log.Info("wal opened", "read_only", opts.ReadOnly, "part_bytes", w.partBytes)
+	// Debug: the manager above, when there is one, logs the open with its
+	// timing at Info, and one line per event is enough.
+	w.log.Debug("wal opened", "read_only", opts.ReadOnly, "part_bytes", w.partBytes)
 	return w, nil
 }
 
@@ -401,6 +403,6 @@ func (w *wal) Close() error {
 	w.callbacks.Close()
 	err := w.impl.Close()
 	w.m.forget()
-	w.log.Info("wal closed")
+	w.log.Debug("wal closed")
 	return err
 }
