@@ -71,7 +71,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, p, logger); err != nil {
-		logger.Error("walnode failed", "error", err)
+		// The message, not %+v: slog's text handler would print every
+		// frame of the error's stack.
+		logger.Error("walnode failed", "error", err.Error())
 		os.Exit(1)
 	}
 }
@@ -153,6 +155,15 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	}
 	closers = append(closers, func() { _ = store.Close() })
 	pl, err := selector.OpenPool(ctx, cfg, store, opener, pool.Options{Logger: logger})
+	if errors.Is(err, pool.ErrConfigMismatch) {
+		where := fmt.Sprintf("the cluster's etcd at %s, under -root %s", strings.Join(endpoints, ","), p.root)
+		if p.etcd == "" {
+			where = fmt.Sprintf("the etcd member embedded in -data %s", p.data)
+		}
+		return errors.Wrapf(err, "the channel pool in %s was made by nodes of another configuration; "+
+			"start this node with the configuration the pool was made with, or with another -data (or -root) to make a new cluster",
+			where)
+	}
 	if err != nil {
 		return err
 	}
