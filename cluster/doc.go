@@ -23,6 +23,7 @@
 //	<root>opened/<channel>      Opened      under the owner's session lease
 //	<root>requests/move/<channel>  MoveRequest  written by operators
 //	<root>requests/drain/<node>    DrainRequest written by operators
+//	<root>requests/refused/<channel>  MoveRefusal  written by the leader
 //	<root>election/             the coordinator election (etcd concurrency)
 //
 // An Assignment names the channel's owner and term and whether the owner has

@@ -47,6 +47,8 @@ func (l Layout) Moves() string                    { return l.Root + "requests/mo
 func (l Layout) Move(channel string) string       { return l.Moves() + channel }
 func (l Layout) Drains() string                   { return l.Root + "requests/drain/" }
 func (l Layout) Drain(node string) string         { return l.Drains() + node }
+func (l Layout) Refusals() string                 { return l.Root + "requests/refused/" }
+func (l Layout) Refusal(channel string) string    { return l.Refusals() + channel }
 func (l Layout) Election() string                 { return l.Root + "election/" }
 
 // NodeInfo is a registered node.
@@ -108,6 +110,15 @@ type DrainRequest struct {
 	Since time.Time `json:"since"`
 }
 
+// MoveRefusal is the coordinator's record of a move request it deleted
+// without honouring it, written in the same transaction as the deletion:
+// whoever wrote the request (walctl) reports Reason.
+type MoveRefusal struct {
+	// Request is the ModRevision of the refused request.
+	Request int64  `json:"request"`
+	Reason  string `json:"reason"`
+}
+
 // envelope carries a value with its format version.
 type envelope[T any] struct {
 	V     int `json:"v"`
@@ -115,7 +126,7 @@ type envelope[T any] struct {
 }
 
 // Encode returns the stored form of v.
-func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest](v T) []byte {
+func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | MoveRefusal](v T) []byte {
 	b, err := json.Marshal(envelope[T]{V: formatVersion, Value: v})
 	if err != nil {
 		panic(fmt.Sprintf("cluster: encode %T: %v", v, err)) // plain structs always encode
@@ -125,7 +136,7 @@ func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest](v T) 
 
 // Decode decodes the value stored at key; anything but this version's form
 // is ErrCorrupt naming the key.
-func Decode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest](key string, data []byte) (T, error) {
+func Decode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | MoveRefusal](key string, data []byte) (T, error) {
 	var e envelope[T]
 	if err := json.Unmarshal(data, &e); err != nil {
 		return e.Value, errors.WithStack(fmt.Errorf("%s: %w: %w", key, err, ErrCorrupt))

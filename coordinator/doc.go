@@ -53,7 +53,9 @@
 //   - a move request moves the channel to the requested node (or the
 //     least-loaded other live node if To is ""), term+1, and is deleted
 //     in the same transaction; a request naming a node that is not live,
-//     or the current owner, or with nowhere to go, is deleted and logged;
+//     or the current owner, or with nowhere to go, is deleted and logged,
+//     and the reason recorded under Layout.Refusal (cluster.MoveRefusal)
+//     in the same transaction, for walctl to report;
 //   - an Opened report of the owner at the assignment's exact node and
 //     term, without error, makes an Assigning assignment Assigned and
 //     clears Previous;

@@ -131,6 +131,10 @@ func (c *Coordinator) commit(ctx context.Context, f fence, ch change) (applied b
 		key := c.layout.Move(ch.channel)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", ch.moveRev))
 		ops = append(ops, clientv3.OpDelete(key))
+		if ch.kind == changeDropMove { // say why, for whoever asked (walctl)
+			refusal := cluster.MoveRefusal{Request: ch.moveRev, Reason: ch.note}
+			ops = append(ops, clientv3.OpPut(c.layout.Refusal(ch.channel), string(cluster.Encode(refusal))))
+		}
 	}
 	resp, err := c.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(f.key)).Commit()
 	if err == nil && c.hooks.loseAnswer != nil && c.hooks.loseAnswer(ch) {
