@@ -116,7 +116,6 @@ func newScanner(ctx context.Context, v walView, opt ReadOption, batches bool) (*
 		opt:  opt,
 		buf:  reorder.New[message.Immutable](v.budget),
 		join: newJoiner(),
-		box:  newOutbox(),
 	}
 	for _, k := range kinds {
 		s.kind = s.kind.with(k)
@@ -126,6 +125,7 @@ func newScanner(ctx context.Context, v walView, opt ReadOption, batches bool) (*
 	} else {
 		s.out = make(chan message.Immutable)
 	}
+	s.box = newOutbox(s.batches)
 	if err := s.openSource(ctx); err != nil {
 		return nil, err
 	}

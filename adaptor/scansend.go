@@ -41,9 +41,14 @@ type outbox struct {
 	// run reads it per message, without a lock.
 	bytes atomic.Int64
 
-	mu     sync.Mutex
-	chunks []outChunk // queued, oldest first
-	free   [][]message.Immutable
+	mu      sync.Mutex
+	chunks  []outChunk // queued, oldest first
+	free    [][]message.Immutable
+	sending bool // the sender holds a chunk it popped
+	// direct is the reader's channel of slices (ReadBatches), nil for one
+	// by one: run hands a chunk over itself when the reader waits and
+	// nothing is queued before it, saving the sender's hand-off.
+	direct chan []message.Immutable
 
 	filling outChunk // owned by run
 
@@ -56,8 +61,8 @@ type outChunk struct {
 	bytes int
 }
 
-func newOutbox() *outbox {
-	return &outbox{kick: make(chan struct{}, 1), drained: make(chan struct{}, 1)}
+func newOutbox(direct chan []message.Immutable) *outbox {
+	return &outbox{kick: make(chan struct{}, 1), drained: make(chan struct{}, 1), direct: direct}
 }
 
 // add appends m (counted as size bytes) to the chunk run fills, queueing
@@ -80,6 +85,20 @@ func (o *outbox) flush() {
 		return
 	}
 	o.mu.Lock()
+	if o.direct != nil && len(o.chunks) == 0 && !o.sending {
+		// Nothing is queued and the sender holds nothing: it stays idle
+		// until run queues, so a chunk run hands over now comes in order.
+		o.mu.Unlock()
+		select {
+		case o.direct <- o.filling.msgs:
+			c := o.filling
+			o.filling = outChunk{}
+			o.sent(c, true)
+			return
+		default:
+		}
+		o.mu.Lock()
+	}
 	o.chunks = append(o.chunks, o.filling)
 	o.mu.Unlock()
 	o.filling = outChunk{}
@@ -110,6 +129,7 @@ func (o *outbox) pop() (outChunk, bool) {
 	c := o.chunks[0]
 	o.chunks[0] = outChunk{}
 	o.chunks = o.chunks[1:]
+	o.sending = true
 	if len(o.chunks) == 0 {
 		o.chunks = o.chunks[:0:0]
 	}
@@ -122,12 +142,13 @@ func (o *outbox) pop() (outChunk, bool) {
 func (o *outbox) sent(c outChunk, handedOver bool) {
 	if !handedOver {
 		clear(c.msgs)
-		o.mu.Lock()
-		if len(o.free) < outFreeChunks {
-			o.free = append(o.free, c.msgs[:0])
-		}
-		o.mu.Unlock()
 	}
+	o.mu.Lock()
+	if !handedOver && len(o.free) < outFreeChunks {
+		o.free = append(o.free, c.msgs[:0])
+	}
+	o.sending = false
+	o.mu.Unlock()
 	o.bytes.Sub(int64(c.bytes))
 	select {
 	case o.drained <- struct{}{}:
