@@ -154,3 +154,57 @@ func TestAppendAndReadAcrossMoves(t *testing.T) {
 		require.Equalf(t, 1, n, "%s delivered %d times", p, n)
 	}
 }
+
+// Read with UntilCaughtUp returns once it delivered what was acknowledged
+// before it started, across a move of the channel too; Last delivers only
+// the last messages, and a Position starts a read at its message.
+func TestReadUntilCaughtUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cli := etcdtest.Client(t, srv.Endpoints())
+	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
+	require.NoError(t, err)
+	mem := memory.NewCluster()
+	startNode(t, cli, l.Root, mem, "a")
+	startNode(t, cli, l.Root, mem, "b")
+	assign(t, cli, l, "orders", "a", 1)
+	c, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root})
+	require.NoError(t, err)
+	defer c.Close()
+	var want []string
+	for i := range 20 {
+		p := fmt.Sprintf("m%02d", i)
+		_, err := c.Append(ctx, "orders", client.Message{Payload: []byte(p)}, client.Options{})
+		require.NoError(t, err)
+		want = append(want, p)
+		if i == 9 {
+			assign(t, cli, l, "orders", "b", 2) // the appends follow the owner
+		}
+	}
+	read := func(opts client.ReadOptions) (got []string, ds []*streamwalv1.Delivered) {
+		require.NoError(t, c.Read(ctx, "orders", opts, func(d *streamwalv1.Delivered) error {
+			got = append(got, string(d.GetPayload()))
+			ds = append(ds, d)
+			return nil
+		}))
+		return got, ds
+	}
+	got, ds := read(client.ReadOptions{UntilCaughtUp: true})
+	require.Equal(t, want, got)
+	got, _ = read(client.ReadOptions{UntilCaughtUp: true, Last: 5})
+	require.Equal(t, want[15:], got)
+	got, _ = read(client.ReadOptions{UntilCaughtUp: true, After: ds[12].GetPosition()})
+	require.Equal(t, want[12:], got)
+	got, _ = read(client.ReadOptions{UntilCaughtUp: true, Last: 3, After: ds[12].GetPosition()})
+	require.Equal(t, want[17:], got)
+
+	// A read that cannot catch up before its context ends says so.
+	short, scancel := context.WithCancel(ctx)
+	scancel()
+	err = c.Read(short, "orders", client.ReadOptions{UntilCaughtUp: true}, func(*streamwalv1.Delivered) error { return nil })
+	require.ErrorIs(t, err, context.Canceled)
+	// Marked errors: cockroachdb's errors.Is, not the standard library's.
+	require.True(t, errors.Is(c.Read(ctx, "orders", client.ReadOptions{Last: -1}, nil), client.ErrRefused))
+	err = c.Read(ctx, "orders", client.ReadOptions{Last: 20000}, nil)
+	require.True(t, errors.Is(err, client.ErrRefused), "%v", err)
+}

@@ -12,7 +12,8 @@ import (
 // ReadOptions tune Read.
 type ReadOptions struct {
 	// After is the checkpoint (Delivered.Checkpoint) to resume after; empty
-	// reads from the first message kept.
+	// reads from the first message kept. A Delivered.Position starts the
+	// read at that message.
 	After string
 	// Latest starts at the end instead: only messages appended from now on.
 	Latest bool
@@ -20,22 +21,42 @@ type ReadOptions struct {
 	VChannels []string
 	// TermBegins also delivers term-begin messages (Kind "term-begin").
 	TermBegins bool
+	// UntilCaughtUp ends the read, with nil, once every message
+	// acknowledged before it started has been delivered; if ctx ends
+	// first, Read returns ctx's error.
+	UntilCaughtUp bool
+	// Last delivers only the last Last of the messages acknowledged before
+	// the read started (after After, if set), then goes on; 0 delivers
+	// them all. At most 10000.
+	Last int
 }
 
 // Read delivers a channel's messages to fn in timetick order, following the
 // tail and the channel's owner: when the owner changes or its stream breaks,
 // it reads on from the new owner after the last checkpoint it delivered,
-// so nothing is lost or delivered twice. It returns when ctx ends (nil),
-// when fn returns an error (that error), or when the read is refused (a
-// truncated start: ErrRefused).
+// so nothing is lost or delivered twice. It returns when ctx ends (nil,
+// or ctx's error with UntilCaughtUp), when it has caught up
+// (UntilCaughtUp: nil), when fn returns an error (that error), or when the
+// read is refused (a truncated start, bad options: ErrRefused).
 func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn func(*streamwalv1.Delivered) error) error {
+	if opts.Last < 0 {
+		return errors.Wrapf(ErrRefused, "client: negative Last %d", opts.Last)
+	}
 	after := opts.After
 	latest := opts.Latest && after == ""
+	last := opts.Last
+	// ended is Read's answer once ctx ends.
+	ended := func() error {
+		if opts.UntilCaughtUp {
+			return errors.Wrapf(ctx.Err(), "client: read of %q ended before catching up", channel)
+		}
+		return nil
+	}
 	for attempt := 0; ; attempt++ {
 		addr, _, err := c.owner(ctx, channel, "", attempt)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return ended()
 			}
 			return err
 		}
@@ -43,7 +64,11 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 		if err != nil {
 			return err
 		}
-		req := &streamwalv1.ReadRequest{Channel: channel, Vchannels: opts.VChannels, TermBegins: opts.TermBegins}
+		// A stream that broke is resumed after the last message delivered:
+		// once one was, nothing is held back any more (Last), so nothing
+		// is skipped.
+		req := &streamwalv1.ReadRequest{Channel: channel, Vchannels: opts.VChannels, TermBegins: opts.TermBegins,
+			UntilCaughtUp: opts.UntilCaughtUp, Last: uint32(last)}
 		switch {
 		case after != "":
 			req.Start = &streamwalv1.ReadRequest_AfterCheckpoint{AfterCheckpoint: after}
@@ -53,7 +78,10 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 		stream, err := cl.Read(ctx, connect.NewRequest(req))
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return ended()
+			}
+			if code := connect.CodeOf(err); code == connect.CodeOutOfRange || code == connect.CodeInvalidArgument {
+				return errors.Mark(err, ErrRefused)
 			}
 			continue
 		}
@@ -64,16 +92,24 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 					_ = stream.Close()
 					return err
 				}
+				last = 0
 				if d.GetCheckpoint() != "" {
 					after, latest = d.GetCheckpoint(), false
 				}
+			}
+			if stream.Msg().GetCaughtUp() {
+				if opts.UntilCaughtUp {
+					_ = stream.Close()
+					return nil
+				}
+				last = 0
 			}
 		}
 		err = stream.Err()
 		_ = stream.Close()
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return ended()
 		case connect.CodeOf(err) == connect.CodeOutOfRange, connect.CodeOf(err) == connect.CodeInvalidArgument:
 			return errors.Mark(err, ErrRefused)
 		}

@@ -39,6 +39,10 @@ type Config struct {
 	// DedupKeys is how many recent idempotency keys each channel remembers
 	// in memory; default 100,000.
 	DedupKeys int
+	// StallAfter is how long a channel may have appends waiting with none
+	// finishing, or stay opening, before /admin/channels and Status call
+	// it stalled; default 10s.
+	StallAfter time.Duration
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the node's metrics (and its WALs' and manager's);
@@ -54,6 +58,7 @@ const (
 	DefaultListen     = "127.0.0.1:0"
 	DefaultSessionTTL = 10 * time.Second
 	DefaultDedupKeys  = 100_000
+	DefaultStallAfter = 10 * time.Second
 )
 
 // Validate reports settings no node can run with.
@@ -66,6 +71,9 @@ func (c Config) Validate() error {
 	}
 	if c.DedupKeys < 0 {
 		return errors.Wrapf(ErrInvalidConfig, "negative DedupKeys %d", c.DedupKeys)
+	}
+	if c.StallAfter < 0 {
+		return errors.Wrapf(ErrInvalidConfig, "negative StallAfter %s", c.StallAfter)
 	}
 	if c.Registerer != nil && c.Gatherer == nil {
 		return errors.Wrap(ErrInvalidConfig, "a Registerer of your own needs its Gatherer to serve /metrics")
@@ -88,6 +96,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DedupKeys == 0 {
 		c.DedupKeys = DefaultDedupKeys
+	}
+	if c.StallAfter == 0 {
+		c.StallAfter = DefaultStallAfter
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

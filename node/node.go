@@ -122,10 +122,12 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	path, handler := streamwalv1connect.NewWALServiceHandler(&service{n: n})
+	svc := &service{n: n, traffic: newTraffic()}
+	path, handler := streamwalv1connect.NewWALServiceHandler(svc)
 	mux.Handle(path, handler)
 	mux.Handle("/metrics", promhttp.HandlerFor(n.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", n.health)
+	mux.HandleFunc("/admin/channels", svc.adminChannels)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS

@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/cockroachdb/errors"
@@ -18,7 +18,8 @@ import (
 
 // service implements the WALService API on a node.
 type service struct {
-	n *Node
+	n       *Node
+	traffic *traffic
 }
 
 // owned returns the WAL of a channel this node owns, or the API error that
@@ -138,6 +139,15 @@ func (s *service) Append(ctx context.Context, req *connect.Request[streamwalv1.A
 	if err != nil {
 		return nil, err
 	}
+	tr := s.traffic.of(r.GetChannel())
+	tr.begin(a.Term, time.Now())
+	defer func() {
+		if res != nil {
+			tr.end(a.Term, time.Now(), res.Msg.GetId(), res.Msg.GetTimetick(), true, nil)
+		} else {
+			tr.end(a.Term, time.Now(), "", 0, false, fault(err, ctx.Err()))
+		}
+	}()
 	msg, err := toMessage(r.GetMessage(), r.GetKey())
 	if err != nil {
 		return nil, notStored(connect.NewError(connect.CodeInvalidArgument, err))
@@ -257,6 +267,16 @@ func (s *service) AppendBatch(ctx context.Context, req *connect.Request[streamwa
 	if err != nil {
 		return nil, err
 	}
+	tr := s.traffic.of(r.GetChannel())
+	tr.begin(a.Term, time.Now())
+	defer func() {
+		if res != nil && len(res.Msg.GetResults()) > 0 {
+			last := res.Msg.GetResults()[len(res.Msg.GetResults())-1]
+			tr.end(a.Term, time.Now(), last.GetId(), last.GetTimetick(), true, nil)
+		} else {
+			tr.end(a.Term, time.Now(), "", 0, false, fault(err, ctx.Err()))
+		}
+	}()
 	msgs := make([]message.Message, len(r.GetMessages()))
 	for i, m := range r.GetMessages() {
 		if msgs[i], err = toMessage(m, ""); err != nil {
@@ -278,16 +298,84 @@ func (s *service) AppendBatch(ctx context.Context, req *connect.Request[streamwa
 	return connect.NewResponse(resp), nil
 }
 
+// maxReadLast bounds ReadRequest.last: the messages a read holds until it
+// reaches the tail.
+const maxReadLast = 10000
+
+// defaultReadBatch is the messages per response of a request without batch.
+const defaultReadBatch = 64
+
+// validateRead refuses what no node could serve.
+func validateRead(r *streamwalv1.ReadRequest) error {
+	if err := walimpls.ValidateChannelName(r.GetChannel()); err != nil {
+		return err
+	}
+	if b := r.GetBatch(); b < 0 {
+		return errors.Newf("batch %d is negative (0 takes the default, %d)", b, defaultReadBatch)
+	}
+	if l := r.GetLast(); l > maxReadLast {
+		return errors.Newf("last %d exceeds %d", l, maxReadLast)
+	}
+	for i, vc := range r.GetVchannels() {
+		if err := walimpls.ValidateChannelName(vc); err != nil {
+			return errors.Wrapf(err, "vchannels[%d]", i)
+		}
+	}
+	return nil
+}
+
 func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.ReadRequest], stream *connect.ServerStream[streamwalv1.ReadResponse]) (err error) {
 	defer func() { s.count("Read", err) }()
 	r := req.Msg
+	if err := validateRead(r); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	w, _, err := s.owned(r.GetChannel(), 0)
 	if err != nil {
 		return err
 	}
-	opt, err := readOption(w, r)
+	opt, start, err := readOption(w, r)
 	if err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	f := &readFeed{batch: int(r.GetBatch()), last: int(r.GetLast()), untilCaughtUp: r.GetUntilCaughtUp(), pos: start, flagAt: -1}
+	if f.batch == 0 {
+		f.batch = defaultReadBatch
+	}
+	_, latest := r.GetStart().(*streamwalv1.ReadRequest_Latest)
+	f.watching = f.untilCaughtUp || f.last > 0
+	if f.watching || latest {
+		// Where the log stands now: the end of what the read must catch
+		// up with, and the start of a latest read (a checkpoint, so that
+		// its first message has a position).
+		tail, err := w.Tail(ctx)
+		if err != nil {
+			return s.appendError(r.GetChannel(), err)
+		}
+		f.tail = tail
+		if latest {
+			opt.DeliverPolicy, f.pos = adaptor.DeliverAfter(tail), tail.Marshal()
+		}
+	}
+	if latest && f.watching {
+		// Nothing precedes the start: caught up already.
+		f.watching, f.flagAt, f.done = false, 0, f.untilCaughtUp
+		for _, resp := range f.responses() {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+		if f.done {
+			return nil
+		}
+	}
+	if f.watching {
+		// Watermarks too: the one at or above the tail says the read has
+		// everything before it.
+		if len(opt.Filter.Kinds) == 0 {
+			opt.Filter.Kinds = []message.Kind{message.KindData}
+		}
+		opt.Filter.Kinds = append(opt.Filter.Kinds, message.KindTimeTick)
 	}
 	// A batch scanner: the messages come in slices, a response takes up to
 	// batch of them, from one slice or several.
@@ -299,44 +387,38 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 		return s.appendError(r.GetChannel(), err)
 	}
 	defer func() { _ = sc.Close() }()
-	batch := int(r.GetBatch())
-	if batch <= 0 {
-		batch = 64
-	}
-	var pending []message.Immutable // received, not yet sent
+	tr := s.traffic.of(r.GetChannel())
+	rd := tr.addReader()
+	defer tr.removeReader(rd)
 	ended := false
 	for {
-		if len(pending) == 0 {
+		select {
+		case msgs, ok := <-sc.Batches():
+			ended = !ok
+			f.push(msgs)
+		case <-ctx.Done():
+			return nil
+		}
+		// Take what else is ready, up to a batch.
+		for more := true; more && !ended && len(f.out) < f.batch; {
 			select {
-			case pending, ended = <-sc.Batches():
-				ended = !ended
-			case <-ctx.Done():
-				return nil
+			case msgs, ok := <-sc.Batches():
+				ended = !ok
+				f.push(msgs)
+			default:
+				more = false
 			}
 		}
-		resp := &streamwalv1.ReadResponse{}
-		for !ended && len(resp.Messages) < batch {
-			if len(pending) == 0 {
-				// Take what else is ready, up to the batch.
-				var ok bool
-				select {
-				case pending, ok = <-sc.Batches():
-					ended = !ok
-					continue
-				default:
-				}
-				break
-			}
-			n := min(len(pending), batch-len(resp.Messages))
-			for _, m := range pending[:n] {
-				resp.Messages = append(resp.Messages, delivered(m))
-			}
-			pending = pending[n:]
-		}
-		if len(resp.Messages) > 0 {
+		for _, resp := range f.responses() {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
+			if ms := resp.GetMessages(); len(ms) > 0 {
+				rd.tt.Store(max(rd.tt.Load(), ms[len(ms)-1].GetTimetick()))
+			}
+		}
+		if f.done {
+			return nil
 		}
 		if ended {
 			if err := sc.Error(); errors.Is(err, walimpls.ErrPositionGone) {
@@ -349,12 +431,90 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 	}
 }
 
-// readOption maps a read request to the adaptor's options.
-func readOption(w adaptor.WAL, r *streamwalv1.ReadRequest) (adaptor.ReadOption, error) {
+// readFeed turns what a scanner delivers into a read's responses: pure
+// logic, no I/O. It gives each message its position, holds the last
+// `last` messages back until the tail (a watermark at or above it), marks
+// the response that completes the messages before the tail, and ends
+// there for until_caught_up.
+type readFeed struct {
+	batch, last   int
+	untilCaughtUp bool
+	// watching: the tail is not reached yet (until_caught_up or last).
+	watching bool
+	tail     adaptor.Checkpoint
+	// pos is the position of the next message: the checkpoint of the one
+	// before it, or the read's start.
+	pos  string
+	ring []*streamwalv1.Delivered // the last `last` messages, while watching
+	out  []*streamwalv1.Delivered // to send
+	// flagAt is how many messages of out precede the caught_up flag; -1
+	// when there is none to send.
+	flagAt int
+	// done: caught up with until_caught_up; the read ends once out is sent.
+	done bool
+}
+
+func (f *readFeed) push(msgs []message.Immutable) {
+	for _, m := range msgs {
+		if m.Kind() == message.KindTimeTick {
+			if f.watching && adaptor.CaughtUp(m, f.tail) {
+				f.watching = false
+				f.out = append(f.out, f.ring...)
+				f.ring = nil
+				f.flagAt = len(f.out)
+				f.done = f.untilCaughtUp
+			}
+			continue
+		}
+		if f.done {
+			return
+		}
+		d := delivered(m)
+		d.Position = f.pos
+		if d.GetCheckpoint() != "" {
+			f.pos = d.GetCheckpoint()
+		}
+		if f.watching && f.last > 0 {
+			if len(f.ring) == f.last {
+				f.ring = f.ring[1:]
+			}
+			f.ring = append(f.ring, d)
+			continue
+		}
+		f.out = append(f.out, d)
+	}
+}
+
+// responses takes out in responses of up to batch messages, the caught_up
+// flag on the one that ends where it belongs.
+func (f *readFeed) responses() []*streamwalv1.ReadResponse {
+	var resps []*streamwalv1.ReadResponse
+	for len(f.out) > 0 || f.flagAt == 0 {
+		n := min(len(f.out), f.batch)
+		if f.flagAt >= 0 {
+			n = min(n, f.flagAt)
+		}
+		resp := &streamwalv1.ReadResponse{Messages: f.out[:n:n]}
+		f.out = f.out[n:]
+		if f.flagAt >= 0 {
+			if f.flagAt -= n; f.flagAt == 0 {
+				resp.CaughtUp, f.flagAt = true, -1
+			}
+		}
+		resps = append(resps, resp)
+	}
+	return resps
+}
+
+// readOption maps a read request to the adaptor's options, and says the
+// position of the first message it delivers when a checkpoint names it
+// ("" otherwise).
+func readOption(w adaptor.WAL, r *streamwalv1.ReadRequest) (adaptor.ReadOption, string, error) {
 	opt := adaptor.ReadOption{Name: "api", Filter: adaptor.Filter{VChannels: r.GetVchannels()}}
 	if r.GetTermBegins() {
 		opt.Filter.Kinds = []message.Kind{message.KindData, message.KindTermBegin}
 	}
+	start := ""
 	switch st := r.GetStart().(type) {
 	case nil, *streamwalv1.ReadRequest_All:
 		opt.DeliverPolicy = adaptor.DeliverAll()
@@ -365,23 +525,23 @@ func readOption(w adaptor.WAL, r *streamwalv1.ReadRequest) (adaptor.ReadOption, 
 	case *streamwalv1.ReadRequest_AfterCheckpoint:
 		cp, err := w.ParseCheckpoint(st.AfterCheckpoint)
 		if err != nil {
-			return opt, err
+			return opt, "", err
 		}
-		opt.DeliverPolicy = adaptor.DeliverAfter(cp)
+		opt.DeliverPolicy, start = adaptor.DeliverAfter(cp), cp.Marshal()
 	case *streamwalv1.ReadRequest_StartFrom:
 		id, err := w.ParseID(st.StartFrom)
 		if err != nil {
-			return opt, err
+			return opt, "", err
 		}
 		opt.DeliverPolicy = adaptor.DeliverStartFrom(id)
 	case *streamwalv1.ReadRequest_StartAfter:
 		id, err := w.ParseID(st.StartAfter)
 		if err != nil {
-			return opt, err
+			return opt, "", err
 		}
 		opt.DeliverPolicy = adaptor.DeliverStartAfter(id)
 	}
-	return opt, nil
+	return opt, start, nil
 }
 
 // delivered maps a delivered message to the API.
@@ -406,9 +566,8 @@ func kindName(k message.Kind) string {
 func (s *service) Status(ctx context.Context, _ *connect.Request[streamwalv1.StatusRequest]) (*connect.Response[streamwalv1.StatusResponse], error) {
 	n := s.n
 	resp := &streamwalv1.StatusResponse{Node: n.cfg.ID, Addr: n.addr, Backend: n.cfg.Backend}
-	for _, c := range n.mgr.Channels() {
-		state := strings.ToLower(c.State.String())
-		resp.Channels = append(resp.Channels, &streamwalv1.ChannelStatus{Name: c.Name, Term: c.Term, State: state})
+	for _, r := range s.reports(time.Now()) {
+		resp.Channels = append(resp.Channels, statusOf(r))
 	}
 	s.count("Status", nil)
 	return connect.NewResponse(resp), nil

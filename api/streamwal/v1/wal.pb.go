@@ -13,6 +13,7 @@ package streamwalv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -384,8 +385,18 @@ type ReadRequest struct {
 	Vchannels []string `protobuf:"bytes,8,rep,name=vchannels,proto3" json:"vchannels,omitempty"`
 	// Also deliver term-begin messages (to resolve outcomes after a takeover).
 	TermBegins bool `protobuf:"varint,9,opt,name=term_begins,json=termBegins,proto3" json:"term_begins,omitempty"`
-	// At most this many messages per response (default 64).
-	Batch         int32 `protobuf:"varint,10,opt,name=batch,proto3" json:"batch,omitempty"`
+	// At most this many messages per response (default 64; negative is
+	// InvalidArgument).
+	Batch int32 `protobuf:"varint,10,opt,name=batch,proto3" json:"batch,omitempty"`
+	// End the stream (OK) once every message acknowledged before the read
+	// started has been delivered: the node writes a watermark when the read
+	// starts (WAL.Tail) and stops at it. The last response has caught_up set.
+	UntilCaughtUp bool `protobuf:"varint,11,opt,name=until_caught_up,json=untilCaughtUp,proto3" json:"until_caught_up,omitempty"`
+	// Deliver only the last `last` of the messages acknowledged before the
+	// read started (those the filters keep, after the start position), then
+	// go on as usual; 0 delivers them all. At most 10000. The response that
+	// completes them has caught_up set.
+	Last          uint32 `protobuf:"varint,12,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -509,6 +520,20 @@ func (x *ReadRequest) GetBatch() int32 {
 	return 0
 }
 
+func (x *ReadRequest) GetUntilCaughtUp() bool {
+	if x != nil {
+		return x.UntilCaughtUp
+	}
+	return false
+}
+
+func (x *ReadRequest) GetLast() uint32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
 type isReadRequest_Start interface {
 	isReadRequest_Start()
 }
@@ -569,7 +594,13 @@ type Delivered struct {
 	// Where to resume after this message.
 	Checkpoint string `protobuf:"bytes,8,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	// The idempotency key it was appended with, if any.
-	Key           string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	// Where a read starts with this very message: give it as
+	// after_checkpoint. It is the checkpoint of the message this read
+	// delivered before it, or the read's own start: empty for a read from
+	// the first message kept (and for the first message of a read started
+	// at an ID or a timetick, where no checkpoint precedes it).
+	Position      string `protobuf:"bytes,10,opt,name=position,proto3" json:"position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,9 +698,19 @@ func (x *Delivered) GetKey() string {
 	return ""
 }
 
+func (x *Delivered) GetPosition() string {
+	if x != nil {
+		return x.Position
+	}
+	return ""
+}
+
 type ReadResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*Delivered           `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Messages []*Delivered           `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Set on the response that completes the messages acknowledged before
+	// the read started (until_caught_up, last); it may carry no messages.
+	CaughtUp      bool `protobuf:"varint,2,opt,name=caught_up,json=caughtUp,proto3" json:"caught_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +750,13 @@ func (x *ReadResponse) GetMessages() []*Delivered {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *ReadResponse) GetCaughtUp() bool {
+	if x != nil {
+		return x.CaughtUp
+	}
+	return false
 }
 
 type StatusRequest struct {
@@ -751,10 +799,39 @@ type ChannelStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Term  int64                  `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	// "available", "opening", "closing", "fenced".
-	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The channel's lifetime on this node: "available", "opening",
+	// "failed" (its open failed), "unavailable" (fenced by a higher term),
+	// or "assigned" (assigned to this node, its open not started yet).
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// "healthy", "stalled" or "failed", judged from the node's own traffic
+	// (see the README's /admin/channels).
+	Health string `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
+	// Why the channel is stalled or failed, or still opening; empty when it
+	// is healthy and available.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Since when the channel is assigned to this node at this term.
+	AssignedSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=assigned_since,json=assignedSince,proto3" json:"assigned_since,omitempty"`
+	// Appends this node answered on the channel since it holds the term.
+	AppendsOk     uint64 `protobuf:"varint,7,opt,name=appends_ok,json=appendsOk,proto3" json:"appends_ok,omitempty"`
+	AppendsFailed uint64 `protobuf:"varint,8,opt,name=appends_failed,json=appendsFailed,proto3" json:"appends_failed,omitempty"`
+	// Appends in flight now.
+	AppendsWaiting uint32 `protobuf:"varint,9,opt,name=appends_waiting,json=appendsWaiting,proto3" json:"appends_waiting,omitempty"`
+	// The last acknowledged append: when, its ID and its timetick.
+	LastAppend   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_append,json=lastAppend,proto3" json:"last_append,omitempty"`
+	LastAppendId string                 `protobuf:"bytes,11,opt,name=last_append_id,json=lastAppendId,proto3" json:"last_append_id,omitempty"`
+	LastTimetick uint64                 `protobuf:"varint,12,opt,name=last_timetick,json=lastTimetick,proto3" json:"last_timetick,omitempty"`
+	// The last failure (a failed open, a fence, an append the node or the
+	// backend failed) and when it happened.
+	LastError   string                 `protobuf:"bytes,13,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastErrorAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=last_error_at,json=lastErrorAt,proto3" json:"last_error_at,omitempty"`
+	// Reads streaming from this node, and how far (in milliseconds of
+	// timetick) the slowest is behind the last acknowledged append; -1 when
+	// unknown (no append since the node holds the term, or no reader has
+	// received a message yet).
+	Readers            uint32 `protobuf:"varint,15,opt,name=readers,proto3" json:"readers,omitempty"`
+	SlowestReaderLagMs int64  `protobuf:"varint,16,opt,name=slowest_reader_lag_ms,json=slowestReaderLagMs,proto3" json:"slowest_reader_lag_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ChannelStatus) Reset() {
@@ -806,6 +883,97 @@ func (x *ChannelStatus) GetState() string {
 		return x.State
 	}
 	return ""
+}
+
+func (x *ChannelStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *ChannelStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ChannelStatus) GetAssignedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AssignedSince
+	}
+	return nil
+}
+
+func (x *ChannelStatus) GetAppendsOk() uint64 {
+	if x != nil {
+		return x.AppendsOk
+	}
+	return 0
+}
+
+func (x *ChannelStatus) GetAppendsFailed() uint64 {
+	if x != nil {
+		return x.AppendsFailed
+	}
+	return 0
+}
+
+func (x *ChannelStatus) GetAppendsWaiting() uint32 {
+	if x != nil {
+		return x.AppendsWaiting
+	}
+	return 0
+}
+
+func (x *ChannelStatus) GetLastAppend() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAppend
+	}
+	return nil
+}
+
+func (x *ChannelStatus) GetLastAppendId() string {
+	if x != nil {
+		return x.LastAppendId
+	}
+	return ""
+}
+
+func (x *ChannelStatus) GetLastTimetick() uint64 {
+	if x != nil {
+		return x.LastTimetick
+	}
+	return 0
+}
+
+func (x *ChannelStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *ChannelStatus) GetLastErrorAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastErrorAt
+	}
+	return nil
+}
+
+func (x *ChannelStatus) GetReaders() uint32 {
+	if x != nil {
+		return x.Readers
+	}
+	return 0
+}
+
+func (x *ChannelStatus) GetSlowestReaderLagMs() int64 {
+	if x != nil {
+		return x.SlowestReaderLagMs
+	}
+	return 0
 }
 
 type StatusResponse struct {
@@ -997,7 +1165,7 @@ var File_streamwal_v1_wal_proto protoreflect.FileDescriptor
 
 const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"\n" +
-	"\x16streamwal/v1/wal.proto\x12\fstreamwal.v1\"\xc5\x01\n" +
+	"\x16streamwal/v1/wal.proto\x12\fstreamwal.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc5\x01\n" +
 	"\aMessage\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12E\n" +
 	"\n" +
@@ -1025,7 +1193,7 @@ const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"\bmessages\x18\x02 \x03(\v2\x15.streamwal.v1.MessageR\bmessages\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x03R\x04term\"M\n" +
 	"\x13AppendBatchResponse\x126\n" +
-	"\aresults\x18\x01 \x03(\v2\x1c.streamwal.v1.AppendResponseR\aresults\"\xcb\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.streamwal.v1.AppendResponseR\aresults\"\x87\x03\n" +
 	"\vReadRequest\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12\x12\n" +
 	"\x03all\x18\x02 \x01(\bH\x00R\x03all\x12\x18\n" +
@@ -1040,8 +1208,10 @@ const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"\vterm_begins\x18\t \x01(\bR\n" +
 	"termBegins\x12\x14\n" +
 	"\x05batch\x18\n" +
-	" \x01(\x05R\x05batchB\a\n" +
-	"\x05start\"\xcf\x02\n" +
+	" \x01(\x05R\x05batch\x12&\n" +
+	"\x0funtil_caught_up\x18\v \x01(\bR\runtilCaughtUp\x12\x12\n" +
+	"\x04last\x18\f \x01(\rR\x04lastB\a\n" +
+	"\x05start\"\xeb\x02\n" +
 	"\tDelivered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btimetick\x18\x02 \x01(\x04R\btimetick\x12\x12\n" +
@@ -1055,17 +1225,37 @@ const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\b \x01(\tR\n" +
 	"checkpoint\x12\x10\n" +
-	"\x03key\x18\t \x01(\tR\x03key\x1a=\n" +
+	"\x03key\x18\t \x01(\tR\x03key\x12\x1a\n" +
+	"\bposition\x18\n" +
+	" \x01(\tR\bposition\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"`\n" +
 	"\fReadResponse\x123\n" +
-	"\bmessages\x18\x01 \x03(\v2\x17.streamwal.v1.DeliveredR\bmessages\"\x0f\n" +
-	"\rStatusRequest\"M\n" +
+	"\bmessages\x18\x01 \x03(\v2\x17.streamwal.v1.DeliveredR\bmessages\x12\x1b\n" +
+	"\tcaught_up\x18\x02 \x01(\bR\bcaughtUp\"\x0f\n" +
+	"\rStatusRequest\"\xe3\x04\n" +
 	"\rChannelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\"\x8b\x01\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06health\x18\x04 \x01(\tR\x06health\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12A\n" +
+	"\x0eassigned_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rassignedSince\x12\x1d\n" +
+	"\n" +
+	"appends_ok\x18\a \x01(\x04R\tappendsOk\x12%\n" +
+	"\x0eappends_failed\x18\b \x01(\x04R\rappendsFailed\x12'\n" +
+	"\x0fappends_waiting\x18\t \x01(\rR\x0eappendsWaiting\x12;\n" +
+	"\vlast_append\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastAppend\x12$\n" +
+	"\x0elast_append_id\x18\v \x01(\tR\flastAppendId\x12#\n" +
+	"\rlast_timetick\x18\f \x01(\x04R\flastTimetick\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\r \x01(\tR\tlastError\x12>\n" +
+	"\rlast_error_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vlastErrorAt\x12\x18\n" +
+	"\areaders\x18\x0f \x01(\rR\areaders\x121\n" +
+	"\x15slowest_reader_lag_ms\x18\x10 \x01(\x03R\x12slowestReaderLagMs\"\x8b\x01\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x18\n" +
@@ -1101,21 +1291,22 @@ func file_streamwal_v1_wal_proto_rawDescGZIP() []byte {
 
 var file_streamwal_v1_wal_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_streamwal_v1_wal_proto_goTypes = []any{
-	(*Message)(nil),             // 0: streamwal.v1.Message
-	(*AppendRequest)(nil),       // 1: streamwal.v1.AppendRequest
-	(*AppendResponse)(nil),      // 2: streamwal.v1.AppendResponse
-	(*AppendBatchRequest)(nil),  // 3: streamwal.v1.AppendBatchRequest
-	(*AppendBatchResponse)(nil), // 4: streamwal.v1.AppendBatchResponse
-	(*ReadRequest)(nil),         // 5: streamwal.v1.ReadRequest
-	(*Delivered)(nil),           // 6: streamwal.v1.Delivered
-	(*ReadResponse)(nil),        // 7: streamwal.v1.ReadResponse
-	(*StatusRequest)(nil),       // 8: streamwal.v1.StatusRequest
-	(*ChannelStatus)(nil),       // 9: streamwal.v1.ChannelStatus
-	(*StatusResponse)(nil),      // 10: streamwal.v1.StatusResponse
-	(*WrongNode)(nil),           // 11: streamwal.v1.WrongNode
-	(*Outcome)(nil),             // 12: streamwal.v1.Outcome
-	nil,                         // 13: streamwal.v1.Message.PropertiesEntry
-	nil,                         // 14: streamwal.v1.Delivered.PropertiesEntry
+	(*Message)(nil),               // 0: streamwal.v1.Message
+	(*AppendRequest)(nil),         // 1: streamwal.v1.AppendRequest
+	(*AppendResponse)(nil),        // 2: streamwal.v1.AppendResponse
+	(*AppendBatchRequest)(nil),    // 3: streamwal.v1.AppendBatchRequest
+	(*AppendBatchResponse)(nil),   // 4: streamwal.v1.AppendBatchResponse
+	(*ReadRequest)(nil),           // 5: streamwal.v1.ReadRequest
+	(*Delivered)(nil),             // 6: streamwal.v1.Delivered
+	(*ReadResponse)(nil),          // 7: streamwal.v1.ReadResponse
+	(*StatusRequest)(nil),         // 8: streamwal.v1.StatusRequest
+	(*ChannelStatus)(nil),         // 9: streamwal.v1.ChannelStatus
+	(*StatusResponse)(nil),        // 10: streamwal.v1.StatusResponse
+	(*WrongNode)(nil),             // 11: streamwal.v1.WrongNode
+	(*Outcome)(nil),               // 12: streamwal.v1.Outcome
+	nil,                           // 13: streamwal.v1.Message.PropertiesEntry
+	nil,                           // 14: streamwal.v1.Delivered.PropertiesEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_streamwal_v1_wal_proto_depIdxs = []int32{
 	13, // 0: streamwal.v1.Message.properties:type_name -> streamwal.v1.Message.PropertiesEntry
@@ -1124,20 +1315,23 @@ var file_streamwal_v1_wal_proto_depIdxs = []int32{
 	2,  // 3: streamwal.v1.AppendBatchResponse.results:type_name -> streamwal.v1.AppendResponse
 	14, // 4: streamwal.v1.Delivered.properties:type_name -> streamwal.v1.Delivered.PropertiesEntry
 	6,  // 5: streamwal.v1.ReadResponse.messages:type_name -> streamwal.v1.Delivered
-	9,  // 6: streamwal.v1.StatusResponse.channels:type_name -> streamwal.v1.ChannelStatus
-	1,  // 7: streamwal.v1.WALService.Append:input_type -> streamwal.v1.AppendRequest
-	3,  // 8: streamwal.v1.WALService.AppendBatch:input_type -> streamwal.v1.AppendBatchRequest
-	5,  // 9: streamwal.v1.WALService.Read:input_type -> streamwal.v1.ReadRequest
-	8,  // 10: streamwal.v1.WALService.Status:input_type -> streamwal.v1.StatusRequest
-	2,  // 11: streamwal.v1.WALService.Append:output_type -> streamwal.v1.AppendResponse
-	4,  // 12: streamwal.v1.WALService.AppendBatch:output_type -> streamwal.v1.AppendBatchResponse
-	7,  // 13: streamwal.v1.WALService.Read:output_type -> streamwal.v1.ReadResponse
-	10, // 14: streamwal.v1.WALService.Status:output_type -> streamwal.v1.StatusResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	15, // 6: streamwal.v1.ChannelStatus.assigned_since:type_name -> google.protobuf.Timestamp
+	15, // 7: streamwal.v1.ChannelStatus.last_append:type_name -> google.protobuf.Timestamp
+	15, // 8: streamwal.v1.ChannelStatus.last_error_at:type_name -> google.protobuf.Timestamp
+	9,  // 9: streamwal.v1.StatusResponse.channels:type_name -> streamwal.v1.ChannelStatus
+	1,  // 10: streamwal.v1.WALService.Append:input_type -> streamwal.v1.AppendRequest
+	3,  // 11: streamwal.v1.WALService.AppendBatch:input_type -> streamwal.v1.AppendBatchRequest
+	5,  // 12: streamwal.v1.WALService.Read:input_type -> streamwal.v1.ReadRequest
+	8,  // 13: streamwal.v1.WALService.Status:input_type -> streamwal.v1.StatusRequest
+	2,  // 14: streamwal.v1.WALService.Append:output_type -> streamwal.v1.AppendResponse
+	4,  // 15: streamwal.v1.WALService.AppendBatch:output_type -> streamwal.v1.AppendBatchResponse
+	7,  // 16: streamwal.v1.WALService.Read:output_type -> streamwal.v1.ReadResponse
+	10, // 17: streamwal.v1.WALService.Status:output_type -> streamwal.v1.StatusResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_streamwal_v1_wal_proto_init() }

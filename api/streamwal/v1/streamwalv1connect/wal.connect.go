@@ -54,7 +54,8 @@ type WALServiceClient interface {
 	// AppendBatch stores messages on one channel in order, as one batch.
 	AppendBatch(context.Context, *connect.Request[v1.AppendBatchRequest]) (*connect.Response[v1.AppendBatchResponse], error)
 	// Read streams a channel's messages in timetick order, following the tail
-	// until the client cancels.
+	// until the client cancels (or, with until_caught_up, until it has
+	// delivered every message acknowledged before the read started).
 	Read(context.Context, *connect.Request[v1.ReadRequest]) (*connect.ServerStreamForClient[v1.ReadResponse], error)
 	// Status describes the node and the channels it holds.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -133,7 +134,8 @@ type WALServiceHandler interface {
 	// AppendBatch stores messages on one channel in order, as one batch.
 	AppendBatch(context.Context, *connect.Request[v1.AppendBatchRequest]) (*connect.Response[v1.AppendBatchResponse], error)
 	// Read streams a channel's messages in timetick order, following the tail
-	// until the client cancels.
+	// until the client cancels (or, with until_caught_up, until it has
+	// delivered every message acknowledged before the read started).
 	Read(context.Context, *connect.Request[v1.ReadRequest], *connect.ServerStream[v1.ReadResponse]) error
 	// Status describes the node and the channels it holds.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
