@@ -64,6 +64,9 @@ type params struct {
 
 func main() {
 	p, logger, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0) // -h: the usage went to stderr; asking for it is no error
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "walnode:", err)
 		os.Exit(2)
