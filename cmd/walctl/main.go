@@ -2,21 +2,36 @@
 //
 //	walctl nodes                       the registered nodes
 //	walctl channels                    each channel's owner, term and state
+//	walctl explain <channel>           why a channel serves or not, from the cluster and its owner
 //	walctl move <channel> [<node>]     move a channel (to the least loaded other node)
 //	walctl drain <node>                move every channel off a node, and keep it empty
 //	walctl undrain <node>              let a drained node take channels again
 //	walctl rebalance                   move channels until live nodes' counts differ by at most one
 //	walctl append <channel> [msg...]   append the arguments, or stdin's lines
-//	walctl tail <channel>              follow a channel's messages
+//	walctl tail <channel>              print a channel's messages, and follow it
+//	walctl help [<command>]            the commands, or one command's flags
 //
-// Flags before the command: -etcd (endpoints, default http://127.0.0.1:2379),
-// -root (the cluster's root), -json (machine-readable output), -timeout.
+// Flags may come before or after the command and its arguments (after
+// "--" everything is an argument): -etcd (endpoints, default
+// http://127.0.0.1:2379), -root (the cluster's root), -json (one JSON
+// object per line), -timeout (the bound on a command; tail only has one
+// when given), and each command's own (walctl help <command>).
+//
+// Exit status: 0 when the command took effect, 1 when it failed or the
+// cluster refused it (the reason is printed), 2 for a command line walctl
+// cannot run (with the usage).
+//
+// A request that cannot take effect is refused before it is written when
+// the cluster's current state already says so (an unknown channel or node,
+// a node that is not live or drained, nowhere to move to, draining the last
+// node), and otherwise reported when the coordinator refuses it: move
+// waits for the coordinator's decision (it records why it drops a request,
+// cluster.MoveRefusal), drain until the node's channels have moved.
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -24,342 +39,418 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
-	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
-	"github.com/streamwal/streamwal/coordinator"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 )
 
-type ctl struct {
-	cli    *clientv3.Client
-	layout cluster.Layout
-	json   bool
-	out    io.Writer
-	errOut io.Writer
-	in     io.Reader
-	// tty reports whether stderr is a terminal (progress lines when piping).
-	tty bool
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailed  = 1 // the command failed, or the cluster refused it
+	exitUsage   = 2 // a command line walctl cannot run
+	defaultEtcd = "http://127.0.0.1:2379"
+)
+
+// options are every flag's value; each command defines the global flags
+// and its own.
+type options struct {
+	etcd, root    string
+	json          bool
+	timeout       time.Duration
+	timeoutGiven  bool
+	wait          bool
+	from          string
+	last          int
+	untilCaughtUp bool
 }
 
-func main() {
-	etcd := flag.String("etcd", "http://127.0.0.1:2379", "etcd endpoints, comma-separated")
-	root := flag.String("root", cluster.DefaultRoot, "the cluster's root in etcd")
-	asJSON := flag.Bool("json", false, "print JSON, one object per line")
-	timeout := flag.Duration("timeout", 30*time.Second, "bound on each command but tail")
-	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: walctl [flags] nodes|channels|move|drain|undrain|rebalance|append|tail [args]")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() == 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, *etcd, *root, *asJSON, *timeout, flag.Args()); err != nil {
-		fmt.Fprintln(os.Stderr, "walctl:", err)
-		os.Exit(1)
-	}
+// flagDef defines one flag on a flag set.
+type flagDef struct {
+	name   string
+	isBool bool
+	define func(fs *flag.FlagSet, o *options)
 }
 
-func run(ctx context.Context, etcd, root string, asJSON bool, timeout time.Duration, args []string) error {
-	layout, err := cluster.NewLayout(root)
-	if err != nil {
-		return err
-	}
-	dctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cli, err := etcdstore.Dial(dctx, etcdstore.Config{Endpoints: strings.Split(etcd, ",")})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cli.Close() }()
-	st, _ := os.Stderr.Stat()
-	c := &ctl{cli: cli, layout: layout, json: asJSON, out: os.Stdout, errOut: os.Stderr, in: os.Stdin,
-		tty: st != nil && st.Mode()&os.ModeCharDevice != 0}
-	cmd, rest := args[0], args[1:]
-	if cmd != "tail" {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	switch cmd {
-	case "nodes":
-		return c.nodes(ctx)
-	case "channels":
-		return c.channels(ctx)
-	case "move":
-		if len(rest) < 1 || len(rest) > 2 {
-			return errors.New("usage: walctl move <channel> [<node>]")
-		}
-		to := ""
-		if len(rest) == 2 {
-			to = rest[1]
-		}
-		return c.done(coordinator.RequestMove(ctx, cli, layout, rest[0], to), "move requested", map[string]string{"channel": rest[0], "to": to})
-	case "drain", "undrain":
-		if len(rest) != 1 {
-			return errors.Newf("usage: walctl %s <node>", cmd)
-		}
-		if cmd == "drain" {
-			return c.done(coordinator.RequestDrain(ctx, cli, layout, rest[0]), "drain requested", map[string]string{"node": rest[0]})
-		}
-		return c.done(coordinator.Undrain(ctx, cli, layout, rest[0]), "undrained", map[string]string{"node": rest[0]})
-	case "rebalance":
-		return c.rebalance(ctx)
-	case "append":
-		if len(rest) < 1 {
-			return errors.New("usage: walctl append <channel> [message...]  (no messages: stdin's lines)")
-		}
-		return c.append(ctx, rest[0], rest[1:])
-	case "tail":
-		if len(rest) != 1 {
-			return errors.New("usage: walctl tail <channel>")
-		}
-		return c.tail(ctx, rest[0])
-	}
-	return errors.Newf("unknown command %q (nodes, channels, move, drain, undrain, rebalance, append, tail)", cmd)
+var globalFlags = []flagDef{
+	{"etcd", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.etcd, "etcd", defaultEtcd, "etcd endpoints, comma-separated")
+	}},
+	{"root", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.root, "root", cluster.DefaultRoot, "the cluster's root in etcd")
+	}},
+	{"json", true, func(fs *flag.FlagSet, o *options) {
+		fs.BoolVar(&o.json, "json", false, "print JSON, one object per line")
+	}},
+	{"timeout", false, func(fs *flag.FlagSet, o *options) {
+		fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on the command, its waits included (tail: none unless given)")
+	}},
 }
 
-// done reports a steering command's outcome.
-func (c *ctl) done(err error, what string, fields map[string]string) error {
-	if err != nil {
-		return err
-	}
-	if c.json {
-		fields["result"] = what
-		return json.NewEncoder(c.out).Encode(fields)
-	}
-	_, err = fmt.Fprintln(c.out, what)
-	return err
+var commandFlags = map[string]flagDef{
+	"wait": {"wait", true, func(fs *flag.FlagSet, o *options) {
+		fs.BoolVar(&o.wait, "wait", false, "also wait until the new owners serve the channels (bounded by -timeout)")
+	}},
+	"from": {"from", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.from, "from", "", "start at this `position` (as tail prints it; \"start\" for the first message kept)")
+	}},
+	"n": {"n", false, func(fs *flag.FlagSet, o *options) {
+		fs.IntVar(&o.last, "n", -1, "print only the last `N` messages appended before tail started, then follow (0: only new ones)")
+	}},
+	"until-caught-up": {"until-caught-up", true, func(fs *flag.FlagSet, o *options) {
+		fs.BoolVar(&o.untilCaughtUp, "until-caught-up", false, "exit once every message appended before tail started is printed")
+	}},
 }
 
-func (c *ctl) snapshot(ctx context.Context) (cluster.Snapshot, error) {
-	v, err := cluster.Watch(ctx, c.cli, c.layout, nil)
-	if err != nil {
-		return cluster.Snapshot{}, err
-	}
-	defer v.Close()
-	s, _ := v.Snapshot()
-	return s, nil
+// command is one walctl command.
+type command struct {
+	name, args, summary string
+	// detail is the rest of its help.
+	detail           string
+	minArgs, maxArgs int // maxArgs -1: any number
+	flags            []string
+	run              func(ctx context.Context, c *ctl, args []string) error
 }
 
-func (c *ctl) nodes(ctx context.Context) error {
-	s, err := c.snapshot(ctx)
-	if err != nil {
-		return err
-	}
-	count := map[string]int{}
-	for _, a := range s.Assignments {
-		count[a.Value.Node]++
-	}
-	ids := sortedKeys(s.Nodes)
-	if c.json {
-		enc := json.NewEncoder(c.out)
-		for _, id := range ids {
-			n := s.Nodes[id].Value
-			_, drained := s.Drains[id]
-			if err := enc.Encode(map[string]any{"id": id, "addr": n.Addr, "started": n.Started, "channels": count[id], "drained": drained}); err != nil {
-				return err
+var commands = []*command{
+	{name: "nodes", summary: "the registered nodes: address, channels, start, drained",
+		run: func(ctx context.Context, c *ctl, _ []string) error { return c.nodes(ctx) }},
+	{name: "channels", summary: "each channel's owner, term and state",
+		run: func(ctx context.Context, c *ctl, _ []string) error { return c.channels(ctx) }},
+	{name: "explain", args: "<channel>", minArgs: 1, maxArgs: 1,
+		summary: "why a channel serves or not: owner, term, state, health, last append, readers",
+		detail: `Reads the cluster's state and asks the owner for its view of the channel
+(its Status), and says why the channel is not serving when it is not: no
+live node, owner gone or drained, opening since when, open failing with
+which error, fenced, or stalled.`,
+		run: func(ctx context.Context, c *ctl, args []string) error { return c.explain(ctx, args[0]) }},
+	{name: "move", args: "<channel> [<node>]", minArgs: 1, maxArgs: 2, flags: []string{"wait"},
+		summary: "move a channel to a node (default: the least loaded other live node)",
+		detail: `A planned move: the channel's term goes up by one and the new owner
+fences the old one. Refused at once for an unknown channel or node, a node
+that is not live or is drained, the channel's own owner, or when no other
+live node exists; otherwise walctl waits for the coordinator's decision and
+reports a refusal with its reason. -wait also waits until the new owner
+serves the channel.`,
+		run: func(ctx context.Context, c *ctl, args []string) error {
+			to := ""
+			if len(args) == 2 {
+				to = args[1]
 			}
-		}
-		return nil
-	}
-	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tADDR\tCHANNELS\tSTARTED\tDRAINED")
-	for _, id := range ids {
-		n := s.Nodes[id].Value
-		_, drained := s.Drains[id]
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%v\n", id, n.Addr, count[id], n.Started.Format(time.RFC3339), drained)
-	}
-	return w.Flush()
+			return c.move(ctx, args[0], to)
+		}},
+	{name: "drain", args: "<node>", minArgs: 1, maxArgs: 1, flags: []string{"wait"},
+		summary: "move every channel off a node, and keep it empty until undrain",
+		detail: `Refused at once for an unknown node, or when the node holds channels and no
+other live node could take them. walctl then waits until none of the
+node's channels is assigned to it any more; -wait also waits until their
+new owners serve them.`,
+		run: func(ctx context.Context, c *ctl, args []string) error { return c.drain(ctx, args[0]) }},
+	{name: "undrain", args: "<node>", minArgs: 1, maxArgs: 1,
+		summary: "let a drained node take channels again",
+		run:     func(ctx context.Context, c *ctl, args []string) error { return c.undrain(ctx, args[0]) }},
+	{name: "rebalance", flags: []string{"wait"},
+		summary: "move channels until the live nodes' counts differ by at most one",
+		detail:  `Each move is a planned move, requested and decided one after the other.`,
+		run:     func(ctx context.Context, c *ctl, _ []string) error { return c.rebalance(ctx) }},
+	{name: "append", args: "<channel> [<message>...]", minArgs: 1, maxArgs: -1,
+		summary: "append the messages, or stdin's lines, one message each",
+		detail: `An unknown channel is refused at once. A message that starts with "-"
+goes after "--": walctl append pch-0 -- -1.`,
+		run: func(ctx context.Context, c *ctl, args []string) error { return c.append(ctx, args[0], args[1:]) }},
+	{name: "tail", args: "<channel>", minArgs: 1, maxArgs: 1, flags: []string{"from", "n", "until-caught-up"},
+		summary: "print a channel's messages and follow it (Ctrl-C to stop)",
+		detail: `Prints one line per message: its position, the time of its timetick, the
+term of the owner that stored it, and its payload. -from <position> starts
+at the message printed with that position. Without -from or -n it starts
+at the first message kept.`,
+		run: func(ctx context.Context, c *ctl, args []string) error { return c.tail(ctx, args[0]) }},
 }
 
-func (c *ctl) channels(ctx context.Context) error {
-	s, err := c.snapshot(ctx)
-	if err != nil {
-		return err
-	}
-	names := sortedKeys(s.Assignments)
-	if c.json {
-		enc := json.NewEncoder(c.out)
-		for _, name := range names {
-			a := s.Assignments[name].Value
-			_, live := s.Nodes[a.Node]
-			if err := enc.Encode(map[string]any{"channel": name, "owner": a.Node, "term": a.Term, "state": a.State,
-				"owner_live": live, "since": a.Since, "previous": a.Previous, "open_error": s.Opened[name].Value.Error}); err != nil {
-				return err
-			}
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
 		}
-		return nil
-	}
-	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE")
-	for _, name := range names {
-		a := s.Assignments[name].Value
-		state := string(a.State)
-		if _, live := s.Nodes[a.Node]; !live {
-			state += " (owner gone)"
-		}
-		if o := s.Opened[name].Value; o.Error != "" && o.Term == a.Term {
-			state += " (open failed: " + o.Error + ")"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", name, a.Node, a.Term, state, a.Since.Format(time.RFC3339))
-	}
-	return w.Flush()
-}
-
-// rebalance requests the moves that bring the live, undrained nodes'
-// channel counts within one of each other: each from a most loaded node to
-// a least loaded one (every move is a planned move: term + 1).
-func (c *ctl) rebalance(ctx context.Context) error {
-	s, err := c.snapshot(ctx)
-	if err != nil {
-		return err
-	}
-	moves := planRebalance(s)
-	for _, m := range moves {
-		if err := coordinator.RequestMove(ctx, c.cli, c.layout, m.channel, m.to); err != nil {
-			return err
-		}
-		if c.json {
-			if err := json.NewEncoder(c.out).Encode(map[string]string{"channel": m.channel, "from": m.from, "to": m.to}); err != nil {
-				return err
-			}
-			continue
-		}
-		fmt.Fprintf(c.out, "move %s: %s -> %s\n", m.channel, m.from, m.to)
-	}
-	if len(moves) == 0 && !c.json {
-		fmt.Fprintln(c.out, "balanced")
 	}
 	return nil
 }
 
-type plannedMove struct{ channel, from, to string }
-
-// planRebalance moves channels from the most to the least loaded live,
-// undrained node until their counts differ by at most one; ties by ID.
-func planRebalance(s cluster.Snapshot) []plannedMove {
-	owned := map[string][]string{}
-	var nodes []string
-	for id := range s.Nodes {
-		if _, drained := s.Drains[id]; !drained {
-			nodes = append(nodes, id)
-			owned[id] = nil
-		}
-	}
-	if len(nodes) < 2 {
-		return nil
-	}
-	for _, ch := range sortedKeys(s.Assignments) {
-		if a := s.Assignments[ch].Value; owned[a.Node] != nil || slices.Contains(nodes, a.Node) {
-			owned[a.Node] = append(owned[a.Node], ch)
-		}
-	}
-	slices.Sort(nodes)
-	var moves []plannedMove
-	for {
-		most, least := nodes[0], nodes[0]
-		for _, id := range nodes {
-			if len(owned[id]) > len(owned[most]) {
-				most = id
-			}
-			if len(owned[id]) < len(owned[least]) {
-				least = id
-			}
-		}
-		if len(owned[most])-len(owned[least]) <= 1 {
-			return moves
-		}
-		ch := owned[most][len(owned[most])-1]
-		owned[most] = owned[most][:len(owned[most])-1]
-		owned[least] = append(owned[least], ch)
-		moves = append(moves, plannedMove{channel: ch, from: most, to: least})
-	}
+// env is where a run reads and writes.
+type env struct {
+	in          io.Reader
+	out, errOut io.Writer
+	// tty reports whether errOut is a terminal (progress lines).
+	tty bool
 }
 
-// append appends the arguments, or stdin's lines, one message each, with a
-// progress line every second on a terminal when reading a pipe.
-func (c *ctl) append(ctx context.Context, channel string, msgs []string) error {
-	cl, err := client.New(ctx, client.Config{Etcd: c.cli, Root: c.layout.Root})
+func main() {
+	st, _ := os.Stderr.Stat()
+	e := env{in: os.Stdin, out: os.Stdout, errOut: os.Stderr, tty: st != nil && st.Mode()&os.ModeCharDevice != 0}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], e)
+	stop()
+	os.Exit(code)
+}
+
+// run runs walctl's command line and returns its exit status.
+func run(ctx context.Context, args []string, e env) int {
+	name := findCommand(args)
+	switch name {
+	case "":
+		if slices.ContainsFunc(args, isHelpFlag) {
+			printUsage(e.out)
+			return exitOK
+		}
+		fmt.Fprintln(e.errOut, "walctl: no command")
+		printUsage(e.errOut)
+		return exitUsage
+	case "help":
+		return help(args, e)
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(e.errOut, "walctl: unknown command %q\n", name)
+		printUsage(e.errOut)
+		return exitUsage
+	}
+	var o options
+	fs := newFlagSet(cmd.name, cmd.flags, &o)
+	pos, err := parseInterspersed(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printHelp(e.out, cmd)
+		return exitOK
+	case err != nil:
+		return usageError(e, cmd, err.Error())
+	}
+	pos = pos[1:] // the command's name: the first positional argument
+	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
+		what := "no arguments"
+		if cmd.args != "" {
+			what = cmd.args
+		}
+		return usageError(e, cmd, fmt.Sprintf("wants %s, got %d argument(s)", what, len(pos)))
+	}
+	fs.Visit(func(f *flag.Flag) { o.timeoutGiven = o.timeoutGiven || f.Name == "timeout" })
+	if msg := o.check(); msg != "" {
+		return usageError(e, cmd, msg)
+	}
+	if err := execute(ctx, cmd, pos, o, e); err != nil {
+		fmt.Fprintln(e.errOut, "walctl:", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// check reports flag values no command can run with.
+func (o options) check() string {
+	switch {
+	case o.timeout <= 0:
+		return fmt.Sprintf("-timeout %s: must be positive", o.timeout)
+	case o.last < -1:
+		return fmt.Sprintf("-n %d: must be 0 or more", o.last)
+	case o.last > maxLast:
+		return fmt.Sprintf("-n %d: at most %d", o.last, maxLast)
+	case o.last == 0 && o.from != "":
+		return "-n 0 (only new messages) and -from contradict each other"
+	}
+	return ""
+}
+
+// execute connects to etcd and runs cmd.
+func execute(ctx context.Context, cmd *command, args []string, o options, e env) error {
+	layout, err := cluster.NewLayout(o.root)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	send := func(text string) error {
-		r, err := cl.Append(ctx, channel, client.Message{Payload: []byte(text)}, client.Options{})
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return json.NewEncoder(c.out).Encode(map[string]any{"id": r.ID, "timetick": r.TimeTick, "term": r.Term, "node": r.Node})
-		}
-		if len(msgs) > 0 {
-			_, err = fmt.Fprintf(c.out, "%s at %s (term %d, node %s)\n", text, r.ID, r.Term, r.Node)
-		}
-		return err
+	if cmd.name != "tail" || o.timeoutGiven {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
 	}
-	if len(msgs) > 0 {
-		for _, m := range msgs {
-			if err := send(m); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	sc := bufio.NewScanner(c.in)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	n, last := 0, time.Now()
-	for sc.Scan() {
-		if err := send(sc.Text()); err != nil {
-			return errors.Wrapf(err, "line %d", n+1)
-		}
-		n++
-		if c.tty && time.Since(last) >= time.Second {
-			fmt.Fprintf(c.errOut, "\rappended %d", n)
-			last = time.Now()
-		}
-	}
-	if c.tty {
-		fmt.Fprintf(c.errOut, "\rappended %d\n", n)
-	} else if !c.json {
-		fmt.Fprintf(c.out, "appended %d\n", n)
-	}
-	return sc.Err()
-}
-
-// tail follows a channel until interrupted.
-func (c *ctl) tail(ctx context.Context, channel string) error {
-	cl, err := client.New(ctx, client.Config{Etcd: c.cli, Root: c.layout.Root})
+	dctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	cli, err := etcdstore.Dial(dctx, etcdstore.Config{Endpoints: strings.Split(o.etcd, ",")})
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	enc := json.NewEncoder(c.out)
-	return cl.Read(ctx, channel, client.ReadOptions{}, func(d *streamwalv1.Delivered) error {
-		if c.json {
-			return enc.Encode(map[string]any{"id": d.GetId(), "timetick": d.GetTimetick(), "term": d.GetTerm(),
-				"payload": string(d.GetPayload()), "properties": d.GetProperties(), "vchannel": d.GetVchannel()})
-		}
-		_, err := fmt.Fprintf(c.out, "%s\t%d\t%s\n", d.GetId(), d.GetTerm(), d.GetPayload())
-		return err
-	})
+	defer func() { _ = cli.Close() }()
+	c := &ctl{cli: cli, layout: layout, opts: o, json: o.json, out: e.out, errOut: e.errOut, in: e.in, tty: e.tty}
+	defer c.close()
+	return cmd.run(ctx, c, args)
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// ctl runs one command against a cluster.
+type ctl struct {
+	cli    *clientv3.Client
+	layout cluster.Layout
+	opts   options
+	json   bool
+	out    io.Writer
+	errOut io.Writer
+	in     io.Reader
+	tty    bool
+	// view follows the cluster while a command waits (made on first use).
+	view *cluster.View
+}
+
+func (c *ctl) close() {
+	if c.view != nil {
+		c.view.Close()
 	}
-	slices.Sort(keys)
-	return keys
+}
+
+// help runs "walctl help [<command>]".
+func help(args []string, e env) int {
+	var o options
+	fs := newFlagSet("help", nil, &o)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(e.errOut, "walctl help:", err)
+		printUsage(e.errOut)
+		return exitUsage
+	}
+	switch pos = pos[1:]; len(pos) {
+	case 0:
+		printUsage(e.out)
+		return exitOK
+	case 1:
+		if cmd := lookup(pos[0]); cmd != nil {
+			printHelp(e.out, cmd)
+			return exitOK
+		}
+		fmt.Fprintf(e.errOut, "walctl help: unknown command %q\n", pos[0])
+	default:
+		fmt.Fprintln(e.errOut, "walctl help: wants at most one command")
+	}
+	printUsage(e.errOut)
+	return exitUsage
+}
+
+func usageError(e env, cmd *command, msg string) int {
+	fmt.Fprintf(e.errOut, "walctl %s: %s\n", cmd.name, msg)
+	printHelp(e.errOut, cmd)
+	return exitUsage
+}
+
+func printUsage(w io.Writer) {
+	var b bytes.Buffer
+	b.WriteString("usage: walctl [flags] <command> [arguments] [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-34s %s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
+	}
+	fmt.Fprintf(&b, "  %-34s %s\n", "help [<command>]", "this text, or a command's own")
+	b.WriteString("\nflags of every command:\n")
+	var o options
+	fs := newFlagSet("walctl", nil, &o)
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	b.WriteString("\nExit status: 0 done, 1 failed or refused (with the reason), 2 bad command line.\n")
+	_, _ = w.Write(b.Bytes())
+}
+
+func printHelp(w io.Writer, cmd *command) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "usage: walctl %s [flags]", cmd.name)
+	if cmd.args != "" {
+		fmt.Fprintf(&b, " %s", cmd.args)
+	}
+	fmt.Fprintf(&b, "\n\n%s.\n", upperFirst(cmd.summary))
+	if cmd.detail != "" {
+		fmt.Fprintf(&b, "\n%s\n", cmd.detail)
+	}
+	var o options
+	fs := newFlagSet(cmd.name, cmd.flags, &o)
+	fs.SetOutput(&b)
+	b.WriteString("\nflags:\n")
+	fs.PrintDefaults()
+	_, _ = w.Write(b.Bytes())
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// newFlagSet is a flag set with the global flags and the named ones; it
+// prints nothing itself.
+func newFlagSet(name string, own []string, o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("walctl "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, d := range globalFlags {
+		d.define(fs, o)
+	}
+	for _, n := range own {
+		commandFlags[n].define(fs, o)
+	}
+	return fs
+}
+
+// parseInterspersed parses flags anywhere among args and returns the
+// positional arguments in order; everything after "--" is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for len(args) > 0 {
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	return pos, nil
+}
+
+// findCommand returns the first positional argument of args, skipping the
+// flags (and the values of those that take one, as any command defines
+// them), or "" if there is none.
+func findCommand(args []string) string {
+	takesValue := map[string]bool{}
+	for _, d := range globalFlags {
+		takesValue[d.name] = !d.isBool
+	}
+	for _, d := range commandFlags {
+		takesValue[d.name] = !d.isBool
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			if i+1 < len(args) {
+				return args[i+1]
+			}
+			return ""
+		case len(a) < 2 || a[0] != '-':
+			return a
+		}
+		name := strings.TrimLeft(a, "-")
+		if !strings.Contains(name, "=") && takesValue[name] {
+			i++ // its value
+		}
+	}
+	return ""
+}
+
+func isHelpFlag(a string) bool {
+	switch a {
+	case "-h", "-help", "--h", "--help":
+		return true
+	}
+	return false
 }
