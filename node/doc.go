@@ -27,6 +27,14 @@
 // carries an Outcome detail: not_stored when nothing was stored (safe to
 // send again), otherwise the outcome is unknown.
 //
+// # Channel health
+//
+// GET /admin/channels reports, per channel assigned to or held by the
+// node, whether it is healthy, stalled or failed, judged from the node's
+// own traffic: opens failing, appends failing in the node or the backend,
+// appends waiting with none finishing for Config.StallAfter (admin.go; the
+// README documents the JSON). Status carries the same per channel.
+//
 // # Exactly-once appends
 //
 // An append may carry an idempotency key, stored with the message. A retry
