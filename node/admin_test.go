@@ -168,7 +168,7 @@ func TestAdminChannels(t *testing.T) {
 	require.Error(t, err)
 	require.Eventually(t, func() bool { return admin(t, n1, "ch").Health == "failed" }, testTimeout, time.Millisecond)
 	a = admin(t, n1, "ch")
-	require.Contains(t, a.Reason, "fenced")
+	require.Contains(t, a.Reason, "fenced by term 9", a.Reason)
 	require.NotEmpty(t, a.LastError)
 	st, err = api.Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
 	require.NoError(t, err)

@@ -306,6 +306,17 @@ func TestAppendNowhere(t *testing.T) {
 	require.Contains(t, r.errOut, "the cluster has no live node")
 }
 
+// A node drained already whose channels have nowhere to go: said at once.
+func TestDrainedNowhere(t *testing.T) {
+	h := newHarness(t)
+	h.startNode("n1")
+	h.assign("c0", "n1", 1)
+	require.NoError(t, coordinator.RequestDrain(h.ctx, h.cli, h.layout, "n1"))
+	r := h.walctl("drain", "n1")
+	require.Equal(t, exitFailed, r.code, "%s", r)
+	require.Contains(t, r.errOut, "n1 is drained already, but its 1 channel(s) (c0) have nowhere to go")
+}
+
 // move, drain and rebalance take effect and say how; -wait waits until the
 // new owner serves.
 func TestSteer(t *testing.T) {

@@ -307,7 +307,11 @@ func (c *ctl) drain(ctx context.Context, node string) error {
 		return err
 	}
 	owned := channelsOf(s, node)
-	if !already && len(owned) > 0 {
+	if already && len(owned) > 0 && len(liveNodes(s, node)) == 0 {
+		return errors.Newf("%s is drained already, but its %d channel(s) (%s) have nowhere to go: no other live, undrained node",
+			node, len(owned), strings.Join(owned, ", "))
+	}
+	if len(owned) > 0 {
 		if err := c.checkCoordinator(ctx); err != nil {
 			return err
 		}
