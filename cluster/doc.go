@@ -24,7 +24,8 @@
 //	<root>requests/move/<channel>  MoveRequest  written by operators
 //	<root>requests/drain/<node>    DrainRequest written by operators
 //	<root>requests/refused/<channel>  MoveRefusal  written by the leader
-//	<root>election/             the coordinator election (etcd concurrency)
+//	<root>election/<lease>      the coordinator election (etcd concurrency)
+//	<root>candidates/<lease>    CandidateInfo  beside each election key, same lease
 //
 // An Assignment names the channel's owner and term and whether the owner has
 // confirmed the open (State). Every write of an assignment by the
@@ -36,4 +37,14 @@
 // The node that opened a channel at its assigned term writes Opened under
 // its own lease; the coordinator then marks the assignment Assigned. An
 // Opened of another term or node is stale and ignored.
+//
+// # Failure detection
+//
+// A node serves a liveness stream at LivenessPath on its address, and the
+// leader holds one open to each node: when a node's process dies, its
+// kernel ends the stream and then refuses connections to its address, and
+// the leader moves its channels then (Assignment.Detected), without waiting
+// for its lease. Only a refused connection counts: a stalled or
+// partitioned node keeps its channels until its lease expires. The
+// coordinator package documents the rules.
 package cluster

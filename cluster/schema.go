@@ -49,12 +49,37 @@ func (l Layout) Drains() string                   { return l.Root + "requests/dr
 func (l Layout) Drain(node string) string         { return l.Drains() + node }
 func (l Layout) Refusals() string                 { return l.Root + "requests/refused/" }
 func (l Layout) Refusal(channel string) string    { return l.Refusals() + channel }
-func (l Layout) Election() string                 { return l.Root + "election/" }
+
+// Election is the coordinator election's prefix as concurrency.NewElection
+// takes it, without the trailing slash: each candidate's key is
+// Election() + "/" + its lease ID in hex. (Before, Election ended with a
+// slash and the keys had two; a candidate of this version also waits for
+// such keys, which are under its prefix, but an older candidate does not
+// see the new ones: upgrade every candidate of a cluster together.)
+func (l Layout) Election() string { return l.Root + "election" }
+
+// Candidates is where candidates say which node runs in their process.
+func (l Layout) Candidates() string { return l.Root + "candidates/" }
+
+// Candidate is the CandidateInfo of the candidate whose election key is
+// under lease (its session's lease ID, in hex like the election key).
+func (l Layout) Candidate(lease int64) string { return fmt.Sprintf("%s%x", l.Candidates(), lease) }
+
+// LivenessPath is the path of a node's liveness stream, on its API
+// address: a GET with the node's ID as query parameter "node" is answered
+// 200, the ID and a newline, and then held open for as long as the node
+// runs. The coordinator's failure detection holds one open to every
+// node; its end is the first sign that the process may be gone.
+const LivenessPath = "/streamwal/liveness"
 
 // NodeInfo is a registered node.
 type NodeInfo struct {
 	ID string `json:"id"`
-	// Addr is where the node serves its API (host:port).
+	// Addr is where the node serves its API (host:port), and its
+	// liveness stream (LivenessPath); "" for none (the coordinator then
+	// learns of the node's death from its lease only). It must reach the
+	// node's own listener, not a proxy: a connection to it refused means
+	// the node's process is gone.
 	Addr string `json:"addr"`
 	// Started is when this incarnation registered.
 	Started time.Time `json:"started"`
@@ -87,6 +112,11 @@ type Assignment struct {
 	Previous []Owner `json:"previous,omitempty"`
 	// Since is when the channel got this owner and term.
 	Since time.Time `json:"since"`
+	// Detected, on a move because the previous owner's process was
+	// confirmed gone before its lease expired (the coordinator's
+	// failure detection), is when the leader confirmed it; zero
+	// otherwise.
+	Detected time.Time `json:"detected,omitzero"`
 }
 
 // Opened is a node's report that it opened a channel at a term, or failed
@@ -96,6 +126,23 @@ type Opened struct {
 	Node    string `json:"node"`
 	Term    int64  `json:"term"`
 	Error   string `json:"error,omitempty"`
+	// Seen, Fenced and Ready time a successful open on the node's clock:
+	// when the node saw the assignment, when the backend's open (which
+	// fences every lower term) returned, and when the WAL was ready (the
+	// end of the log found, the term-begin written). Zero when unknown.
+	Seen   time.Time `json:"seen,omitzero"`
+	Fenced time.Time `json:"fenced,omitzero"`
+	Ready  time.Time `json:"ready,omitzero"`
+}
+
+// CandidateInfo is written by a coordinator candidate beside its election
+// key, under the same lease: the node that runs in the candidate's process,
+// if any. The candidate waiting behind it watches that node's liveness and,
+// once its process is confirmed gone, deletes its election key instead of
+// waiting for its lease to expire.
+type CandidateInfo struct {
+	ID   string `json:"id"`
+	Node string `json:"node,omitempty"`
 }
 
 // MoveRequest asks the coordinator to move a channel to a node ("" for the
@@ -126,7 +173,7 @@ type envelope[T any] struct {
 }
 
 // Encode returns the stored form of v.
-func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | MoveRefusal](v T) []byte {
+func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | MoveRefusal | CandidateInfo](v T) []byte {
 	b, err := json.Marshal(envelope[T]{V: formatVersion, Value: v})
 	if err != nil {
 		panic(fmt.Sprintf("cluster: encode %T: %v", v, err)) // plain structs always encode
@@ -136,7 +183,7 @@ func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | Move
 
 // Decode decodes the value stored at key; anything but this version's form
 // is ErrCorrupt naming the key.
-func Decode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | MoveRefusal](key string, data []byte) (T, error) {
+func Decode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | MoveRefusal | CandidateInfo](key string, data []byte) (T, error) {
 	var e envelope[T]
 	if err := json.Unmarshal(data, &e); err != nil {
 		return e.Value, errors.WithStack(fmt.Errorf("%s: %w: %w", key, err, ErrCorrupt))
