@@ -18,6 +18,7 @@ const (
 	DefaultSessionTTL        = 5 * time.Second
 	DefaultReconcileInterval = time.Second
 	DefaultOpenTimeout       = 30 * time.Second
+	DefaultProbeTimeout      = time.Second
 )
 
 // ChannelSource lists the channels (pchannels) the coordinator manages,
@@ -54,6 +55,24 @@ type Config struct {
 	// while its owner reports an open error) before the coordinator moves
 	// the channel to another live node. Zero is DefaultOpenTimeout.
 	OpenTimeout time.Duration
+	// Node is the ID of the cluster node that runs in this candidate's
+	// process (walnode sets its own ID), or "" for none. It is written
+	// beside the candidate's election key (cluster.CandidateInfo), so that
+	// the candidate waiting behind this one watches that node's liveness:
+	// if this candidate leads and its process dies, the next one takes
+	// over as soon as the death is confirmed, not after SessionTTL.
+	Node string
+	// LeaseOnly turns failure detection off: a node's channels move only
+	// when its lease expires (or it is drained), and a candidate waits for
+	// the lease of the one before it. By default the leader holds a
+	// liveness stream to every registered node and moves a node's channels
+	// as soon as its process is confirmed gone (see the package doc,
+	// "Failure detection").
+	LeaseOnly bool
+	// ProbeTimeout bounds each connection attempt of failure detection. A
+	// timeout proves nothing (a stalled process, a partition): it only
+	// delays the next attempt. Zero is DefaultProbeTimeout.
+	ProbeTimeout time.Duration
 	// Logger receives the coordinator's logs, with channel, node, term and
 	// reason as attributes. Nil discards them.
 	Logger *slog.Logger
@@ -88,6 +107,14 @@ func (c Config) Validate() error {
 	if c.OpenTimeout < 0 {
 		return errors.Newf("coordinator: negative open timeout %s", c.OpenTimeout)
 	}
+	if c.ProbeTimeout < 0 {
+		return errors.Newf("coordinator: negative probe timeout %s", c.ProbeTimeout)
+	}
+	if c.Node != "" {
+		if err := cluster.ValidateNodeID(c.Node); err != nil {
+			return errors.Wrap(err, "coordinator: Node")
+		}
+	}
 	return nil
 }
 
@@ -104,6 +131,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OpenTimeout == 0 {
 		c.OpenTimeout = DefaultOpenTimeout
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = DefaultProbeTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

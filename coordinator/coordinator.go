@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -70,6 +71,9 @@ type hooks struct {
 	// abandon makes the next step-down behave like a crash: no resign, no
 	// revoke; the election key stays until the session's TTL passes.
 	abandon atomic.Bool
+	// dial, when set, replaces failure detection's connections (set
+	// before Run).
+	dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // fence is the leader condition of every write: the election key and its
@@ -248,6 +252,10 @@ func (c *Coordinator) stepDown(ctx context.Context, s *concurrency.Session, f fe
 // deposed: a pass on every change of the cluster, every
 // ReconcileInterval, and soon (with backoff) after a pass that did not
 // finish cleanly.
+//
+// Unless Config.LeaseOnly, a detector watches every registered node
+// meanwhile; what it learns is an input of every pass, and a pass runs as
+// soon as it learns something.
 func (c *Coordinator) lead(ctx context.Context, f fence) error {
 	var view *cluster.View
 	defer func() {
@@ -255,6 +263,11 @@ func (c *Coordinator) lead(ctx context.Context, f fence) error {
 			view.Close()
 		}
 	}()
+	var det *detector
+	if !c.cfg.LeaseOnly {
+		det = newDetector(ctx, c.liveness(), c.log, c.metrics)
+		defer det.stop()
+	}
 	tick := time.NewTicker(c.cfg.ReconcileInterval)
 	defer tick.Stop()
 	retry := backoff.Config{Initial: 10 * time.Millisecond, Max: c.cfg.ReconcileInterval}
@@ -270,9 +283,13 @@ func (c *Coordinator) lead(ctx context.Context, f fence) error {
 		}
 		var changed <-chan struct{}
 		if view != nil {
-			_, changed = view.Snapshot()
+			var s cluster.Snapshot
+			s, changed = view.Snapshot()
+			if det != nil {
+				det.sync(s)
+			}
 		}
-		err := c.reconcile(ctx, f)
+		err := c.reconcile(ctx, f, det.health())
 		if c.hooks.afterPass != nil {
 			c.hooks.afterPass(err)
 		}
@@ -301,10 +318,30 @@ func (c *Coordinator) lead(ctx context.Context, f fence) error {
 		case <-changed:
 		case <-tick.C:
 		case <-retryAfter:
+		case ev := <-det.eventsChan():
+			det.note(ev)
+			for more := true; more; {
+				select {
+				case ev := <-det.eventsChan():
+					det.note(ev)
+				default:
+					more = false
+				}
+			}
 		}
 		if timer != nil {
 			timer.Stop()
 		}
 	}
 	return nil
+}
+
+// liveness is failure detection's watch as configured.
+func (c *Coordinator) liveness() liveness {
+	dial := c.hooks.dial
+	if dial == nil {
+		dial = dialer(c.cfg.ProbeTimeout)
+	}
+	return liveness{dial: dial, timeout: c.cfg.ProbeTimeout, now: c.now, log: c.log,
+		retry: backoff.Config{Initial: 10 * time.Millisecond, Max: time.Second}}
 }

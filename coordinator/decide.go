@@ -15,12 +15,13 @@ type reason string
 const (
 	reasonNew         reason = "new"          // a channel without assignment
 	reasonOwnerLost   reason = "owner_lost"   // its owner's node key is gone
+	reasonOwnerDead   reason = "owner_dead"   // its owner's process was confirmed gone (detector.go)
 	reasonDrain       reason = "drain"        // its owner is drained
 	reasonRequest     reason = "request"      // an operator's move request
 	reasonOpenTimeout reason = "open_timeout" // Assigning for longer than OpenTimeout
 )
 
-var reasons = []reason{reasonNew, reasonOwnerLost, reasonDrain, reasonRequest, reasonOpenTimeout}
+var reasons = []reason{reasonNew, reasonOwnerLost, reasonOwnerDead, reasonDrain, reasonRequest, reasonOpenTimeout}
 
 // maxPrevious bounds Assignment.Previous: the most recent owners are kept.
 const maxPrevious = 4
@@ -75,6 +76,45 @@ type change struct {
 	// guards are the other keys a changeAssign relied on: the write
 	// applies only if each is still as the decision saw it.
 	guards []guard
+	// detected is, for a move of reason owner_dead, when the owner's death
+	// was confirmed (also written as next.Detected).
+	detected time.Time
+}
+
+// health is what failure detection (detector.go) knows of the registered
+// nodes: an input of decide like the snapshot, each entry about one
+// registration of a node (the ModRevision of its node key). An entry whose
+// revision is not the node key's in the snapshot is about an earlier
+// registration and is ignored.
+type health struct {
+	// dead are the nodes whose process was confirmed gone: their node key
+	// is still there (the lease has not expired), but nothing listens at
+	// their address any more.
+	dead map[string]death
+	// suspect are the nodes the leader holds no liveness stream to and
+	// could not prove dead: a partition, a stalled process, or a process
+	// about to be confirmed dead. They keep their channels; new ones go
+	// elsewhere while a node that is not suspect can take them.
+	suspect map[string]int64
+}
+
+// death is a node's confirmed death.
+type death struct {
+	rev int64     // the node key's ModRevision it is about
+	at  time.Time // when it was confirmed
+}
+
+// deadAt returns the death of the registration of node seen in s, if any.
+func (h health) deadAt(s cluster.Snapshot, node string) (death, bool) {
+	d, ok := h.dead[node]
+	n, registered := s.Nodes[node]
+	return d, ok && registered && n.Revision == d.rev
+}
+
+func (h health) isSuspect(s cluster.Snapshot, node string) bool {
+	rev, ok := h.suspect[node]
+	n, registered := s.Nodes[node]
+	return ok && registered && n.Revision == rev
 }
 
 // guardKind names the kind of key a guard checks.
@@ -103,7 +143,8 @@ type rules struct {
 }
 
 // decide returns the writes that bring the cluster in s closer to every
-// channel in channels being owned, at a confirmed term, by a live node.
+// channel in channels being owned, at a confirmed term, by a live node;
+// h is what failure detection knows of the nodes in s.
 // channels need not be sorted or unique. Every change carries the
 // revisions in s of the keys its decision rests on (the assignment, the
 // Opened report, the move request, the nodes and drains involved), so
@@ -118,7 +159,8 @@ type rules struct {
 //     go to, is dropped;
 //   - no assignment: the requested node, or the least-loaded live node;
 //     term 1, Assigning;
-//   - owner not live (its key gone: owner_lost; drained: drain): the
+//   - owner not live (its key gone: owner_lost; its process confirmed
+//     gone at the registration in s: owner_dead; drained: drain): the
 //     requested node or the least-loaded live node; term+1, Assigning,
 //     the old owner appended to Previous;
 //   - a move request: the requested node or the least-loaded other live
@@ -130,12 +172,15 @@ type rules struct {
 //   - nothing else changes an assignment: no live node leaves everything
 //     as it is, and the coordinator does not rebalance on its own.
 //
-// Load is the number of assignments (of any channel) naming a live node,
-// counted as the changes of this pass are decided; ties go to the
-// smallest node ID. Assignments of channels not in channels are counted
+// Live nodes are the registered ones that are neither drained nor
+// confirmed dead. Load is the number of assignments (of any channel)
+// naming a live node, counted as the changes of this pass are decided;
+// the least-loaded node is chosen among the live nodes that are not
+// suspect, or among the suspect ones when every live node is; ties go to
+// the smallest node ID. Assignments of channels not in channels are counted
 // but never changed; move requests for them are dropped.
-func (r rules) decide(s cluster.Snapshot, channels []string, now time.Time) []change {
-	d := newDecision(s, r, now)
+func (r rules) decide(s cluster.Snapshot, h health, channels []string, now time.Time) []change {
+	d := newDecision(s, h, r, now)
 	managed := sortedUnique(channels)
 	for _, ch := range managed {
 		d.channel(ch)
@@ -172,18 +217,21 @@ func (r rules) status(s cluster.Snapshot, channels []string, now time.Time) (ass
 // decision is one run of decide.
 type decision struct {
 	s     cluster.Snapshot
+	h     health
 	rules rules
 	now   time.Time
-	// live is the registered nodes that are not drained, sorted by ID.
+	// live is the registered nodes that are neither drained nor dead,
+	// sorted by ID.
 	live []string
 	load map[string]int
 	out  []change
 }
 
-func newDecision(s cluster.Snapshot, r rules, now time.Time) *decision {
-	d := &decision{s: s, rules: r, now: now, load: map[string]int{}}
+func newDecision(s cluster.Snapshot, h health, r rules, now time.Time) *decision {
+	d := &decision{s: s, h: h, rules: r, now: now, load: map[string]int{}}
 	for id := range s.Nodes {
-		if _, drained := s.Drains[id]; !drained {
+		_, drained := s.Drains[id]
+		if _, dead := h.deadAt(s, id); !drained && !dead {
 			d.live = append(d.live, id)
 			d.load[id] = 0
 		}
@@ -203,12 +251,20 @@ func (d *decision) isLive(node string) bool {
 }
 
 // leastLoaded returns the live node other than exclude with the fewest
-// channels (the smallest ID among equals), or "" if there is none.
+// channels (the smallest ID among equals), or "" if there is none; a
+// suspect node only when every other live node is suspect too.
 func (d *decision) leastLoaded(exclude string) string {
-	best := ""
+	best, bestSuspect := "", false
 	for _, n := range d.live {
-		if n != exclude && (best == "" || d.load[n] < d.load[best]) {
-			best = n
+		if n == exclude {
+			continue
+		}
+		suspect := d.h.isSuspect(d.s, n)
+		switch {
+		case best == "",
+			bestSuspect && !suspect,
+			bestSuspect == suspect && d.load[n] < d.load[best]:
+			best, bestSuspect = n, suspect
 		}
 	}
 	return best
@@ -250,6 +306,9 @@ func (d *decision) channel(ch string) {
 		if _, registered := d.s.Nodes[owner]; registered {
 			why = reasonDrain
 		}
+		if _, dead := d.h.deadAt(d.s, owner); dead {
+			why = reasonOwnerDead
+		}
 		if to == "" {
 			to = d.leastLoaded(owner)
 		}
@@ -290,8 +349,9 @@ func (d *decision) opened(ch string, a cluster.Assignment) bool {
 // assign gives ch to node: term 1 if cur is nil, else cur's term + 1 with
 // cur's owner appended to Previous. The write is guarded by what made the
 // decision: the target still registered under the same key revision and
-// not drained; a lost owner's key still absent, a drained owner's drain
-// still there.
+// not drained; a lost owner's key still absent, a dead owner's key still
+// the registration its death is about, a drained owner's drain still
+// there.
 func (d *decision) assign(ch string, why reason, cur *cluster.Versioned[cluster.Assignment], node string, moveRev int64) {
 	c := change{kind: changeAssign, channel: ch, reason: why, moveRev: moveRev}
 	c.next = cluster.Assignment{Channel: ch, Node: node, Term: 1, State: cluster.Assigning, Since: d.now}
@@ -303,6 +363,10 @@ func (d *decision) assign(ch string, why reason, cur *cluster.Versioned[cluster.
 		switch why {
 		case reasonOwnerLost:
 			c.guards = append(c.guards, guard{kind: guardNode, name: cur.Value.Node})
+		case reasonOwnerDead:
+			dead, _ := d.h.deadAt(d.s, cur.Value.Node)
+			c.guards = append(c.guards, guard{kind: guardNode, name: cur.Value.Node, rev: dead.rev})
+			c.detected, c.next.Detected = dead.at, dead.at
 		case reasonDrain:
 			c.guards = append(c.guards, guard{kind: guardDrain, name: cur.Value.Node, rev: d.s.Drains[cur.Value.Node].Revision})
 		}

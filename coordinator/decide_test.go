@@ -188,6 +188,72 @@ func TestDecideScripts(t *testing.T) {
 			status => assigning=1 overdue=[a]
 			node n2
 			step => a: open_timeout n1@1 -> n2@2`},
+		{"a dead owner's channels move before its key goes, term+1, Previous names it", `
+			channels a b c
+			node n1 n2 n3
+			assign a n1 1 assigned
+			assign b n1 4 assigning
+			assign c n2 1 assigned
+			dead n1
+			loads => n2=1 n3=0
+			step => a: owner_dead n1@1 -> n3@2; b: owner_dead n1@4 -> n2@5
+			show a => n3@2 assigning prev=[n1@1]
+			decide => none
+			gone n1
+			decide => none`},
+		{"a dead node gets no channel, and no move request can name it", `
+			channels a b
+			node n1 n2
+			assign b n2 1 assigned
+			dead n1
+			move b n1
+			step => a: new n2@1; b: drop-move (node "n1" is not live)
+			loads => n2=2`},
+		{"a dead node that registers again is live again: the death was of its old registration", `
+			channels a
+			node n1 n2
+			assign a n1 1 assigned
+			dead n1
+			node n1
+			decide => none
+			loads => n1=1 n2=0
+			channels a b c
+			step => b: new n2@1; c: new n1@1`},
+		{"a drained owner confirmed dead moves as dead", `
+			channels a
+			node n1 n2
+			assign a n1 1 assigned
+			drain n1
+			dead n1
+			step => a: owner_dead n1@1 -> n2@2`},
+		{"a suspect owner keeps its channels; new ones go to others while any is not suspect", `
+			channels a b c
+			node n1 n2
+			assign a n1 1 assigned
+			suspect n1
+			step => b: new n2@1; c: new n2@1
+			show a => n1@1 assigned
+			suspect n2
+			channels a b c d
+			step => d: new n1@1
+			alive n1
+			alive n2
+			channels a b c d e
+			step => e: new n1@1`},
+		{"a suspect node is still a valid move target when asked for by name", `
+			channels a
+			node n1 n2 n3
+			assign a n1 1 assigned
+			suspect n3
+			move a n3
+			step => a: request n1@1 -> n3@2 +del-move`},
+		{"a suspect of an earlier registration is not suspect", `
+			channels a b
+			node n1 n2
+			assign a n2 1 assigned
+			suspect n1
+			node n1
+			step => b: new n1@1`},
 		{"load counts assignments of unmanaged channels on live nodes only", `
 			channels a b
 			node n1 n2
@@ -220,6 +286,7 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type decideModel struct {
 	rules    rules
 	snap     cluster.Snapshot
+	health   health
 	rev      int64
 	channels []string
 	now      time.Time
@@ -235,7 +302,8 @@ func newDecideModel() *decideModel {
 			Moves:       map[string]cluster.Versioned[cluster.MoveRequest]{},
 			Drains:      map[string]cluster.Versioned[cluster.DrainRequest]{},
 		},
-		now: epoch,
+		health: health{dead: map[string]death{}, suspect: map[string]int64{}},
+		now:    epoch,
 	}
 }
 
@@ -246,6 +314,8 @@ func (m *decideModel) next() int64 { m.rev++; m.snap.Revision = m.rev; return m.
 //	channels NAME...               the managed channels
 //	node ID...                     register nodes
 //	gone ID                        a node's key goes (its lease expired)
+//	dead ID                        the detector confirms the node's current registration dead, now
+//	suspect ID / alive ID          the detector suspects it / holds a stream to it again
 //	drain ID / undrain ID          add or delete a drain request
 //	assign CH NODE TERM STATE [prev=N@T,...]   write an assignment (TERM may be max)
 //	opened CH NODE TERM [err=MSG]  a node's open report
@@ -266,6 +336,12 @@ func (m *decideModel) run(t *testing.T, args []string) string {
 	case "gone":
 		delete(m.snap.Nodes, args[1])
 		m.next()
+	case "dead":
+		m.health.dead[args[1]] = death{rev: m.snap.Nodes[args[1]].Revision, at: m.now}
+	case "suspect":
+		m.health.suspect[args[1]] = m.snap.Nodes[args[1]].Revision
+	case "alive":
+		delete(m.health.suspect, args[1])
 	case "drain":
 		m.snap.Drains[args[1]] = cluster.Versioned[cluster.DrainRequest]{Revision: m.next()}
 	case "undrain":
@@ -303,7 +379,7 @@ func (m *decideModel) run(t *testing.T, args []string) string {
 		require.NoError(t, err)
 		m.now = epoch.Add(d)
 	case "decide", "step":
-		changes := m.rules.decide(m.snap, m.channels, m.now)
+		changes := m.rules.decide(m.snap, m.health, m.channels, m.now)
 		var out []string
 		for _, c := range changes {
 			out = append(out, formatChange(c))
@@ -330,7 +406,7 @@ func (m *decideModel) run(t *testing.T, args []string) string {
 		}
 		return s
 	case "loads":
-		d := newDecision(m.snap, m.rules, m.now)
+		d := newDecision(m.snap, m.health, m.rules, m.now)
 		var out []string
 		for _, n := range d.live {
 			out = append(out, fmt.Sprintf("%s=%d", n, d.load[n]))
@@ -425,7 +501,7 @@ func TestDecideNewAssignmentFields(t *testing.T) {
 	m.run(t, []string{"assign", "a", "n1", "3", "assigned", "prev=n0@2"})
 	m.run(t, []string{"gone", "n1"})
 	m.now = epoch.Add(time.Hour)
-	changes := m.rules.decide(m.snap, m.channels, m.now)
+	changes := m.rules.decide(m.snap, m.health, m.channels, m.now)
 	require.Len(t, changes, 1)
 	c := changes[0]
 	require.Equal(t, cluster.Assignment{
@@ -447,9 +523,31 @@ func TestDecideGuards(t *testing.T) {
 	for _, line := range []string{"channels a b", "node n1 n2 n3", "assign a n1 1 assigned", "assign b n3 1 assigned", "drain n3", "gone n1"} {
 		m.run(t, strings.Fields(line))
 	}
-	changes := m.rules.decide(m.snap, m.channels, m.now)
+	changes := m.rules.decide(m.snap, m.health, m.channels, m.now)
 	require.Len(t, changes, 2)
 	n2 := m.snap.Nodes["n2"].Revision
 	require.Equal(t, []guard{{guardNode, "n2", n2}, {guardDrain, "n2", 0}, {guardNode, "n1", 0}}, changes[0].guards)
 	require.Equal(t, []guard{{guardNode, "n2", n2}, {guardDrain, "n2", 0}, {guardDrain, "n3", m.snap.Drains["n3"].Revision}}, changes[1].guards)
+}
+
+// TestDecideDeadOwner pins what a move off a dead owner carries: the time
+// its death was confirmed, and a guard that the owner's key is still the
+// registration the death is about (not absent, as for a lost owner).
+func TestDecideDeadOwner(t *testing.T) {
+	m := newDecideModel()
+	for _, line := range []string{"channels a", "node n1 n2", "assign a n1 3 assigned", "at 5s", "dead n1", "at 6s"} {
+		m.run(t, strings.Fields(line))
+	}
+	changes := m.rules.decide(m.snap, m.health, m.channels, m.now)
+	require.Len(t, changes, 1)
+	c := changes[0]
+	require.Equal(t, reasonOwnerDead, c.reason)
+	require.Equal(t, epoch.Add(5*time.Second), c.detected)
+	require.Equal(t, cluster.Assignment{
+		Channel: "a", Node: "n2", Term: 4, State: cluster.Assigning,
+		Previous: []cluster.Owner{{Node: "n1", Term: 3}},
+		Since:    epoch.Add(6 * time.Second), Detected: epoch.Add(5 * time.Second),
+	}, c.next)
+	n1, n2 := m.snap.Nodes["n1"].Revision, m.snap.Nodes["n2"].Revision
+	require.Equal(t, []guard{{guardNode, "n2", n2}, {guardDrain, "n2", 0}, {guardNode, "n1", n1}}, c.guards)
 }

@@ -15,8 +15,11 @@
 // unreachable for about the TTL, lease expired or revoked) or when a
 // write finds it deposed, and campaigns again with a new session. Run
 // returns when its context ends, after resigning and revoking its lease
-// (bounded by the TTL), so that another candidate takes over at once; a
-// crashed leader is replaced when its lease expires.
+// (bounded by the TTL), so that another candidate takes over at once. A
+// crashed leader is replaced as soon as the candidate behind it confirms
+// its process gone (see Failure detection), else when its lease expires.
+// Beside its election key each candidate puts a cluster.CandidateInfo
+// naming the node in its process (Config.Node), under the same lease.
 //
 // # Writes
 //
@@ -42,14 +45,17 @@
 // (cluster.Load), lists the channels (Config.Channels) and decides with a
 // pure function (decide.go) what to write:
 //
-//   - live nodes are the registered nodes minus the drained ones;
+//   - live nodes are the registered nodes minus the drained ones and
+//     those confirmed dead (see Failure detection);
 //   - a channel without assignment goes to the least-loaded live node
-//     (load: channels assigned to it; ties: smallest ID), term 1,
+//     (load: channels assigned to it; suspect nodes only if every live
+//     node is suspect; ties: smallest ID), term 1,
 //     Assigning;
 //   - a channel whose owner is not live (its node key is gone, i.e. its
-//     lease expired, or it is drained) goes to the least-loaded live
-//     node, term+1, Assigning, the old owner appended to Previous (the
-//     last 4 kept);
+//     lease expired: owner_lost; its process is confirmed gone, see
+//     Failure detection: owner_dead; or it is drained) goes to the
+//     least-loaded live node, term+1, Assigning, the old owner appended
+//     to Previous (the last 4 kept);
 //   - a move request moves the channel to the requested node (or the
 //     least-loaded other live node if To is ""), term+1, and is deleted
 //     in the same transaction; a request naming a node that is not live,
@@ -68,8 +74,9 @@
 //     those of lost owners; operators move others (RequestMove).
 //
 // A node that restarts with the same ID keeps its channels, at the same
-// term, unless its node key was gone when the leader looked: then they
-// moved (term+1) and it does not get them back by returning.
+// term, unless its node key was gone, or its previous process confirmed
+// dead, when the leader looked: then they moved (term+1) and it does not
+// get them back by returning.
 //
 // Assignments of channels the source no longer lists are counted as load
 // but never changed or deleted. An assignment key must never be deleted
@@ -79,13 +86,72 @@
 // leader), every Config.ReconcileInterval, and soon after a pass that
 // did not finish cleanly (capped backoff).
 //
+// # Failure detection
+//
+// A lease expires a TTL after its holder's last keep-alive, so a node
+// that crashes keeps its channels for about the TTL, although its process
+// closed every connection the moment it died. The leader learns of that
+// moment and moves the channels then (detector.go, liveness.go); the lease
+// stays the safety net for what leaves no such trace (a partition, a
+// stalled process, a host that lost power).
+//
+// The leader holds a liveness stream to every registered node: an HTTP
+// GET of cluster.LivenessPath on the node's address (NodeInfo.Addr), which
+// the node answers and holds open while it runs. When the stream ends, or
+// cannot be established, the leader connects again at once. That
+// connection is the probe, and exactly one outcome of it moves channels
+// before the lease expires:
+//
+//   - refused (ECONNREFUSED): the node's host answered that nothing
+//     listens on the port the node registered. A node listens before it
+//     registers and stops only when its process ends (or at the very end
+//     of Shutdown, after revoking its lease), so its process is gone. The
+//     registration (the node key at its ModRevision) is dead: its
+//     channels move at once (reason owner_dead, Assignment.Detected is
+//     the confirmation's time), it gets no channel, and the move's write
+//     is conditional on the node key still being that registration;
+//   - accepted: the node is alive, or stalled (a stopped process's kernel
+//     still accepts connections and acknowledges data; only the answer
+//     waits). The probe becomes the next stream and waits for its answer
+//     without a deadline: a stall proves nothing, however long;
+//   - anything else (a timeout, a reset, an unreachable host, an answer
+//     other than 200) proves nothing either: the node is suspect (it
+//     keeps its channels; new ones go to nodes that are not suspect while
+//     there are any) and the leader tries again with backoff (10 ms to
+//     1 s). A connection timeout is bounded by Config.ProbeTimeout.
+//
+// So a stalled or partitioned node loses its channels when its lease
+// expires, as without detection, and a crashed one within about a round
+// trip of its death. A node whose registration was confirmed dead is live
+// again when it registers anew (a restarted process). Moving on a false
+// verdict would still be safe - a move is term+1 and the backend fences
+// the old owner - only needless; the one case known to give one is a
+// firewall that answers a partitioned node's port with resets (REJECT
+// --reject-with tcp-reset), and an advertised address that is not the
+// node's own listener (a proxy): set Config.LeaseOnly there.
+//
+// A candidate waiting for another's election key watches the node named
+// by that candidate's CandidateInfo the same way, and deletes the key
+// (conditional on the key and the node's registration being the ones it
+// watched) once that node's process is confirmed gone; the next candidate
+// then leads, and its detector finds the node dead on its first probe.
+//
+// What the detector learns is an input of decide (health), like the
+// snapshot: decide stays pure, and is tested step by step.
+//
 // # Observability
 //
 // Metrics (on Config.Registerer while Run runs): streamwal_coordinator_leader,
-// _moves_total{reason=new|owner_lost|drain|request|open_timeout},
+// _moves_total{reason=new|owner_lost|owner_dead|drain|request|open_timeout},
 // _assigning_channels, _overdue_channels, _failed_writes_total{cause=
-// conflict|deposed|unknown}. Every assignment written is logged with
-// channel, node, term, reason and the previous owner.
+// conflict|deposed|unknown}; for failure detection _liveness_streams,
+// _suspect_nodes, _dead_nodes_total, _dead_candidates_total, and the
+// phases of a move, as histograms: _detect_seconds (a node's stream ended
+// to its death confirmed) and _decide_seconds{reason} (the evidence - for
+// owner_dead the confirmed death, else the start of the pass - to the
+// move's write applied). The node's metrics time the rest (package
+// node). Every assignment written is logged with channel, node, term,
+// reason and the previous owner.
 //
 // # Operators
 //

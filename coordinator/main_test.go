@@ -85,7 +85,7 @@ func (e *env) waitFor(what string, cond func(cluster.Snapshot) bool) cluster.Sna
 func (e *env) waitCandidates(n int) {
 	e.t.Helper()
 	e.waitFor("candidates", func(cluster.Snapshot) bool {
-		resp, err := e.cli.Get(e.ctx, e.layout.Election(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := e.cli.Get(e.ctx, e.layout.Election()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count == int64(n)
 	})
 }
@@ -342,6 +342,11 @@ type simNode struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	stopped bool
+
+	// addr is the address it registers ("" for none); live serves the
+	// liveness stream there (listening, detector_test.go).
+	addr string
+	live *livenessServer
 }
 
 type nodeOpt func(*simNode)
@@ -388,7 +393,10 @@ func (n *simNode) register() error {
 	if err != nil {
 		return err
 	}
-	info := cluster.NodeInfo{ID: n.id, Addr: "127.0.0.1:0", Started: time.Now()}
+	// No address: a simulated node has no process to watch; its lease is
+	// all the coordinator learns its death from (the detection tests give
+	// theirs one).
+	info := cluster.NodeInfo{ID: n.id, Addr: n.addr, Started: time.Now()}
 	if _, err := n.cli.Put(n.e.ctx, n.e.layout.Node(n.id), string(cluster.Encode(info)), clientv3.WithLease(s.Lease())); err != nil {
 		_ = s.Close()
 		return err

@@ -15,6 +15,14 @@ type metrics struct {
 	overdue   prometheus.Gauge
 	failed    *prometheus.CounterVec
 
+	// Failure detection (detector.go, election.go).
+	streams        prometheus.Gauge
+	suspects       prometheus.Gauge
+	deadNodes      prometheus.Counter
+	detect         prometheus.Histogram
+	decide         *prometheus.HistogramVec
+	deadCandidates prometheus.Counter
+
 	registered []prometheus.Collector
 }
 
@@ -42,8 +50,34 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Writes that did not apply, by cause: conflict (a key changed since the read), deposed (no longer leader), unknown (no answer).",
 		}, []string{"cause"}),
 	}
+	buckets := prometheus.ExponentialBuckets(0.001, 2, 15) // 1 ms to 16 s
+	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "liveness_streams",
+		Help: "Liveness streams the leader holds open to registered nodes (0 when not leading).",
+	})
+	m.suspects = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "suspect_nodes",
+		Help: "Registered nodes the leader holds no liveness stream to and could not prove dead (0 when not leading).",
+	})
+	m.deadNodes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "dead_nodes_total",
+		Help: "Node registrations whose process the leader confirmed gone (a connection to their address refused) before their lease expired.",
+	})
+	m.detect = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "detect_seconds", Buckets: buckets,
+		Help: "From the first sign of a node's death (its liveness stream ended) to its confirmation (a connection refused).",
+	})
+	m.decide = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "decide_seconds", Buckets: buckets,
+		Help: "From what a move rests on (for owner_dead the confirmed death, else the start of the pass that decided it) to its write applied, by reason.",
+	}, []string{"reason"})
+	m.deadCandidates = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "dead_candidates_total",
+		Help: "Election keys of candidates whose process was confirmed gone, deleted by the candidate waiting behind them.",
+	})
 	for _, r := range reasons {
 		m.moves.WithLabelValues(string(r))
+		m.decide.WithLabelValues(string(r))
 	}
 	for _, c := range []string{"conflict", "deposed", "unknown"} {
 		m.failed.WithLabelValues(c)
@@ -57,7 +91,8 @@ func (m *metrics) register() error {
 	if m.reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.moves, m.assigning, m.overdue, m.failed} {
+	for _, c := range []prometheus.Collector{m.leader, m.moves, m.assigning, m.overdue, m.failed,
+		m.streams, m.suspects, m.deadNodes, m.detect, m.decide, m.deadCandidates} {
 		if err := m.reg.Register(c); err != nil {
 			m.unregister()
 			return errors.Wrap(err, "coordinator: register metrics")

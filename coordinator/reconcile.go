@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -11,13 +12,16 @@ import (
 )
 
 // reconcile is one pass of the leader: list the channels, read the
-// cluster afresh, decide, and write each change in its own conditional
-// transaction. It returns errDeposed as soon as a write finds the
-// coordinator deposed, the error of a write whose outcome is unknown (the
-// next pass decides again from a fresh read, never reapplying it), and
-// errConflict after the whole pass if some writes found their keys
+// cluster afresh, decide (with h, what failure detection knows of the
+// nodes), and write each change in its own conditional transaction, the
+// transactions of a pass at once (each decision guards its own keys, so
+// none depends on another's outcome): a move off a dead node takes one
+// round trip, however many channels it had. It returns errDeposed if a
+// write found the coordinator deposed, else the error of a write whose
+// outcome is unknown (the next pass decides again from a fresh read, never
+// reapplying it), else errConflict if some writes found their keys
 // changed.
-func (c *Coordinator) reconcile(ctx context.Context, f fence) error {
+func (c *Coordinator) reconcile(ctx context.Context, f fence, h health) error {
 	channels, err := c.channels(ctx)
 	if err != nil {
 		return err
@@ -32,21 +36,48 @@ func (c *Coordinator) reconcile(ctx context.Context, f fence) error {
 	c.metrics.overdue.Set(float64(len(overdue)))
 	c.reportOverdue(snap, overdue)
 
+	changes := c.rules.decide(snap, h, channels, now)
+	type outcome struct {
+		applied bool
+		err     error
+	}
+	outcomes := make([]outcome, len(changes))
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, maxCommitsInFlight)
+	for i, ch := range changes {
+		limit <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-limit; wg.Done() }()
+			outcomes[i].applied, outcomes[i].err = c.commit(ctx, f, ch)
+		}()
+	}
+	wg.Wait()
 	conflicts := 0
-	for _, ch := range c.rules.decide(snap, channels, now) {
-		applied, err := c.commit(ctx, f, ch)
-		if err != nil {
-			return err
-		}
-		if !applied {
+	var unknown error
+	for _, o := range outcomes {
+		switch {
+		case errors.Is(o.err, errDeposed):
+			return o.err
+		case o.err != nil:
+			if unknown == nil {
+				unknown = o.err
+			}
+		case !o.applied:
 			conflicts++
 		}
+	}
+	if unknown != nil {
+		return unknown
 	}
 	if conflicts > 0 {
 		return errors.Wrapf(errConflict, "%d writes", conflicts)
 	}
 	return nil
 }
+
+// maxCommitsInFlight bounds the transactions one pass has in flight.
+const maxCommitsInFlight = 16
 
 // channels calls the channel source and keeps the names that can be keys.
 func (c *Coordinator) channels(ctx context.Context) ([]string, error) {
@@ -173,6 +204,11 @@ func (c *Coordinator) logApplied(ch change) {
 	switch ch.kind {
 	case changeAssign:
 		c.metrics.moves.WithLabelValues(string(ch.reason)).Inc()
+		from := ch.next.Since // the pass's start
+		if ch.reason == reasonOwnerDead {
+			from = ch.detected
+		}
+		c.metrics.decide.WithLabelValues(string(ch.reason)).Observe(c.now().Sub(from).Seconds())
 		attrs := []any{"channel", ch.channel, "node", ch.next.Node, "term", ch.next.Term, "reason", string(ch.reason)}
 		if ch.rev != 0 {
 			attrs = append(attrs, "from", ch.prev.Node, "from_term", ch.prev.Term)
