@@ -72,22 +72,46 @@ type adminChannel struct {
 	LastError string `json:"last_error"`
 }
 
-func admin(t *testing.T, n *node.Node, channel string) adminChannel {
-	t.Helper()
+// adminOf reads channel's entry of n's /admin/channels; an error when
+// there is none (yet). It calls no require: it runs in Eventually's
+// conditions too.
+func adminOf(n *node.Node, channel string) (adminChannel, error) {
 	resp, err := http.Get("http://" + n.Addr() + "/admin/channels?channel=" + channel)
-	require.NoError(t, err)
+	if err != nil {
+		return adminChannel{}, err
+	}
 	defer func() { _ = resp.Body.Close() }()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+		return adminChannel{}, fmt.Errorf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
 	var body struct {
 		Node       string         `json:"node"`
 		StallAfter string         `json:"stall_after"`
 		Channels   []adminChannel `json:"channels"`
 	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
-	require.Equal(t, n.ID(), body.Node)
-	require.Len(t, body.Channels, 1, "channel %s", channel)
-	return body.Channels[0]
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return adminChannel{}, err
+	}
+	if body.Node != n.ID() || len(body.Channels) != 1 {
+		return adminChannel{}, fmt.Errorf("node %q, %d channels", body.Node, len(body.Channels))
+	}
+	return body.Channels[0], nil
+}
+
+func admin(t *testing.T, n *node.Node, channel string) adminChannel {
+	t.Helper()
+	a, err := adminOf(n, channel)
+	require.NoError(t, err, "channel %s", channel)
+	return a
+}
+
+// adminIs returns a condition for Eventually: channel's entry satisfies
+// cond.
+func adminIs(n *node.Node, channel string, cond func(adminChannel) bool) func() bool {
+	return func() bool {
+		a, err := adminOf(n, channel)
+		return err == nil && cond(a)
+	}
 }
 
 // /admin/channels judges each channel from the node's traffic: healthy
@@ -102,8 +126,8 @@ func TestAdminChannels(t *testing.T) {
 	c.assignNoWait("ch", "n1", 3)
 	api := apiClient(n1)
 
-	var a adminChannel
-	require.Eventually(t, func() bool { a = admin(t, n1, "ch"); return a.State == "available" }, testTimeout, time.Millisecond)
+	require.Eventually(t, adminIs(n1, "ch", func(a adminChannel) bool { return a.State == "available" }), testTimeout, time.Millisecond)
+	a := admin(t, n1, "ch")
 	require.Equal(t, "healthy", a.Health)
 	require.EqualValues(t, 3, a.Term)
 	require.NotNil(t, a.AssignedSince)
@@ -123,10 +147,11 @@ func TestAdminChannels(t *testing.T) {
 	stream, err := api.Read(rctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "ch"}))
 	require.NoError(t, err)
 	require.True(t, stream.Receive())
-	require.Eventually(t, func() bool {
-		a = admin(t, n1, "ch")
+	require.Eventually(t, adminIs(n1, "ch", func(a adminChannel) bool {
 		return a.Readers.Active == 1 && a.Readers.SlowestLagMS != nil
-	}, testTimeout, time.Millisecond)
+	}), testTimeout, time.Millisecond)
+	a = admin(t, n1, "ch")
+	require.NotNil(t, a.Readers.SlowestLagMS)
 	require.Zero(t, *a.Readers.SlowestLagMS)
 	rcancel()
 	_ = stream.Close()
@@ -141,7 +166,7 @@ func TestAdminChannels(t *testing.T) {
 		held <- err
 	}()
 	require.Eventually(t, func() bool { return c.mem.WaitingAppends() > 0 }, testTimeout, time.Millisecond)
-	require.Eventually(t, func() bool { return admin(t, n1, "ch").Health == "stalled" }, testTimeout, 5*time.Millisecond)
+	require.Eventually(t, adminIs(n1, "ch", func(a adminChannel) bool { return a.Health == "stalled" }), testTimeout, 5*time.Millisecond)
 	a = admin(t, n1, "ch")
 	require.Contains(t, a.Reason, "1 append waiting, none finished for")
 	require.Equal(t, 1, a.Appends.Waiting)
@@ -153,7 +178,7 @@ func TestAdminChannels(t *testing.T) {
 	c.mem.SetAppendLatency(0)
 	acancel()
 	require.Error(t, <-held)
-	require.Eventually(t, func() bool { return admin(t, n1, "ch").Health == "healthy" }, testTimeout, time.Millisecond,
+	require.Eventually(t, adminIs(n1, "ch", func(a adminChannel) bool { return a.Health == "healthy" }), testTimeout, time.Millisecond,
 		"a caller who gave up is no failure of the channel")
 
 	// Another writer opens the channel at a higher term behind the
@@ -166,7 +191,7 @@ func TestAdminChannels(t *testing.T) {
 	defer func() { _ = w.Close() }()
 	_, err = api.Append(ctx, appendReq("ch", "fenced", ""))
 	require.Error(t, err)
-	require.Eventually(t, func() bool { return admin(t, n1, "ch").Health == "failed" }, testTimeout, time.Millisecond)
+	require.Eventually(t, adminIs(n1, "ch", func(a adminChannel) bool { return a.Health == "failed" }), testTimeout, time.Millisecond)
 	a = admin(t, n1, "ch")
 	require.Contains(t, a.Reason, "fenced by term 9", a.Reason)
 	require.NotEmpty(t, a.LastError)
@@ -202,7 +227,7 @@ func TestAdminChannelOpenFailing(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	c.assignNoWait("late", "n1", 4)
-	require.Eventually(t, func() bool { return admin(t, n1, "late").Health == "failed" }, testTimeout, time.Millisecond)
+	require.Eventually(t, adminIs(n1, "late", func(a adminChannel) bool { return a.Health == "failed" }), testTimeout, time.Millisecond)
 	a := admin(t, n1, "late")
 	require.Equal(t, "failed", a.State)
 	require.Contains(t, a.Reason, "open failing")
@@ -351,7 +376,7 @@ func TestReadHistory(t *testing.T) {
 		}
 		opened <- stream
 	}()
-	require.Eventually(t, func() bool { return admin(t, n1, "ch").Readers.Active == 1 }, testTimeout, time.Millisecond)
+	require.Eventually(t, adminIs(n1, "ch", func(a adminChannel) bool { return a.Readers.Active == 1 }), testTimeout, time.Millisecond)
 	_, err = api.Append(ctx, appendReq("ch", "m11", ""))
 	require.NoError(t, err)
 	stream = <-opened
