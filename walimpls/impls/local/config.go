@@ -42,6 +42,13 @@ const (
 	DefaultReadAheadBytes  = 1 << 20
 	DefaultMaxBatchBytes   = 4 << 20
 	DefaultSlowSync        = time.Second
+	// DefaultDiskSoftWriteRate is the pace of appends below the soft
+	// watermark (RocksDB's delayed_write_rate has the same default).
+	DefaultDiskSoftWriteRate = 16 << 20
+	DefaultDiskCheckInterval = 500 * time.Millisecond
+	// DiskWatermarkOff, as Config.DiskSoftFreeBytes or
+	// Config.DiskHardFreeBytes, turns that watermark off.
+	DiskWatermarkOff = -1
 
 	minSegmentBytes = 64 << 10
 	// segmentSlack leaves room in a segment for its start frame and the
@@ -92,9 +99,34 @@ type Config struct {
 	// SlowSync is the fdatasync duration above which a warning is logged
 	// (default 1s).
 	SlowSync time.Duration `yaml:"slowSync" json:"slowSync"`
-	// Clock schedules the "interval" sync policy: the flusher's
-	// SyncInterval ticker and the time since its last sync (code only;
-	// tests give a clockwork.FakeClock and advance it instead of
+	// DiskSoftFreeBytes is the soft watermark of free space on the root's
+	// file system: below it, appends are throttled to DiskSoftWriteRate
+	// (doc.go, Disk space). Default four times DiskHardFreeBytes (8 ×
+	// SegmentBytes, 512 MiB, with the defaults), or 8 × SegmentBytes when
+	// the hard watermark is off. At least DiskHardFreeBytes;
+	// DiskWatermarkOff (-1) turns it off.
+	DiskSoftFreeBytes int64 `yaml:"diskSoftFreeBytes" json:"diskSoftFreeBytes"`
+	// DiskHardFreeBytes is the hard watermark: below it, appends are
+	// refused with ErrDiskFull, while opens, truncations and deletes still
+	// go through, and no spare segment is prepared ahead of need. Default
+	// 2 × SegmentBytes (128 MiB): room for the segment switches of the
+	// records that are never refused. At least SegmentBytes;
+	// DiskWatermarkOff (-1) turns it off. With both watermarks off the
+	// free space is never read.
+	DiskHardFreeBytes int64 `yaml:"diskHardFreeBytes" json:"diskHardFreeBytes"`
+	// DiskSoftWriteRate is the pace, in frame bytes per second, at which
+	// appends are let through below the soft watermark (default 16 MiB/s).
+	DiskSoftWriteRate int64 `yaml:"diskSoftWriteRate" json:"diskSoftWriteRate"`
+	// DiskCheckInterval is how often, at most, the free space is read
+	// while the journal writes, and how often it is read again while it is
+	// below a watermark, idle or not (default 500ms). It is also read
+	// before and after every spare segment is zero-filled, and after
+	// truncated segments are deleted.
+	DiskCheckInterval time.Duration `yaml:"diskCheckInterval" json:"diskCheckInterval"`
+	// Clock schedules the "interval" sync policy (the flusher's
+	// SyncInterval ticker and the time since its last sync), the disk
+	// checks (DiskCheckInterval) and the pace of throttled appends (code
+	// only; tests give a clockwork.FakeClock and advance it instead of
 	// sleeping). Nil is the real clock. How long an fdatasync takes - the
 	// sync-latency histogram and the SlowSync warning - is always measured
 	// on the real clock: it is the device's time, which a fake clock would
@@ -124,6 +156,21 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SlowSync == 0 {
 		c.SlowSync = DefaultSlowSync
+	}
+	if c.DiskHardFreeBytes == 0 {
+		c.DiskHardFreeBytes = 2 * c.SegmentBytes
+	}
+	if c.DiskSoftFreeBytes == 0 {
+		c.DiskSoftFreeBytes = 4 * c.DiskHardFreeBytes
+		if c.DiskHardFreeBytes == DiskWatermarkOff {
+			c.DiskSoftFreeBytes = 8 * c.SegmentBytes
+		}
+	}
+	if c.DiskSoftWriteRate == 0 {
+		c.DiskSoftWriteRate = DefaultDiskSoftWriteRate
+	}
+	if c.DiskCheckInterval == 0 {
+		c.DiskCheckInterval = DefaultDiskCheckInterval
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
@@ -157,6 +204,35 @@ func (c Config) Validate() error {
 		return bad("negative maxBatchBytes %d", d.MaxBatchBytes)
 	case d.SlowSync < 0:
 		return bad("negative slowSync %s", d.SlowSync)
+	case d.DiskHardFreeBytes < DiskWatermarkOff:
+		return bad("diskHardFreeBytes %d is neither a size nor -1 (off)", d.DiskHardFreeBytes)
+	case d.DiskSoftFreeBytes < DiskWatermarkOff:
+		return bad("diskSoftFreeBytes %d is neither a size nor -1 (off)", d.DiskSoftFreeBytes)
+	case d.DiskHardFreeBytes != DiskWatermarkOff && d.DiskHardFreeBytes < d.SegmentBytes:
+		return bad("diskHardFreeBytes %d is below segmentBytes %d: a segment switch below the watermark could run out of space", d.DiskHardFreeBytes, d.SegmentBytes)
+	case d.DiskSoftFreeBytes != DiskWatermarkOff && d.DiskSoftFreeBytes < d.DiskHardFreeBytes:
+		return bad("diskSoftFreeBytes %d is below diskHardFreeBytes %d", d.DiskSoftFreeBytes, d.DiskHardFreeBytes)
+	case d.DiskSoftWriteRate < 0:
+		return bad("negative diskSoftWriteRate %d", d.DiskSoftWriteRate)
+	case d.DiskCheckInterval < 0:
+		return bad("negative diskCheckInterval %s", d.DiskCheckInterval)
 	}
 	return nil
+}
+
+// diskLevels returns the watermarks of c (with its defaults), 0 for a
+// watermark that is off, and the margin a reading must clear above a
+// watermark to leave the state below it: one segment, the step in which
+// the journal takes free space (a spare zero-filled) and gives it back (a
+// truncated segment deleted), so that one such step does not flip the
+// state back and forth.
+func (c Config) diskLevels() diskLevels {
+	l := diskLevels{margin: uint64(c.SegmentBytes)}
+	if c.DiskSoftFreeBytes > 0 {
+		l.soft = uint64(c.DiskSoftFreeBytes)
+	}
+	if c.DiskHardFreeBytes > 0 {
+		l.hard = uint64(c.DiskHardFreeBytes)
+	}
+	return l
 }

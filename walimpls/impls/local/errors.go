@@ -21,6 +21,13 @@ var (
 	// file of a root that wrote some, among others), or sequence numbers
 	// out of order. Nothing is skipped silently.
 	ErrCorrupt = errors.New("local wal corrupt")
+	// ErrDiskFull refuses an append while the free space of the root's
+	// file system is below Config.DiskHardFreeBytes (doc.go, Disk space).
+	// Nothing was framed: the error is marked walimpls.MarkNotStored, and
+	// walimpls.IsRetryable holds, because truncation and deletion free
+	// space and appends then pass again. Opens, truncations, deletes and
+	// reads are never refused for it.
+	ErrDiskFull = errors.New("local wal disk full")
 )
 
 // journalError is the sticky error of a failed journal: it matches

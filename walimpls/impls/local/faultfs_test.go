@@ -37,6 +37,17 @@ type faultFS struct {
 	// gate, when set, holds the next fdatasync of a file that holds data
 	// (not the zero-fill of a spare) until release is closed.
 	gate atomic.Pointer[syncGate]
+	// space is the free space FreeBytes reports: the real file system's
+	// until a test sets it.
+	space freeSpace
+}
+
+func (f *faultFS) FreeBytes(dir string) (uint64, error) {
+	free, set, err := f.space.answer(func() uint64 { return dirBytes(dir) })
+	if !set {
+		return f.FS.FreeBytes(dir)
+	}
+	return free, err
 }
 
 type syncGate struct{ entered, release chan struct{} }

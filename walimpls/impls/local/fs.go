@@ -33,6 +33,11 @@ type FS interface {
 	// description, writing the caller's pid into it. When another holder has
 	// it, the error wraps ErrLocked and names the holder's pid.
 	Lock(name string) (io.Closer, error)
+	// FreeBytes returns the bytes an unprivileged writer may still
+	// allocate on the file system that holds dir (statfs(2): available
+	// blocks times the block size). The disk watermarks are read through
+	// it (doc.go, Disk space).
+	FreeBytes(dir string) (uint64, error)
 }
 
 // File is an open file of an FS.
@@ -91,6 +96,21 @@ func (osFS) SyncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// FreeBytes uses statfs(2): f_bavail, the blocks left to unprivileged
+// users (what the journal, not running as root, can take), times f_bsize.
+func (osFS) FreeBytes(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	for {
+		err := unix.Statfs(dir, &st)
+		if err == nil {
+			return st.Bavail * uint64(st.Bsize), nil
+		}
+		if err != unix.EINTR {
+			return 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
+		}
+	}
 }
 
 // Lock uses flock(2): the lock belongs to the open file description, so a

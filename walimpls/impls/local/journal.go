@@ -213,7 +213,10 @@ type journal struct {
 	woff     int64     // end of the bytes written to the active segment
 	synced   int64     // bytes of the active segment known durable
 	lastSync time.Time // on Config.Clock
-	marked   bool      // the root has its journal marker
+	// diskAsked is when the flusher last asked the preparer to read the
+	// free space (on Config.Clock; doc.go, Disk space).
+	diskAsked time.Time
+	marked    bool // the root has its journal marker
 	// newSegs are the segments started this round, listed when it is
 	// published; a failed round leaves them here for close to close.
 	newSegs []*segment
@@ -240,6 +243,7 @@ func newJournal(s *Store, rs recovered) *journal {
 		lastSync: s.cfg.Clock.Now(),
 		marked:   rs.marked,
 	}
+	j.diskAsked = j.lastSync // New has just read the free space
 	if rs.active != nil {
 		j.fseg = rs.active.num
 	}
@@ -296,6 +300,14 @@ func (j *journal) enqueue(ctx context.Context, r request, w *waiter) (uint64, er
 		size = 0
 		for _, body := range r.bodies {
 			size += frameSize(len(body))
+		}
+	}
+	if r.kind == reqAppend {
+		// Disk pressure holds appends back before they take the mutex: a
+		// throttled one waits without holding anybody up, and every other
+		// record (the ones that free space among them) passes.
+		if err := j.s.disk.admit(ctx, size, j.stopped); err != nil {
+			return 0, walimpls.MarkNotStored(err)
 		}
 	}
 	j.mu.Lock()
@@ -742,6 +754,7 @@ func (j *journal) run() {
 		if b != nil {
 			j.flush(b)
 			j.giveBack(b)
+			j.askDiskCheck()
 			continue
 		}
 		if closing {
@@ -760,6 +773,20 @@ func (j *journal) run() {
 				_ = j.syncActive()
 			}
 		}
+	}
+}
+
+// askDiskCheck asks the preparer to read the free space when
+// Config.DiskCheckInterval has passed since the flusher last asked: while
+// the journal writes, others may fill the file system (doc.go, Disk
+// space). One clock reading per round.
+func (j *journal) askDiskCheck() {
+	if !j.s.disk.levels.enabled() {
+		return
+	}
+	if now := j.s.cfg.Clock.Now(); now.Sub(j.diskAsked) >= j.s.cfg.DiskCheckInterval {
+		j.diskAsked = now
+		j.s.prep.requestDiskCheck()
 	}
 }
 

@@ -35,6 +35,9 @@ type memFS struct {
 	// file system (outside the lock, so it may call crash), with the
 	// operation and the file's name.
 	before atomic.Pointer[func(op, name string)]
+	// space is the free space FreeBytes reports: plenty until a test
+	// sets it.
+	space freeSpace
 }
 
 // hook calls the before hook, if any.
@@ -262,6 +265,23 @@ func (m *memFS) SyncDir(dir string) error {
 }
 
 func (m *memFS) Lock(string) (io.Closer, error) { return io.NopCloser(nil), nil }
+
+func (m *memFS) FreeBytes(dir string) (uint64, error) {
+	free, set, err := m.space.answer(func() (used uint64) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for name, f := range m.names {
+			if filepath.Dir(name) == filepath.Clean(dir) {
+				used += uint64(len(f.data))
+			}
+		}
+		return used
+	})
+	if !set {
+		return 1 << 50, nil
+	}
+	return free, err
+}
 
 func (h *memHandle) ReadAt(p []byte, off int64) (int, error) {
 	h.fs.mu.Lock()

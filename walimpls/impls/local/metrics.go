@@ -19,9 +19,18 @@ type metrics struct {
 	droppedFrames prometheus.Counter
 	segments      prometheus.Gauge
 	recycled      prometheus.Counter
+
+	// The disk watermarks' series (doc.go, Disk space), registered only
+	// when a watermark is on.
+	diskFree         prometheus.Gauge
+	diskPressure     prometheus.Gauge
+	diskChecks       prometheus.Counter
+	throttledAppends prometheus.Counter
+	throttleSeconds  prometheus.Counter
+	refusedAppends   prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, dir string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, dir string, disk bool) (*metrics, error) {
 	labels := prometheus.Labels{"dir": dir}
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: "streamwal", Subsystem: "local", Name: name, Help: help, ConstLabels: labels}
@@ -44,6 +53,15 @@ func newMetrics(reg prometheus.Registerer, dir string) (*metrics, error) {
 	m.segments = prometheus.NewGauge(prometheus.GaugeOpts(opts("segments", "Live segment files.")))
 	m.recycled = prometheus.NewCounter(prometheus.CounterOpts(opts("segments_recycled_total", "Truncated segments reused as the next segment instead of zero-filling a new one.")))
 	m.collectors = []prometheus.Collector{m.appends, m.appendBytes, m.syncSeconds, m.batchRecords, m.droppedBytes, m.droppedFrames, m.segments, m.recycled}
+	m.diskFree = prometheus.NewGauge(prometheus.GaugeOpts(opts("disk_free_bytes", "Free bytes of the root's file system, as last read.")))
+	m.diskPressure = prometheus.NewGauge(prometheus.GaugeOpts(opts("disk_pressure", "0: free space at or above the soft watermark; 1: below it, appends throttled; 2: below the hard watermark, appends refused.")))
+	m.diskChecks = prometheus.NewCounter(prometheus.CounterOpts(opts("disk_checks_total", "Readings of the root's free space (statfs).")))
+	m.throttledAppends = prometheus.NewCounter(prometheus.CounterOpts(opts("disk_throttled_appends_total", "Appends that waited below the soft watermark.")))
+	m.throttleSeconds = prometheus.NewCounter(prometheus.CounterOpts(opts("disk_throttle_seconds_total", "Time appends waited below the soft watermark.")))
+	m.refusedAppends = prometheus.NewCounter(prometheus.CounterOpts(opts("disk_refused_appends_total", "Appends refused below the hard watermark (ErrDiskFull).")))
+	if disk {
+		m.collectors = append(m.collectors, m.diskFree, m.diskPressure, m.diskChecks, m.throttledAppends, m.throttleSeconds, m.refusedAppends)
+	}
 	if reg == nil {
 		return m, nil
 	}

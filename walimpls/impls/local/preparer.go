@@ -5,8 +5,10 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 )
 
 // maxSpares bounds the prepared segment files kept ahead of need: one
@@ -32,10 +34,23 @@ type preparer struct {
 	spares []spare // owned by run; recycled ones first
 	nextID int     // names the next spare file
 
+	// The readings of the free space (doc.go, Disk space), owned by run,
+	// which hands each one to the Store's diskGuard. diskReq asks for one
+	// (capacity 1): nil from the flusher, from a test a channel that run
+	// closes once it has taken the reading.
+	diskReq  chan chan struct{}
+	fresh    bool   // the last reading was taken since run last waited
+	lastFree uint64 // the last successful reading
+	lastOK   bool   // the last reading succeeded
+	readErr  bool   // the last reading failed (logged once per run of failures)
+	deferred bool   // no room to prepare a spare ahead of need
+
 	// collections counts the collection passes run has finished, so that
 	// a test can wait for the one a truncation asked for instead of
-	// sleeping.
+	// sleeping; deferrals counts the times run found no room to prepare a
+	// spare ahead of need.
 	collections atomic.Uint64
+	deferrals   atomic.Uint64
 }
 
 type spare struct {
@@ -56,6 +71,7 @@ func newPreparer(s *Store) *preparer {
 		req:     make(chan uint64),
 		resp:    make(chan installResult),
 		gc:      make(chan struct{}, 1),
+		diskReq: make(chan chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -94,6 +110,15 @@ func (p *preparer) close() {
 	<-p.stopped
 }
 
+// requestDiskCheck asks for a reading of the free space; it never
+// blocks.
+func (p *preparer) requestDiskCheck() {
+	select {
+	case p.diskReq <- nil:
+	default:
+	}
+}
+
 func (p *preparer) run() {
 	defer close(p.stopped)
 	defer func() {
@@ -101,13 +126,41 @@ func (p *preparer) run() {
 			_ = sp.f.Close()
 		}
 	}()
+	// recheck reads the free space again every DiskCheckInterval while
+	// it is below a watermark, so that the pressure ends once space is
+	// freed (by others too) even when nothing is written.
+	var recheck clockwork.Timer
+	defer func() {
+		if recheck != nil {
+			recheck.Stop()
+		}
+	}()
 	var prepErr error
 	for {
-		if len(p.spares) == 0 && prepErr == nil {
+		if len(p.spares) == 0 && prepErr == nil && p.spareFits() {
 			// Prepare ahead of need, so a segment switch only renames.
 			prepErr = p.prepare()
 		}
+		p.fresh = false
+		var recheckC <-chan time.Time
+		if p.s.disk.load() != diskOK {
+			if recheck == nil {
+				recheck = p.s.cfg.Clock.NewTimer(p.s.cfg.DiskCheckInterval)
+			}
+			recheckC = recheck.Chan()
+		} else if recheck != nil {
+			recheck.Stop()
+			recheck = nil
+		}
 		select {
+		case taken := <-p.diskReq:
+			p.checkDisk()
+			if taken != nil {
+				close(taken)
+			}
+		case <-recheckC:
+			recheck = nil
+			p.checkDisk()
 		case num := <-p.req:
 			if len(p.spares) == 0 {
 				// Try again: the disk may have had room since.
@@ -163,7 +216,58 @@ func (p *preparer) prepare() error {
 		return errors.Wrap(err, "local: sync spare segment")
 	}
 	p.spares = append(p.spares, spare{f: f, name: name})
+	if p.s.disk.levels.enabled() {
+		// The journal took a segment's worth of space.
+		p.checkDisk()
+	}
 	return nil
+}
+
+// checkDisk reads the free space of the root's file system and hands the
+// reading to the Store's diskGuard. A failed reading leaves the pressure
+// as it was; the first of a run of failures is logged.
+func (p *preparer) checkDisk() {
+	s := p.s
+	free, err := s.fs.FreeBytes(s.cfg.Dir)
+	defer s.m.diskChecks.Inc() // once the reading is taken and logged
+	p.fresh = true
+	if err != nil {
+		if !p.readErr {
+			s.log.Warn("cannot read the free space of the root's file system; the disk watermarks keep their last state", "err", err)
+		}
+		p.lastOK, p.readErr = false, true
+		return
+	}
+	p.lastFree, p.lastOK, p.readErr = free, true, false
+	s.disk.observe(free)
+}
+
+// spareFits reports whether a spare may be zero-filled ahead of need: not
+// when that would take the free space below the hard watermark (doc.go,
+// Disk space). It reads the free space unless run just did. A spare that
+// a segment switch needs now is prepared whatever the free space: the
+// watermark keeps room for it.
+func (p *preparer) spareFits() bool {
+	l := p.s.disk.levels
+	if l.hard == 0 {
+		return true
+	}
+	if !p.fresh {
+		p.checkDisk()
+	}
+	if !p.lastOK {
+		return true // unknown: as without a watermark
+	}
+	fits := l.spareFits(p.lastFree, p.s.cfg.SegmentBytes)
+	if !fits {
+		if !p.deferred {
+			p.s.log.Info("not preparing the next segment ahead of need: it would take the free disk space below the hard watermark",
+				"free_bytes", p.lastFree, "hard_watermark", l.hard, "segment_bytes", p.s.cfg.SegmentBytes)
+		}
+		p.deferrals.Add(1)
+	}
+	p.deferred = !fits
+	return fits
 }
 
 // installSpare renames the first spare to segment num and syncs the
@@ -190,6 +294,14 @@ func (p *preparer) installSpare(num uint64) installResult {
 func (p *preparer) collectSegments() {
 	defer p.collections.Add(1)
 	s := p.s
+	freed := false
+	defer func() {
+		if freed && s.disk.levels.enabled() {
+			// Read the space given back now, not at the next check: the
+			// appends refused for it may go again.
+			p.checkDisk()
+		}
+	}()
 	for {
 		s.segMu.Lock()
 		// The last segment is the one the journal writes (or the one that
@@ -208,11 +320,14 @@ func (p *preparer) collectSegments() {
 		s.segments = s.segments[1:]
 		n := len(s.segments)
 		s.segMu.Unlock()
+		freed = true
 		s.m.segments.Set(float64(n))
 		// Readers still holding the file read frames of another segment (or
 		// fail once it is closed) and learn from the truncation point that
-		// their position is gone.
-		if len(p.spares) < maxSpares && p.recycle(oldest) {
+		// their position is gone. Under disk pressure the segment is
+		// deleted, not kept as a spare: a spare's blocks are not free
+		// space, and the pressure ends only once the file system has room.
+		if len(p.spares) < maxSpares && p.s.disk.load() == diskOK && p.recycle(oldest) {
 			s.log.Debug("recycled truncated segment", "segment", oldest.num)
 		} else {
 			if err := s.fs.Remove(s.path(segmentName(oldest.num))); err != nil && !os.IsNotExist(err) {

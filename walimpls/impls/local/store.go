@@ -29,7 +29,8 @@ type Store struct {
 
 	j    *journal
 	prep *preparer
-	def  *Opener // serves the Store's own Opener methods
+	disk *diskGuard // the disk watermarks; the preparer reads the free space
+	def  *Opener    // serves the Store's own Opener methods
 
 	// mu guards channels, openers, closed. A delete takes it under the
 	// journal's mu (it removes the channel in framing order); nothing
@@ -192,7 +193,7 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Store, erro
 		return nil, errors.Wrapf(err, "local: lock %s", cfg.Dir)
 	}
 	s.lock = lock
-	m, err := newMetrics(o.Registerer, cfg.Dir)
+	m, err := newMetrics(o.Registerer, cfg.Dir, cfg.diskLevels().enabled())
 	if err != nil {
 		_ = lock.Close()
 		return nil, errors.Wrap(err, "local: register metrics")
@@ -208,7 +209,12 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Store, erro
 		return nil, err
 	}
 	s.m.segments.Set(float64(len(s.segments)))
+	s.disk = newDiskGuard(cfg, s.m, s.log)
 	s.prep = newPreparer(s)
+	if s.disk.levels.enabled() {
+		// Before the first append: one below the hard watermark is refused.
+		s.prep.checkDisk()
+	}
 	s.j = newJournal(s, rs)
 	s.def = s.NewOpener()
 	go s.prep.run()
