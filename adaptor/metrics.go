@@ -105,7 +105,7 @@ func (m *Metrics) forget(channel string) {
 }
 
 // The parts of a series a WAL records to: satisfied by Prometheus's
-// counters, gauges and observers, and by nop.
+// counters and gauges, and by nop.
 type (
 	counter interface {
 		Inc()
@@ -117,7 +117,6 @@ type (
 		Dec()
 		Sub(float64)
 	}
-	observer interface{ Observe(float64) }
 )
 
 // nop records nothing: the series of a WAL opened without Metrics, which
