@@ -128,7 +128,6 @@ func (nop) Add(float64)     {}
 func (nop) Set(float64)     {}
 func (nop) Dec()            {}
 func (nop) Sub(float64)     {}
-func (nop) Observe(float64) {}
 
 // lazyObserver is a histogram series created at its first observation: a
 // channel that never appended (or never failed to) exports no buckets of
