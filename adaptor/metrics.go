@@ -123,11 +123,11 @@ type (
 // then costs no registry and no series of its own.
 type nop struct{}
 
-func (nop) Inc()            {}
-func (nop) Add(float64)     {}
-func (nop) Set(float64)     {}
-func (nop) Dec()            {}
-func (nop) Sub(float64)     {}
+func (nop) Inc()        {}
+func (nop) Add(float64) {}
+func (nop) Set(float64) {}
+func (nop) Dec()        {}
+func (nop) Sub(float64) {}
 
 // lazyObserver is a histogram series created at its first observation: a
 // channel that never appended (or never failed to) exports no buckets of
