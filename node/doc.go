@@ -3,8 +3,27 @@
 // assigned terms, through a walmanager.Manager over a backend) and removes
 // the ones moved away, and serves the client API of proto/streamwal/v1
 // (Connect, gRPC and gRPC-Web on one port) for the channels it owns, with
-// Prometheus metrics on /metrics and its health on /healthz. cmd/walnode is
-// its process.
+// Prometheus metrics on /metrics, its health on /healthz and its liveness
+// stream on cluster.LivenessPath. cmd/walnode is its process.
+//
+// # Liveness
+//
+// The node listens before it registers and serves, on the same address, a
+// liveness stream that the coordinator's leader holds open (liveness.go).
+// When the process dies its kernel ends the stream and refuses the
+// leader's next connection, and the leader moves the node's channels at
+// once, before the lease expires; a stalled or partitioned node keeps them
+// until its lease expires (package coordinator, "Failure detection").
+// The registered address (Config.Advertise, or the listener's) must
+// therefore reach this listener itself, not a proxy.
+//
+// A move's phases on the new owner are timed (phases.go): the backend's
+// open, which fences the old owner (streamwal_node_open_phase_seconds
+// {phase="fence"}, from the assignment seen), the rest of the WAL's open:
+// the end of the log found, the term-begin and a first watermark written
+// ({phase="tail"}), and the first append acknowledged at the new term
+// (streamwal_node_first_append_seconds, from the WAL ready). The Opened
+// report carries the same times (Seen, Fenced, Ready).
 //
 // # Ownership
 //
@@ -51,5 +70,6 @@
 //
 // Shutdown stops taking appends (Unavailable), waits for those in flight,
 // closes the WALs, revokes its lease (the coordinator moves its channels at
-// once) and stops serving, all bounded by its context.
+// once), ends the liveness streams and stops serving, all bounded by its
+// context.
 package node

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,10 +25,11 @@ func (n *Node) follow() {
 				want[ch] = a
 			}
 		}
+		seen := time.Now()
 		for ch, a := range want {
 			if n.held[ch] != a.Value.Term {
 				n.held[ch] = a.Value.Term
-				n.startOpen(ch, a.Value.Term, a.Revision)
+				n.startOpen(ch, a.Value.Term, a.Revision, seen)
 			}
 		}
 		for ch, term := range n.held {
@@ -47,8 +49,10 @@ func (n *Node) follow() {
 // startOpen opens ch at term and reports the outcome under the node's
 // lease, unless a newer request overtook it. The report is written only if
 // the assignment is still the one acted on (revision rev): a late report of
-// an old owner never overwrites the new owner's.
-func (n *Node) startOpen(ch string, term, rev int64) {
+// an old owner never overwrites the new owner's. A successful report
+// carries the open's times (phases.go) from seen, when the follower saw
+// the assignment.
+func (n *Node) startOpen(ch string, term, rev int64, seen time.Time) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -68,6 +72,8 @@ func (n *Node) startOpen(ch string, term, rev int64) {
 		report := cluster.Opened{Channel: ch, Node: n.cfg.ID, Term: term}
 		if err != nil {
 			report.Error = err.Error()
+		} else if t, ok := n.phases.take(ch, term, seen); ok {
+			report.Seen, report.Fenced, report.Ready = seen, t.fenced, t.ready
 		}
 		sess := n.session()
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTTL)

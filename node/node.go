@@ -33,6 +33,7 @@ type Node struct {
 	log     *slog.Logger
 	mgr     *walmanager.Manager
 	metrics *metrics
+	phases  *phases // times opens and first appends (phases.go)
 
 	view *cluster.View
 	ln   net.Listener
@@ -77,6 +78,14 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 		return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
 	}
 	n.metrics = m
+	n.phases = newPhases()
+	for _, c := range n.phases.collectors() {
+		if err := cfg.Registerer.Register(c); err != nil {
+			m.unregister()
+			return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
+		}
+		m.collectors = append(m.collectors, c)
+	}
 	walOpts := cfg.WAL
 	if walOpts.Logger == nil {
 		walOpts.Logger = n.log
@@ -87,7 +96,7 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 		}
 	}
 	n.mgr, err = walmanager.New(walmanager.WALOpenerFunc(func(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, error) {
-		return adaptor.Open(ctx, opener, ch, walOpts)
+		return n.phases.openWAL(ctx, opener, ch, walOpts)
 	}), walmanager.Options{Logger: n.log, Registerer: cfg.Registerer, Deleter: opener})
 	if err != nil {
 		return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
@@ -131,6 +140,7 @@ func (n *Node) Start(ctx context.Context) error {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
+	mux.HandleFunc(cluster.LivenessPath, n.liveness)
 	n.srv = &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
 	n.accepting.Store(true)
 	n.wg.Add(3)
