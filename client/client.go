@@ -32,6 +32,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
@@ -80,6 +81,10 @@ type Client struct {
 	// resolveFrom is, per channel, the resolve_from of the newest append
 	// acknowledged to this client: the start of a retry's look.
 	resolveFrom map[string]resolvePoint
+	// looked is, per channel, the revisions of the assignment and the open
+	// report the last owner lookup saw: a retry's pause ends when either
+	// changes.
+	looked map[string][2]int64
 }
 
 type resolvePoint struct {
@@ -111,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	return &Client{cfg: cfg, view: view, layout: layout, log: cfg.Logger,
-		conns: map[string]streamwalv1connect.WALServiceClient{}, resolveFrom: map[string]resolvePoint{}}, nil
+		conns: map[string]streamwalv1connect.WALServiceClient{}, resolveFrom: map[string]resolvePoint{}, looked: map[string][2]int64{}}, nil
 }
 
 // Close stops following the cluster; idempotent.
@@ -268,13 +273,15 @@ func details(err error) (*streamwalv1.WrongNode, bool) {
 
 // owner returns the address and node of channel's owner: the hint when a
 // refusal named one, else the assignment, waiting (with backoff after a
-// failed attempt) for one to a live node.
+// failed attempt) for one to a live node. The backoff ends early when the
+// channel's assignment or its owner's open report changes: a new owner, or
+// one that has just opened the channel, is worth trying at once.
 func (c *Client) owner(ctx context.Context, channel, hint string, attempt int) (addr, node string, err error) {
 	if hint != "" {
 		return hint, "", nil
 	}
 	if attempt > 0 {
-		if err := c.cfg.Retry.Wait(ctx, attempt-1); err != nil {
+		if err := c.pause(ctx, channel, attempt-1); err != nil {
 			return "", "", err
 		}
 	}
@@ -286,7 +293,42 @@ func (c *Client) owner(ctx context.Context, channel, hint string, attempt int) (
 		return "", "", errors.Wrapf(err, "client: no live owner of channel %q", channel)
 	}
 	a, n, _ := s.Owner(channel)
+	c.mu.Lock()
+	c.looked[channel] = revisions(s, channel)
+	c.mu.Unlock()
 	return n.Addr, a.Node, nil
+}
+
+// pause waits for the backoff of attempt, or until channel's assignment or
+// open report is not the one the last lookup saw, whichever comes first.
+func (c *Client) pause(ctx context.Context, channel string, attempt int) error {
+	c.mu.Lock()
+	looked := c.looked[channel]
+	c.mu.Unlock()
+	clock := c.cfg.Retry.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	t := clock.NewTimer(c.cfg.Retry.Delay(attempt))
+	defer t.Stop()
+	for {
+		s, changed := c.view.Snapshot()
+		if revisions(s, channel) != looked {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-t.Chan():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// revisions are the revisions of channel's assignment and open report in s.
+func revisions(s cluster.Snapshot, channel string) [2]int64 {
+	return [2]int64{s.Assignments[channel].Revision, s.Opened[channel].Revision}
 }
 
 // newKey returns a random idempotency key.
