@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
@@ -95,6 +97,7 @@ type e2eCluster struct {
 	nodes   map[string]*child
 	cli     *client.Client
 	view    *cluster.View
+	ecli    *clientv3.Client
 }
 
 func newE2ECluster(t *testing.T, n int, ttl time.Duration) *e2eCluster {
@@ -114,6 +117,7 @@ func newE2ECluster(t *testing.T, n int, ttl time.Duration) *e2eCluster {
 		c.start(id)
 	}
 	ecli := etcdtest.Client(t, c.etcd)
+	c.ecli = ecli
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c.cli, err = client.New(ctx, client.Config{Etcd: ecli, Root: c.root, Retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}})
@@ -210,7 +214,10 @@ type ack struct {
 // client on every channel, and a node killed with SIGKILL twenty times at
 // random moments (and restarted): every acknowledged append is read back
 // exactly once and in order, and the failover time - from the kill to the
-// first append acknowledged by the new owner - is reported.
+// first append acknowledged by the new owner - is reported, with each
+// move's phases (see movePhases). At least one move must have been made by
+// failure detection, before the lease expired (Assignment.Detected set);
+// the figures are printed, not asserted: a loaded machine may take longer.
 func TestKillNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three walnode processes through twenty SIGKILLs")
@@ -275,6 +282,7 @@ func TestKillNodes(t *testing.T) {
 
 	r := rand.New(rand.NewPCG(1, 2))
 	var failovers []time.Duration
+	var phases []movePhases
 	for k := range kills {
 		// A random moment for the kill, not a wait for anything: the
 		// checks hold whatever the appenders got done by then.
@@ -296,6 +304,7 @@ func TestKillNodes(t *testing.T) {
 		for _, ch := range owned[victim] {
 			lost[ch] = s.Assignments[ch].Value.Term
 		}
+		leader := c.leader()
 		killed := time.Now()
 		c.stop(victim, syscall.SIGKILL)
 		for ch, term := range lost {
@@ -306,8 +315,21 @@ func TestKillNodes(t *testing.T) {
 				return ok
 			}, 90*time.Second, 5*time.Millisecond, "kill %d: channel %s of %s never acknowledged an append at a term above %d", k, ch, victim, term)
 			failovers = append(failovers, first.Sub(killed))
+			p := c.phasesOf(ch, term+1, killed, first)
+			p.leader = victim == leader
+			phases = append(phases, p)
 		}
+		// Restarted, and registered before the next kill: each kill
+		// meets a cluster of three, not a process still starting.
+		before := s.Nodes[victim].Revision
 		c.start(victim)
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		_, err := c.view.WaitFor(wctx, func(s cluster.Snapshot) bool {
+			n, ok := s.Nodes[victim]
+			return ok && n.Revision > before
+		})
+		wcancel()
+		require.NoError(t, err, "kill %d: %s never registered again", k, victim)
 	}
 	cancel()
 	wg.Wait()
@@ -320,6 +342,8 @@ func TestKillNodes(t *testing.T) {
 	pct := func(p float64) time.Duration { return failovers[int(p*float64(len(failovers)-1))] }
 	t.Logf("failover (kill → first append acknowledged by the new owner) over %d channel moves: p50 %s, p99 %s, max %s (lease TTL %s)",
 		len(failovers), pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), failovers[len(failovers)-1].Round(time.Millisecond), ttl)
+	detected := reportPhases(t, phases)
+	require.Positive(t, detected, "no move was made by failure detection: every one waited for the lease")
 
 	// Every acknowledged append exactly once, in order.
 	c.waitAssigned(channels)
@@ -330,6 +354,106 @@ func TestKillNodes(t *testing.T) {
 		got := c.readAll(ch, want)
 		require.Equalf(t, want, got, "channel %s: acknowledged appends read back", ch)
 	}
+}
+
+// movePhases times one move of a killed owner's channel, on the machine's
+// clock (every process runs here): detect is the kill to the leader's
+// confirmation that the process is gone (Assignment.Detected), decide from
+// there to the new owner seeing its assignment (Opened.Seen: the pass, the
+// write, the watch), fence the backend's open at the new term
+// (Opened.Fenced), tail the rest of the WAL's open (Opened.Ready: the end
+// of the log found, the term-begin written), first append from there to
+// the first append acknowledged at the new term (the client's answer).
+type movePhases struct {
+	total, detect, decide, fence, tail, firstAppend time.Duration
+	// byLease: the move waited for the lease (no Detected): the phases
+	// before fence are unknown.
+	byLease bool
+	// noReport: the new owner's Opened report was not seen (the channel
+	// moved on meanwhile): only the total is known.
+	noReport bool
+	// leader: the killed owner was the coordinators' leader too: another
+	// candidate took over before moving its channels.
+	leader bool
+}
+
+// leader returns the ID of the coordinator that leads (the oldest
+// election key), or "".
+func (c *e2eCluster) leader() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	layout, err := cluster.NewLayout(c.root)
+	require.NoError(c.t, err)
+	resp, err := c.ecli.Get(ctx, layout.Election()+"/", clientv3.WithFirstCreate()...)
+	require.NoError(c.t, err)
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+// phasesOf reads the move of ch to term from the cluster: its assignment
+// and its new owner's Opened report, waiting (bounded) for the report.
+func (c *e2eCluster) phasesOf(ch string, term int64, killed, first time.Time) movePhases {
+	p := movePhases{total: first.Sub(killed)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := c.view.WaitFor(ctx, func(s cluster.Snapshot) bool {
+		a, o := s.Assignments[ch].Value, s.Opened[ch].Value
+		return a.Term != term || (o.Node == a.Node && o.Term == term && !o.Ready.IsZero())
+	})
+	a, o := s.Assignments[ch].Value, s.Opened[ch].Value
+	if err != nil || a.Term != term {
+		p.noReport = true
+		return p
+	}
+	p.fence, p.tail, p.firstAppend = o.Fenced.Sub(o.Seen), o.Ready.Sub(o.Fenced), first.Sub(o.Ready)
+	if a.Detected.IsZero() {
+		p.byLease = true
+		return p
+	}
+	p.detect, p.decide = a.Detected.Sub(killed), o.Seen.Sub(a.Detected)
+	return p
+}
+
+// reportPhases logs p50 and p99 of each phase over the moves made by
+// detection, and how many waited for the lease; it returns the number made
+// by detection.
+func reportPhases(t *testing.T, moves []movePhases) int {
+	var byLease, noReport int
+	cols := map[string][]time.Duration{}
+	names := []string{"detect", "  owner led", "  owner did not", "decide", "fence/open", "find tail", "first append", "total"}
+	for _, m := range moves {
+		switch {
+		case m.noReport:
+			noReport++
+			continue
+		case m.byLease:
+			byLease++
+			continue
+		}
+		for i, d := range []time.Duration{m.detect, m.decide, m.fence, m.tail, m.firstAppend, m.total} {
+			name := names[i+2*min(i, 1)]
+			cols[name] = append(cols[name], d)
+		}
+		if m.leader {
+			cols[names[1]] = append(cols[names[1]], m.detect)
+		} else {
+			cols[names[2]] = append(cols[names[2]], m.detect)
+		}
+	}
+	detected := len(moves) - byLease - noReport
+	t.Logf("moves by failure detection: %d of %d (by the lease: %d, without an open report: %d)", detected, len(moves), byLease, noReport)
+	for _, name := range names {
+		ds := cols[name]
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		q := func(p float64) time.Duration { return ds[int(p*float64(len(ds)-1))].Round(100 * time.Microsecond) }
+		t.Logf("  %-15s p50 %8s  p99 %8s  max %8s  (%d)", name, q(0.5), q(0.99), ds[len(ds)-1].Round(100*time.Microsecond), len(ds))
+	}
+	return detected
 }
 
 // readAll reads ch from the start until every payload of want was read and
@@ -466,5 +590,137 @@ func TestGracefulShutdown(t *testing.T) {
 		_, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte("after-" + ch)}, client.Options{})
 		require.NoError(t, err)
 		require.Equal(t, []string{"before-" + ch, "after-" + ch}, c.readAll(ch, []string{"before-" + ch, "after-" + ch}))
+	}
+}
+
+// A stalled owner (SIGSTOP, as a long GC pause or a starved process would
+// be) keeps its channels when the stall is shorter than its lease: its
+// connections stay open and its kernel still answers, so failure
+// detection has nothing that proves it dead. First an owner that does not
+// lead, then the leader (also an owner: the candidate behind it watches
+// it), each stopped for 2 s at a 6 s lease TTL while appends to its
+// channels wait: they are acknowledged at the same terms once it runs
+// again, no assignment changed (read from etcd after the stall), and no
+// coordinator counted a death.
+func TestStalledOwner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three walnode processes")
+	}
+	const (
+		ttl   = 6 * time.Second
+		stall = 2 * time.Second
+	)
+	c := newE2ECluster(t, 3, ttl)
+	c.waitAssigned(6)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ecli := c.ecli
+	layout, err := cluster.NewLayout(c.root)
+	require.NoError(t, err)
+
+	// Detection is armed: the leader holds a stream to every node.
+	leader := c.waitMetric(ctx, func(m map[string]float64) bool {
+		return m["streamwal_coordinator_leader"] == 1 && m["streamwal_coordinator_liveness_streams"] == 3
+	})
+	snap, _ := c.view.Snapshot()
+	var follower string
+	for _, a := range snap.Assignments {
+		if a.Value.Node != leader {
+			follower = a.Value.Node
+			break
+		}
+	}
+	require.NotEmpty(t, follower, "every channel is on the leader")
+
+	for _, victim := range []string{follower, leader} {
+		before, err := cluster.Load(ctx, ecli, layout, nil)
+		require.NoError(t, err)
+		owned := map[string]int64{}
+		for ch, a := range before.Assignments {
+			if a.Value.Node == victim {
+				owned[ch] = a.Value.Term
+			}
+		}
+		require.NotEmpty(t, owned, "%s owns no channel", victim)
+		proc := c.nodes[victim].cmd.Process
+		require.NoError(t, proc.Signal(syscall.SIGSTOP))
+		stopped := time.Now()
+		results := make(chan error, len(owned))
+		for ch, term := range owned {
+			go func() {
+				r, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte("during the stall")}, client.Options{})
+				if err == nil && (r.Term != term || r.Node != victim) {
+					err = fmt.Errorf("%s: acknowledged by %s at term %d, not by %s at %d", ch, r.Node, r.Term, victim, term)
+				}
+				results <- err
+			}()
+		}
+		// The stall itself: a duration, not a wait for anything.
+		time.Sleep(stall - time.Since(stopped))
+		require.NoError(t, proc.Signal(syscall.SIGCONT))
+		for range owned {
+			require.NoError(t, <-results)
+		}
+		after, err := cluster.Load(ctx, ecli, layout, nil)
+		require.NoError(t, err)
+		for ch := range before.Assignments {
+			require.Equal(t, before.Assignments[ch].Value, after.Assignments[ch].Value, "%s: a stall of %s (TTL %s) moved it", ch, stall, ttl)
+		}
+		t.Logf("%s stopped for %s (lease TTL %s): its %d channels stayed, appends waiting meanwhile acknowledged at the same terms",
+			victim, stall, ttl, len(owned))
+	}
+	for id := range c.nodes {
+		m := c.metrics(ctx, id)
+		require.Zero(t, m["streamwal_coordinator_dead_nodes_total"], "%s counted a death", id)
+		require.Zero(t, m["streamwal_coordinator_dead_candidates_total"], "%s deleted a candidate's key", id)
+	}
+}
+
+// metrics scrapes a node's /metrics: each series (name and labels as
+// printed) to its value.
+func (c *e2eCluster) metrics(ctx context.Context, id string) map[string]float64 {
+	s, _ := c.view.Snapshot()
+	out := map[string]float64{}
+	n, ok := s.Nodes[id]
+	if !ok {
+		return out
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.Value.Addr+"/metrics", nil)
+	require.NoError(c.t, err)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// waitMetric waits until a node's metrics satisfy cond and returns its ID
+// (polled every 20ms until ctx ends: a condition, not a bound).
+func (c *e2eCluster) waitMetric(ctx context.Context, cond func(map[string]float64) bool) string {
+	for {
+		for id := range c.nodes {
+			if cond(c.metrics(ctx, id)) {
+				return id
+			}
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("no node's metrics ever satisfied the condition: %v", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
