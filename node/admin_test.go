@@ -367,6 +367,8 @@ func TestReadHistory(t *testing.T) {
 	// Latest: only new messages, the first with a position too. The call
 	// returns with the first response; the node registers the reader
 	// once its start is fixed, and what is appended from then on is new.
+	require.Eventually(t, adminIs(n1, "ch", func(a adminChannel) bool { return a.Readers.Active == 0 }), testTimeout, time.Millisecond,
+		"the earlier reads end")
 	opened := make(chan *connect.ServerStreamForClient[streamwalv1.ReadResponse], 1)
 	go func() {
 		stream, err := api.Read(ctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "ch",
