@@ -228,7 +228,10 @@ func run(ctx context.Context, args []string, e env) int {
 	case err != nil:
 		return usageError(e, cmd, err.Error())
 	}
-	pos = pos[1:] // the command's name: the first positional argument
+	if len(pos) == 0 || pos[0] != cmd.name {
+		return usageError(e, cmd, "the command must come first among the arguments")
+	}
+	pos = pos[1:] // the command's name
 	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
 		what := "no arguments"
 		if cmd.args != "" {
@@ -315,7 +318,10 @@ func help(args []string, e env) int {
 		printUsage(e.errOut)
 		return exitUsage
 	}
-	switch pos = pos[1:]; len(pos) {
+	if len(pos) > 0 && pos[0] == "help" {
+		pos = pos[1:]
+	}
+	switch len(pos) {
 	case 0:
 		printUsage(e.out)
 		return exitOK
