@@ -1,0 +1,147 @@
+package authz
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"log/slog"
+	"net/http"
+
+	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Guard enforces a policy: it authenticates requests and decides them,
+// and logs and counts every refusal (package doc, "Audit").
+type Guard struct {
+	policy  *Policy
+	log     *slog.Logger
+	reg     prometheus.Registerer
+	refused *prometheus.CounterVec
+}
+
+// GuardOptions are a Guard's dependencies.
+type GuardOptions struct {
+	// Logger receives one line per refusal; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives streamwal_authz_refused_total; nil registers
+	// nothing (the counter still counts).
+	Registerer prometheus.Registerer
+}
+
+// NewGuard returns a guard of policy.
+func NewGuard(policy *Policy, o GuardOptions) (*Guard, error) {
+	if policy == nil {
+		return nil, errors.New("authz: a guard needs a policy")
+	}
+	g := &Guard{policy: policy, log: o.Logger, reg: o.Registerer,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "authz",
+			Name: "refused_total", Help: "Requests refused by authorization, by action and reason (no_credentials, bad_credentials, no_grant)."},
+			[]string{"action", "reason"})}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.reg != nil {
+		if err := g.reg.Register(g.refused); err != nil {
+			return nil, errors.Wrap(err, "authz: metrics")
+		}
+	}
+	// Every series exists from the start, at 0, so that a rate over
+	// them is defined before the first refusal.
+	for _, a := range actions {
+		for _, r := range []string{ReasonNoCredentials, ReasonBadCredentials, ReasonNoGrant} {
+			g.refused.WithLabelValues(string(a), r)
+		}
+	}
+	return g, nil
+}
+
+// Close unregisters the guard's metrics.
+func (g *Guard) Close() {
+	if g.reg != nil {
+		g.reg.Unregister(g.refused)
+	}
+}
+
+// Policy is the guard's policy.
+func (g *Guard) Policy() *Policy { return g.policy }
+
+// Authenticate wraps next so that every request's context carries its
+// authentication (for Check). It refuses nothing itself.
+func (g *Guard) Authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(g.policy.WithAuthentication(r.Context(), r)))
+	})
+}
+
+// Refusal is a refused request: who, what, on which channel and why. It
+// matches ErrUnauthenticated or ErrPermissionDenied. It holds no secret.
+type Refusal struct {
+	Principal string
+	Action    Action
+	// Channel is the pchannel the request names; "" for a node-wide
+	// request (every channel).
+	Channel string
+	// Reason is one of the Reason constants.
+	Reason string
+	msg    string
+	cause  error
+}
+
+func (r *Refusal) Error() string { return r.msg }
+
+// Is matches the refusal's sentinel.
+func (r *Refusal) Is(target error) bool {
+	if r.Reason == ReasonNoGrant {
+		return target == ErrPermissionDenied
+	}
+	return target == ErrUnauthenticated
+}
+
+// Check decides a request from ctx (wrapped by Authenticate) for action on
+// pchannel ("" for every channel) under the vchannel rule (Principal.AllowsIn;
+// vchannels may be nil): nil if allowed, otherwise a *Refusal, logged and
+// counted once. peer is the client's address, for the log.
+func (g *Guard) Check(ctx context.Context, peer string, action Action, pchannel string, vchannels iter.Seq[string]) error {
+	pr, err := fromContext(ctx)
+	if err == nil {
+		if pr.AllowsIn(action, pchannel, vchannels) {
+			return nil
+		}
+		what := fmt.Sprintf("channel %q", pchannel)
+		if pchannel == "" {
+			what = `every channel ("*")`
+		}
+		msg := fmt.Sprintf("permission denied: principal %q may not %s %s", pr.Name, action, what)
+		if !pr.Known() {
+			msg = fmt.Sprintf("permission denied: principal %q is not in the policy", pr.Name)
+		}
+		return g.refuse(ctx, peer, &Refusal{Principal: pr.Name, Action: action, Channel: pchannel, Reason: ReasonNoGrant, msg: msg})
+	}
+	reason := ReasonBadCredentials
+	var ae *authnError
+	if errors.As(err, &ae) {
+		reason = ae.reason
+	}
+	return g.refuse(ctx, peer, &Refusal{Action: action, Channel: pchannel, Reason: reason, msg: err.Error(), cause: err})
+}
+
+// CheckAny is Check for a request that either of two actions allows (as
+// the node's Status: read or admin); a refusal names the first.
+func (g *Guard) CheckAny(ctx context.Context, peer string, a, b Action, pchannel string) error {
+	if pr, err := fromContext(ctx); err == nil && pr.Allows(b, pchannel) {
+		return nil
+	}
+	return g.Check(ctx, peer, a, pchannel, nil)
+}
+
+func (g *Guard) refuse(ctx context.Context, peer string, r *Refusal) error {
+	g.refused.WithLabelValues(string(r.Action), r.Reason).Inc()
+	g.log.LogAttrs(ctx, slog.LevelWarn, "request refused",
+		slog.String("principal", r.Principal), slog.String("action", string(r.Action)),
+		slog.String("channel", r.Channel), slog.String("reason", r.Reason), slog.String("peer", peer))
+	return r
+}
+
+// Unwrap returns the authentication's failure, if that was the reason.
+func (r *Refusal) Unwrap() error { return r.cause }
