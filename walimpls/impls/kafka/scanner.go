@@ -136,7 +136,7 @@ var errReposition = errors.New("reposition")
 func (s *scanner) run() {
 	var err error
 	defer func() {
-		s.cl.Close()
+		s.w.closeClient(s.cl)
 		s.w.scanners.Remove(s)
 		s.out.Close()
 		if err != nil && !s.Stopped() {

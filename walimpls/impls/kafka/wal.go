@@ -51,6 +51,9 @@ type wal struct {
 	closed   bool
 	scanners lifecycle.Group[*scanner]
 	wr       appender // nil for ReadOnly; set before the WAL is shared
+	// closing counts the clients of ended scanners still being closed
+	// (closeClient); Close waits for them.
+	closing sync.WaitGroup
 }
 
 var (
@@ -413,9 +416,22 @@ func (w *wal) Close() error {
 	w.mu.Unlock()
 	w.shutdown()
 	w.scanners.StopAll(w.closedErr())
+	w.closing.Wait()
 	w.o.forget(w)
 	w.log.Debug("closed")
 	return nil
+}
+
+// closeClient closes an ended scanner's client in the background: closing
+// a franz-go client takes milliseconds (its connections and loops end one
+// by one), which a scanner's Close - and an open, or a retried append,
+// that reads a little and closes - need not wait for. Close waits for it.
+func (w *wal) closeClient(cl *kgo.Client) {
+	w.closing.Add(1)
+	go func() {
+		defer w.closing.Done()
+		cl.Close()
+	}()
 }
 
 // shutdown ends the WAL's life and stops the appender.
