@@ -19,26 +19,6 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
-// startNodeWith starts a node on the shared memory backend with cfg's
-// StallAfter.
-func (c *testCluster) startNodeWith(id string, stallAfter time.Duration) *node.Node {
-	t := c.t
-	o, err := memory.New(context.Background(), memory.Config{Cluster: c.mem})
-	require.NoError(t, err)
-	n, err := node.New(c.cli, o, node.Config{ID: id, Root: c.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory", StallAfter: stallAfter})
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	require.NoError(t, n.Start(ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		require.NoError(t, n.Shutdown(ctx))
-		_ = o.Close()
-	})
-	return n
-}
-
 // assignNoWait writes an assignment as the coordinator would.
 func (c *testCluster) assignNoWait(channel, nodeID string, term int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -122,7 +102,7 @@ func TestAdminChannels(t *testing.T) {
 	c := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	n1 := c.startNodeWith("n1", 200*time.Millisecond)
+	n1 := c.startNodeWith("n1", nodeSetup{stallAfter: 200 * time.Millisecond})
 	c.assignNoWait("ch", "n1", 3)
 	api := apiClient(n1)
 
@@ -218,7 +198,7 @@ func TestAdminChannelOpenFailing(t *testing.T) {
 	c := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	n1 := c.startNodeWith("n1", time.Hour)
+	n1 := c.startNodeWith("n1", nodeSetup{stallAfter: time.Hour})
 	// Term 5 is taken in the backend: an open at 4 is refused (fenced).
 	o, err := memory.New(ctx, memory.Config{Cluster: c.mem})
 	require.NoError(t, err)

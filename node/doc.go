@@ -39,8 +39,11 @@
 //
 // A request for a channel this node does not own is FailedPrecondition with
 // a WrongNode detail naming the owner it knows; an append fenced while in
-// flight is Aborted with the same detail; a channel still opening, or a
-// node shutting down, is Unavailable; a message above the limit is
+// flight is Aborted with the same detail; a request for a channel this
+// node is opening at its assigned term waits for that open (within the
+// request's deadline), so a moved channel's first appends are served the
+// moment its WAL is ready; a channel whose open failed, or a node shutting
+// down, is Unavailable; a message above the limit is
 // ResourceExhausted; bad input (a reserved property key, an invalid channel
 // name, a malformed position) is InvalidArgument. Every append error
 // carries an Outcome detail: not_stored when nothing was stored (safe to

@@ -53,10 +53,12 @@ func (n *Node) follow() {
 // carries the open's times (phases.go) from seen, when the follower saw
 // the assignment.
 func (n *Node) startOpen(ch string, term, rev int64, seen time.Time) {
+	done := n.beginOpen(ch, term)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		err := n.mgr.Open(n.ctx, walmanager.Channel{Name: ch, Term: term})
+		n.endOpen(ch, done)
 		switch {
 		case n.ctx.Err() != nil:
 			return
@@ -89,6 +91,44 @@ func (n *Node) startOpen(ch string, term, rev int64, seen time.Time) {
 			n.log.Debug("open report dropped: the assignment moved on", "channel", ch, "term", term)
 		}
 	}()
+}
+
+// openInFlight is an open of startOpen: its term, and a channel closed
+// when it ends.
+type openInFlight struct {
+	term int64
+	done chan struct{}
+}
+
+// beginOpen notes the open of ch at term.
+func (n *Node) beginOpen(ch string, term int64) chan struct{} {
+	done := make(chan struct{})
+	n.openMu.Lock()
+	n.opening[ch] = openInFlight{term: term, done: done}
+	n.openMu.Unlock()
+	return done
+}
+
+// endOpen notes the end of the open whose channel is done; a later open
+// of ch (a newer term) keeps its entry.
+func (n *Node) endOpen(ch string, done chan struct{}) {
+	n.openMu.Lock()
+	if n.opening[ch].done == done {
+		delete(n.opening, ch)
+	}
+	n.openMu.Unlock()
+	close(done)
+}
+
+// openEnded returns a channel closed when the open of ch at term in
+// flight ends, or nil when none is.
+func (n *Node) openEnded(ch string, term int64) <-chan struct{} {
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	if o, ok := n.opening[ch]; ok && o.term == term {
+		return o.done
+	}
+	return nil
 }
 
 // startRemove closes ch at term (and anything older).

@@ -55,6 +55,17 @@ type Node struct {
 	// opened) at. Owned by follow.
 	held map[string]int64
 
+	// opening is, per channel, the open in flight (startOpen): an append
+	// that arrives for the channel meanwhile waits for it to end instead
+	// of being refused (owned), so the first append at a new term is
+	// served as soon as the WAL is ready, not after the Opened report has
+	// gone through etcd to the client.
+	openMu  sync.Mutex
+	opening map[string]openInFlight
+	// waitingForOpen, when set (by tests, before Start), is called when a
+	// request begins to wait for its channel's open.
+	waitingForOpen func(channel string)
+
 	ctx    context.Context // ends with Shutdown
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // follow, the session keeper, opens and removes
@@ -72,7 +83,7 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 	cfg = cfg.withDefaults()
 	layout, _ := cluster.NewLayout(cfg.Root)
 	n := &Node{cfg: cfg, cli: cli, opener: opener, layout: layout, log: cfg.Logger.With("node", cfg.ID),
-		keys: map[string]*keys{}, held: map[string]int64{}}
+		keys: map[string]*keys{}, held: map[string]int64{}, opening: map[string]openInFlight{}}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))

@@ -20,6 +20,7 @@ import (
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/node"
+	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
@@ -58,11 +59,30 @@ func newTestCluster(t *testing.T) *testCluster {
 
 // startNode starts a node on the shared memory backend.
 func (c *testCluster) startNode(id string) *node.Node {
+	return c.startNodeWith(id, nodeSetup{})
+}
+
+// nodeSetup is what startNodeWith changes; its zero value changes nothing.
+type nodeSetup struct {
+	stallAfter time.Duration                         // Config.StallAfter
+	wrap       func(walimpls.Opener) walimpls.Opener // wraps the backend's opener
+	setup      func(*node.Node)                      // called before Start
+}
+
+// startNodeWith starts a node on the shared memory backend, set up by ns.
+func (c *testCluster) startNodeWith(id string, ns nodeSetup) *node.Node {
 	t := c.t
-	o, err := memory.New(context.Background(), memory.Config{Cluster: c.mem})
+	mo, err := memory.New(context.Background(), memory.Config{Cluster: c.mem})
 	require.NoError(t, err)
-	n, err := node.New(c.cli, o, node.Config{ID: id, Root: c.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory"})
+	var o walimpls.Opener = mo
+	if ns.wrap != nil {
+		o = ns.wrap(mo)
+	}
+	n, err := node.New(c.cli, o, node.Config{ID: id, Root: c.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory", StallAfter: ns.stallAfter})
 	require.NoError(t, err)
+	if ns.setup != nil {
+		ns.setup(n)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	require.NoError(t, n.Start(ctx))

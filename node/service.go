@@ -23,32 +23,49 @@ type service struct {
 }
 
 // owned returns the WAL of a channel this node owns, or the API error that
-// says why not (every such error is a refusal: nothing was stored).
-func (s *service) owned(channel string, term int64) (adaptor.WAL, cluster.Assignment, error) {
+// says why not (every such error is a refusal: nothing was stored). A
+// channel this node is opening at its assigned term is waited for, once,
+// within ctx.
+func (s *service) owned(ctx context.Context, channel string, term int64) (adaptor.WAL, cluster.Assignment, error) {
 	n := s.n
 	if err := walimpls.ValidateChannelName(channel); err != nil {
 		return nil, cluster.Assignment{}, notStored(connect.NewError(connect.CodeInvalidArgument, err))
 	}
-	if !n.accepting.Load() {
-		return nil, cluster.Assignment{}, notStored(connect.NewError(connect.CodeUnavailable, errors.Newf("node %s is shutting down", n.cfg.ID)))
-	}
-	snap, _ := n.view.Snapshot()
-	a, ok := snap.Assignments[channel]
-	if !ok || a.Value.Node != n.cfg.ID {
-		return nil, a.Value, notStored(s.wrongNode(snap, channel, connect.CodeFailedPrecondition,
-			errors.Newf("node %s does not own channel %q", n.cfg.ID, channel)))
-	}
-	if term != 0 && term != a.Value.Term {
-		return nil, a.Value, notStored(s.wrongNode(snap, channel, connect.CodeFailedPrecondition,
-			errors.Newf("channel %q is at term %d here, not %d", channel, a.Value.Term, term)))
-	}
-	w, err := n.mgr.GetAvailableWAL(walmanager.Channel{Name: channel, Term: a.Value.Term})
-	switch {
-	case err == nil:
-		return w, a.Value, nil
-	case errors.Is(err, walimpls.ErrFenced):
-		return nil, a.Value, notStored(s.wrongNode(snap, channel, connect.CodeAborted, err))
-	default:
+	for waited := false; ; waited = true {
+		if !n.accepting.Load() {
+			return nil, cluster.Assignment{}, notStored(connect.NewError(connect.CodeUnavailable, errors.Newf("node %s is shutting down", n.cfg.ID)))
+		}
+		snap, _ := n.view.Snapshot()
+		a, ok := snap.Assignments[channel]
+		if !ok || a.Value.Node != n.cfg.ID {
+			return nil, a.Value, notStored(s.wrongNode(snap, channel, connect.CodeFailedPrecondition,
+				errors.Newf("node %s does not own channel %q", n.cfg.ID, channel)))
+		}
+		if term != 0 && term != a.Value.Term {
+			return nil, a.Value, notStored(s.wrongNode(snap, channel, connect.CodeFailedPrecondition,
+				errors.Newf("channel %q is at term %d here, not %d", channel, a.Value.Term, term)))
+		}
+		w, err := n.mgr.GetAvailableWAL(walmanager.Channel{Name: channel, Term: a.Value.Term})
+		switch {
+		case err == nil:
+			return w, a.Value, nil
+		case errors.Is(err, walimpls.ErrFenced):
+			return nil, a.Value, notStored(s.wrongNode(snap, channel, connect.CodeAborted, err))
+		}
+		// The channel is being opened here at its term (a move's first
+		// appends arrive while the new owner opens): wait for the open
+		// once rather than refuse, and look again.
+		if ended := n.openEnded(channel, a.Value.Term); ended != nil && !waited {
+			if n.waitingForOpen != nil {
+				n.waitingForOpen(channel)
+			}
+			select {
+			case <-ended:
+				continue
+			case <-ctx.Done():
+			case <-n.ctx.Done():
+			}
+		}
 		return nil, a.Value, notStored(connect.NewError(connect.CodeUnavailable, errors.Wrapf(err, "channel %q at term %d", channel, a.Value.Term)))
 	}
 }
@@ -135,7 +152,7 @@ func (s *service) Append(ctx context.Context, req *connect.Request[streamwalv1.A
 	s.n.appends.Add(1)
 	defer s.n.appends.Done()
 	r := req.Msg
-	w, a, err := s.owned(r.GetChannel(), r.GetTerm())
+	w, a, err := s.owned(ctx, r.GetChannel(), r.GetTerm())
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +280,7 @@ func (s *service) AppendBatch(ctx context.Context, req *connect.Request[streamwa
 	s.n.appends.Add(1)
 	defer s.n.appends.Done()
 	r := req.Msg
-	w, a, err := s.owned(r.GetChannel(), r.GetTerm())
+	w, a, err := s.owned(ctx, r.GetChannel(), r.GetTerm())
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +347,7 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 	if err := validateRead(r); err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	w, _, err := s.owned(r.GetChannel(), 0)
+	w, _, err := s.owned(ctx, r.GetChannel(), 0)
 	if err != nil {
 		return err
 	}
