@@ -35,9 +35,13 @@ func (r *recovered) note(tb termBegin) {
 
 // firstTailWindow is how many messages from the end an open reads first;
 // each window that proves too short is followed by one tailWindowGrowth
-// times longer.
+// times longer. A longer window costs a few more messages read; a second
+// window costs another scanner, which on some backends (Kafka: a client,
+// its connections) is the dearer part of an open. 256 holds two
+// watermarks of a channel appended to a thousand times a second at the
+// default TimeTickInterval, so a busy channel's move reads one window.
 const (
-	firstTailWindow  = 64
+	firstTailWindow  = 256
 	tailWindowGrowth = 8
 )
 
