@@ -102,6 +102,7 @@ type channelTraffic struct {
 	mu         sync.Mutex
 	term       int64
 	ok, failed uint64
+	firstOK    time.Time // the first append stored at term
 	lastOK     time.Time
 	lastID     string
 	lastTT     uint64
@@ -122,7 +123,7 @@ type reader struct{ tt atomic.Uint64 }
 // Holds c.mu.
 func (c *channelTraffic) atTerm(term int64) {
 	if term > c.term {
-		c.term, c.ok, c.failed, c.failing = term, 0, 0, false
+		c.term, c.ok, c.failed, c.failing, c.firstOK = term, 0, 0, false, time.Time{}
 		c.lastOK, c.lastID, c.lastTT, c.lastErr, c.lastErrAt = time.Time{}, "", 0, "", time.Time{}
 	}
 }
@@ -153,6 +154,9 @@ func (c *channelTraffic) end(term int64, now time.Time, id string, tt uint64, st
 	c.atTerm(term)
 	switch {
 	case stored:
+		if c.ok == 0 {
+			c.firstOK = now
+		}
 		c.ok++
 		c.failing = false
 		c.lastOK, c.lastID = now, id
@@ -182,6 +186,7 @@ func (c *channelTraffic) removeReader(r *reader) {
 type trafficSnapshot struct {
 	term       int64
 	ok, failed uint64
+	firstOK    time.Time
 	lastOK     time.Time
 	lastID     string
 	lastTT     uint64
@@ -200,7 +205,7 @@ type trafficSnapshot struct {
 func (c *channelTraffic) snapshot() trafficSnapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := trafficSnapshot{term: c.term, ok: c.ok, failed: c.failed, lastOK: c.lastOK, lastID: c.lastID, lastTT: c.lastTT,
+	s := trafficSnapshot{term: c.term, ok: c.ok, failed: c.failed, firstOK: c.firstOK, lastOK: c.lastOK, lastID: c.lastID, lastTT: c.lastTT,
 		lastErr: c.lastErr, lastErrAt: c.lastErrAt, failing: c.failing, waiting: c.waiting, busySince: c.busySince,
 		lastDone: c.lastDone, readers: len(c.readers)}
 	for r := range c.readers {
@@ -303,6 +308,7 @@ type appendsReport struct {
 	OK           uint64     `json:"ok"`
 	Failed       uint64     `json:"failed"`
 	Waiting      int        `json:"waiting"`
+	First        *time.Time `json:"first,omitempty"` // the first stored at this term
 	Last         *time.Time `json:"last,omitempty"`
 	LastID       string     `json:"last_id,omitempty"`
 	LastTimeTick uint64     `json:"last_timetick,omitempty"`
@@ -377,8 +383,8 @@ func (s *service) reports(now time.Time) []channelReport {
 		t := in.traffic
 		rep.Appends = appendsReport{OK: t.ok, Failed: t.failed, Waiting: t.waiting, LastID: t.lastID, LastTimeTick: t.lastTT}
 		if !t.lastOK.IsZero() {
-			last := t.lastOK
-			rep.Appends.Last = &last
+			first, last := t.firstOK, t.lastOK
+			rep.Appends.First, rep.Appends.Last = &first, &last
 		}
 		rep.Readers.Active = t.readers
 		if t.lastTT != 0 && t.slowestTT != 0 {
@@ -441,6 +447,9 @@ func statusOf(r channelReport) *streamwalv1.ChannelStatus {
 	}
 	if r.Appends.Last != nil {
 		cs.LastAppend = timestamppb.New(*r.Appends.Last)
+	}
+	if r.Appends.First != nil {
+		cs.FirstAppend = timestamppb.New(*r.Appends.First)
 	}
 	if r.LastErrorAt != nil {
 		cs.LastErrorAt = timestamppb.New(*r.LastErrorAt)

@@ -67,6 +67,7 @@ type options struct {
 	from          string
 	last          int
 	untilCaughtUp bool
+	verbose       bool
 }
 
 // flagDef defines one flag on a flag set.
@@ -92,6 +93,9 @@ var globalFlags = []flagDef{
 }
 
 var commandFlags = map[string]flagDef{
+	"v": {"v", true, func(fs *flag.FlagSet, o *options) {
+		fs.BoolVar(&o.verbose, "v", false, "also time each channel's last move by phase (asks each owner for its status)")
+	}},
 	"wait": {"wait", true, func(fs *flag.FlagSet, o *options) {
 		fs.BoolVar(&o.wait, "wait", false, "also wait until the new owners serve the channels (bounded by -timeout)")
 	}},
@@ -119,7 +123,13 @@ type command struct {
 var commands = []*command{
 	{name: "nodes", summary: "the registered nodes: address, channels, start, drained",
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.nodes(ctx) }},
-	{name: "channels", summary: "each channel's owner, term and state",
+	{name: "channels", summary: "each channel's owner, term and state", flags: []string{"v"},
+		detail: `-v adds how the channel came to its owner (DETECTED: the previous owner's
+death was detected, and when) and the phases of that move: decide (from the
+detection, or the assignment, to the new owner seeing it), fence (the
+backend's open at the new term, which fences the old owner), tail (the end
+of the log found, the term-begin written) and first (the first append
+acknowledged at the term). decide spans the leader's clock and the owner's.`,
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.channels(ctx) }},
 	{name: "explain", args: "<channel>", minArgs: 1, maxArgs: 1,
 		summary: "why a channel serves or not: owner, term, state, health, last append, readers",

@@ -335,6 +335,32 @@ func TestSteer(t *testing.T) {
 	require.Contains(t, r.out, fmt.Sprintf("c0 is served by %s at term %d", other, t0+1))
 	require.Equal(t, other, h.owner("c0"))
 
+	// channels -v times the move by phase once an append was acknowledged
+	// at the new term (a planned move: nothing was detected).
+	r = h.walctl("append", "c0", "after the move")
+	require.Equal(t, exitOK, r.code, "%s", r)
+	r = h.walctl("channels", "-v", "-json")
+	require.Equal(t, exitOK, r.code, "%s", r)
+	var phases struct {
+		Channel string     `json:"channel"`
+		Move    movePhases `json:"move"`
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.out), "\n") {
+		require.NoError(t, json.Unmarshal([]byte(line), &phases))
+		if phases.Channel == "c0" {
+			break
+		}
+	}
+	require.Equal(t, "c0", phases.Channel, "%s", r)
+	m0 := phases.Move
+	require.Nil(t, m0.Detected, "%s", r)
+	for name, p := range map[string]*float64{"decide": m0.DecideMS, "fence": m0.FenceMS, "tail": m0.TailMS, "first": m0.FirstMS} {
+		require.NotNil(t, p, "phase %s unknown: %s", name, r)
+	}
+	r = h.walctl("channels", "-v")
+	require.Equal(t, exitOK, r.code, "%s", r)
+	require.Contains(t, r.out, "DETECTED", "%s", r)
+
 	// Flags before the command work as well; JSON, one object per line.
 	r = h.walctl("-json", "-wait", "move", "c0")
 	require.Equal(t, exitOK, r.code, "%s", r)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,20 +65,32 @@ func (c *ctl) channels(ctx context.Context) error {
 		return err
 	}
 	names := sortedKeys(s.Assignments)
+	var firsts map[string]time.Time
+	if c.opts.verbose {
+		firsts = c.firstAppends(ctx, s)
+	}
 	if c.json {
 		enc := json.NewEncoder(c.out)
 		for _, name := range names {
 			a := s.Assignments[name].Value
 			_, live := s.Nodes[a.Node]
-			if err := enc.Encode(map[string]any{"channel": name, "owner": a.Node, "term": a.Term, "state": a.State,
-				"owner_live": live, "since": a.Since, "previous": a.Previous, "open_error": s.Opened[name].Value.Error}); err != nil {
+			v := map[string]any{"channel": name, "owner": a.Node, "term": a.Term, "state": a.State,
+				"owner_live": live, "since": a.Since, "previous": a.Previous, "open_error": s.Opened[name].Value.Error}
+			if c.opts.verbose {
+				v["move"] = movePhasesOf(s, name, firsts[name])
+			}
+			if err := enc.Encode(v); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE")
+	if c.opts.verbose {
+		fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE\tDETECTED\tDECIDE\tFENCE\tTAIL\tFIRST")
+	} else {
+		fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE")
+	}
 	for _, name := range names {
 		a := s.Assignments[name].Value
 		state := string(a.State)
@@ -87,9 +100,93 @@ func (c *ctl) channels(ctx context.Context) error {
 		if o := s.Opened[name].Value; o.Error != "" && o.Term == a.Term {
 			state += " (open failed: " + o.Error + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", name, a.Node, a.Term, state, a.Since.Format(time.RFC3339))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s", name, a.Node, a.Term, state, a.Since.Format(time.RFC3339))
+		if c.opts.verbose {
+			m := movePhasesOf(s, name, firsts[name])
+			detected := "-"
+			if m.Detected != nil {
+				detected = m.Detected.Format(time.RFC3339Nano)
+			}
+			fmt.Fprintf(w, "\t%s\t%s\t%s\t%s\t%s", detected, phase(m.DecideMS), phase(m.FenceMS), phase(m.TailMS), phase(m.FirstMS))
+		}
+		fmt.Fprintln(w)
 	}
 	return w.Flush()
+}
+
+// movePhases times how a channel came to its owner at its term, in
+// milliseconds; a phase is nil when unknown (the owner has not reported
+// the open's times, or no append was acknowledged at the term yet).
+type movePhases struct {
+	Detected *time.Time `json:"detected,omitempty"`
+	DecideMS *float64   `json:"decide_ms,omitempty"`
+	FenceMS  *float64   `json:"fence_ms,omitempty"`
+	TailMS   *float64   `json:"tail_ms,omitempty"`
+	FirstMS  *float64   `json:"first_append_ms,omitempty"`
+}
+
+// movePhasesOf reads the phases of channel's move to its owner from the
+// assignment, the owner's Opened report and first, the owner's first
+// acknowledged append at the term (zero when unknown).
+func movePhasesOf(s cluster.Snapshot, channel string, first time.Time) movePhases {
+	a, o := s.Assignments[channel].Value, s.Opened[channel].Value
+	var m movePhases
+	if !a.Detected.IsZero() {
+		d := a.Detected
+		m.Detected = &d
+	}
+	if o.Node != a.Node || o.Term != a.Term || o.Ready.IsZero() {
+		return m
+	}
+	ms := func(from, to time.Time) *float64 {
+		if from.IsZero() || to.IsZero() {
+			return nil
+		}
+		v := float64(to.Sub(from).Microseconds()) / 1000
+		return &v
+	}
+	from := a.Since
+	if !a.Detected.IsZero() {
+		from = a.Detected
+	}
+	m.DecideMS, m.FenceMS, m.TailMS, m.FirstMS = ms(from, o.Seen), ms(o.Seen, o.Fenced), ms(o.Fenced, o.Ready), ms(o.Ready, first)
+	return m
+}
+
+// phase prints a phase's milliseconds, or "-".
+func phase(ms *float64) string {
+	if ms == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*ms, 'f', 1, 64) + "ms"
+}
+
+// firstAppends asks every live owner in s for its status and returns, per
+// channel it holds at its assigned term, the time of its first
+// acknowledged append. An owner that does not answer leaves its channels
+// out.
+func (c *ctl) firstAppends(ctx context.Context, s cluster.Snapshot) map[string]time.Time {
+	out := map[string]time.Time{}
+	asked := map[string]bool{}
+	for _, v := range s.Assignments {
+		a := v.Value
+		n, live := s.Nodes[a.Node]
+		if !live || asked[a.Node] || n.Value.Addr == "" {
+			continue
+		}
+		asked[a.Node] = true
+		st, err := c.status(ctx, n.Value.Addr)
+		if err != nil {
+			fmt.Fprintf(c.errOut, "walctl: node %s did not answer its status: %v\n", a.Node, err)
+			continue
+		}
+		for _, cs := range st.GetChannels() {
+			if as, ok := s.Assignments[cs.GetName()]; ok && as.Value.Node == a.Node && as.Value.Term == cs.GetTerm() && cs.GetFirstAppend() != nil {
+				out[cs.GetName()] = cs.GetFirstAppend().AsTime()
+			}
+		}
+	}
+	return out
 }
 
 // errUnknownChannel is the answer for a channel without an assignment.

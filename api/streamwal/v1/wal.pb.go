@@ -830,8 +830,11 @@ type ChannelStatus struct {
 	// received a message yet).
 	Readers            uint32 `protobuf:"varint,15,opt,name=readers,proto3" json:"readers,omitempty"`
 	SlowestReaderLagMs int64  `protobuf:"varint,16,opt,name=slowest_reader_lag_ms,json=slowestReaderLagMs,proto3" json:"slowest_reader_lag_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The first acknowledged append at this term: with the Opened report's
+	// times, the last phase of the channel's move here (walctl channels -v).
+	FirstAppend   *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=first_append,json=firstAppend,proto3" json:"first_append,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChannelStatus) Reset() {
@@ -974,6 +977,13 @@ func (x *ChannelStatus) GetSlowestReaderLagMs() int64 {
 		return x.SlowestReaderLagMs
 	}
 	return 0
+}
+
+func (x *ChannelStatus) GetFirstAppend() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstAppend
+	}
+	return nil
 }
 
 type StatusResponse struct {
@@ -1234,7 +1244,7 @@ const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"\fReadResponse\x123\n" +
 	"\bmessages\x18\x01 \x03(\v2\x17.streamwal.v1.DeliveredR\bmessages\x12\x1b\n" +
 	"\tcaught_up\x18\x02 \x01(\bR\bcaughtUp\"\x0f\n" +
-	"\rStatusRequest\"\xe3\x04\n" +
+	"\rStatusRequest\"\xa2\x05\n" +
 	"\rChannelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x14\n" +
@@ -1255,7 +1265,8 @@ const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"last_error\x18\r \x01(\tR\tlastError\x12>\n" +
 	"\rlast_error_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vlastErrorAt\x12\x18\n" +
 	"\areaders\x18\x0f \x01(\rR\areaders\x121\n" +
-	"\x15slowest_reader_lag_ms\x18\x10 \x01(\x03R\x12slowestReaderLagMs\"\x8b\x01\n" +
+	"\x15slowest_reader_lag_ms\x18\x10 \x01(\x03R\x12slowestReaderLagMs\x12=\n" +
+	"\ffirst_append\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\vfirstAppend\"\x8b\x01\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x18\n" +
@@ -1318,20 +1329,21 @@ var file_streamwal_v1_wal_proto_depIdxs = []int32{
 	15, // 6: streamwal.v1.ChannelStatus.assigned_since:type_name -> google.protobuf.Timestamp
 	15, // 7: streamwal.v1.ChannelStatus.last_append:type_name -> google.protobuf.Timestamp
 	15, // 8: streamwal.v1.ChannelStatus.last_error_at:type_name -> google.protobuf.Timestamp
-	9,  // 9: streamwal.v1.StatusResponse.channels:type_name -> streamwal.v1.ChannelStatus
-	1,  // 10: streamwal.v1.WALService.Append:input_type -> streamwal.v1.AppendRequest
-	3,  // 11: streamwal.v1.WALService.AppendBatch:input_type -> streamwal.v1.AppendBatchRequest
-	5,  // 12: streamwal.v1.WALService.Read:input_type -> streamwal.v1.ReadRequest
-	8,  // 13: streamwal.v1.WALService.Status:input_type -> streamwal.v1.StatusRequest
-	2,  // 14: streamwal.v1.WALService.Append:output_type -> streamwal.v1.AppendResponse
-	4,  // 15: streamwal.v1.WALService.AppendBatch:output_type -> streamwal.v1.AppendBatchResponse
-	7,  // 16: streamwal.v1.WALService.Read:output_type -> streamwal.v1.ReadResponse
-	10, // 17: streamwal.v1.WALService.Status:output_type -> streamwal.v1.StatusResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	15, // 9: streamwal.v1.ChannelStatus.first_append:type_name -> google.protobuf.Timestamp
+	9,  // 10: streamwal.v1.StatusResponse.channels:type_name -> streamwal.v1.ChannelStatus
+	1,  // 11: streamwal.v1.WALService.Append:input_type -> streamwal.v1.AppendRequest
+	3,  // 12: streamwal.v1.WALService.AppendBatch:input_type -> streamwal.v1.AppendBatchRequest
+	5,  // 13: streamwal.v1.WALService.Read:input_type -> streamwal.v1.ReadRequest
+	8,  // 14: streamwal.v1.WALService.Status:input_type -> streamwal.v1.StatusRequest
+	2,  // 15: streamwal.v1.WALService.Append:output_type -> streamwal.v1.AppendResponse
+	4,  // 16: streamwal.v1.WALService.AppendBatch:output_type -> streamwal.v1.AppendBatchResponse
+	7,  // 17: streamwal.v1.WALService.Read:output_type -> streamwal.v1.ReadResponse
+	10, // 18: streamwal.v1.WALService.Status:output_type -> streamwal.v1.StatusResponse
+	15, // [15:19] is the sub-list for method output_type
+	11, // [11:15] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_streamwal_v1_wal_proto_init() }
