@@ -47,7 +47,8 @@ var (
 	// stored the message.
 	ErrOutcomeUnknown = errors.New("client: append outcome unknown")
 	// ErrRefused is a request the cluster refuses for good (bad input, a
-	// message too large); nothing was stored.
+	// message too large, no or bad credentials, no permission); nothing
+	// was stored.
 	ErrRefused = errors.New("client: request refused")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("client: closed")
@@ -66,6 +67,10 @@ type Config struct {
 	Retry backoff.Config
 	// Logger receives the client's logs; nil discards them.
 	Logger *slog.Logger
+	// Token, when set, is sent to the nodes as "Authorization: Bearer
+	// <Token>" (nodes with authorization on, package security/authz).
+	// Send it only over TLS beyond loopback.
+	Token string
 }
 
 // Client is safe for concurrent use.
@@ -145,7 +150,11 @@ func (c *Client) conn(addr string) (streamwalv1connect.WALServiceClient, error) 
 	}
 	cl, ok := c.conns[addr]
 	if !ok {
-		cl = streamwalv1connect.NewWALServiceClient(c.cfg.HTTP, "http://"+addr)
+		var opts []connect.ClientOption
+		if c.cfg.Token != "" {
+			opts = append(opts, connect.WithInterceptors(bearer(c.cfg.Token)))
+		}
+		cl = streamwalv1connect.NewWALServiceClient(c.cfg.HTTP, "http://"+addr, opts...)
 		c.conns[addr] = cl
 	}
 	return cl, nil
@@ -219,7 +228,7 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 			// the last attempt's error (fmt.Errorf: cockroachdb's Newf takes
 			// one %w).
 			return Result{}, c.final(fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err), retry)
-		case code == connect.CodeInvalidArgument, code == connect.CodeResourceExhausted, code == connect.CodeOutOfRange:
+		case refused(code):
 			return Result{}, c.final(errors.Mark(err, ErrRefused), retry)
 		case wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != addr:
 			hint = wn.GetOwnerAddr() // try where the node says the owner is
@@ -337,3 +346,40 @@ func newKey() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// refused reports whether a code is a refusal for good: retrying cannot
+// change it.
+func refused(code connect.Code) bool {
+	switch code {
+	case connect.CodeInvalidArgument, connect.CodeResourceExhausted, connect.CodeOutOfRange,
+		connect.CodeUnauthenticated, connect.CodePermissionDenied:
+		return true
+	}
+	return false
+}
+
+// bearer sets the Authorization header of every request.
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// BearerInterceptor returns the connect interceptor that sends token as a
+// bearer token, for callers that make their own API clients (walctl).
+func BearerInterceptor(token string) connect.Interceptor { return bearer(token) }

@@ -80,7 +80,7 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 			if ctx.Err() != nil {
 				return ended()
 			}
-			if code := connect.CodeOf(err); code == connect.CodeOutOfRange || code == connect.CodeInvalidArgument {
+			if readRefused(connect.CodeOf(err)) {
 				return errors.Mark(err, ErrRefused)
 			}
 			continue
@@ -110,9 +110,18 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 		switch {
 		case ctx.Err() != nil:
 			return ended()
-		case connect.CodeOf(err) == connect.CodeOutOfRange, connect.CodeOf(err) == connect.CodeInvalidArgument:
+		case readRefused(connect.CodeOf(err)):
 			return errors.Mark(err, ErrRefused)
 		}
 		c.log.Debug("read stream ended; following the owner", "channel", channel, "error", err)
 	}
+}
+
+// readRefused reports whether a read's error is a refusal for good.
+func readRefused(code connect.Code) bool {
+	switch code {
+	case connect.CodeOutOfRange, connect.CodeInvalidArgument, connect.CodeUnauthenticated, connect.CodePermissionDenied:
+		return true
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/security/authz"
 )
 
 // ErrInvalidConfig means a Config does not validate.
@@ -51,6 +52,10 @@ type Config struct {
 	// Gatherer serves /metrics; required with a Registerer of your own
 	// (usually the same *prometheus.Registry).
 	Gatherer prometheus.Gatherer
+	// Authz, when set, turns authorization on: every request the policy
+	// does not grant is refused (package authz, "Enforcement"). Nil
+	// serves everyone, as a node on loopback does by default.
+	Authz *authz.Policy
 }
 
 // Defaults of Config.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,6 +20,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
@@ -33,7 +35,8 @@ type Node struct {
 	log     *slog.Logger
 	mgr     *walmanager.Manager
 	metrics *metrics
-	phases  *phases // times opens and first appends (phases.go)
+	phases  *phases      // times opens and first appends (phases.go)
+	guard   *authz.Guard // nil without Config.Authz (authz.go)
 
 	view *cluster.View
 	ln   net.Listener
@@ -89,8 +92,18 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 		return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
 	}
 	n.metrics = m
+	if cfg.Authz != nil {
+		if n.guard, err = authz.NewGuard(cfg.Authz, authz.GuardOptions{Logger: n.log}); err != nil {
+			m.unregister()
+			return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
+		}
+	}
 	n.phases = newPhases()
-	for _, c := range n.phases.collectors() {
+	collectors := n.phases.collectors()
+	if n.guard != nil {
+		collectors = append(collectors, n.guard.Collectors()...)
+	}
+	for _, c := range collectors {
 		if err := cfg.Registerer.Register(c); err != nil {
 			m.unregister()
 			return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
@@ -143,16 +156,20 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	svc := &service{n: n, traffic: newTraffic()}
-	path, handler := streamwalv1connect.NewWALServiceHandler(svc)
+	var handlerOpts []connect.HandlerOption
+	if n.guard != nil {
+		handlerOpts = append(handlerOpts, connect.WithInterceptors(guardInterceptor{g: n.guard}))
+	}
+	path, handler := streamwalv1connect.NewWALServiceHandler(svc, handlerOpts...)
 	mux.Handle(path, handler)
-	mux.Handle("/metrics", promhttp.HandlerFor(n.cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", n.checkHTTP(promhttp.HandlerFor(n.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP))
 	mux.HandleFunc("/healthz", n.health)
-	mux.HandleFunc("/admin/channels", svc.adminChannels)
+	mux.HandleFunc("/admin/channels", n.checkHTTP(svc.adminChannels))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
 	mux.HandleFunc(cluster.LivenessPath, n.liveness)
-	n.srv = &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	n.srv = &http.Server{Handler: n.guarded(mux), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
 	n.accepting.Store(true)
 	n.wg.Add(3)
 	go func() {

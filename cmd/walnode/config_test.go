@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -41,4 +42,27 @@ func TestConfigFile(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 3, pc.Size)
 	require.Equal(t, "pch-", pc.Prefix)
+}
+
+// A policy file that cannot be enforced stops the node before it starts
+// anything (no etcd member, no data directory), with the file, the line,
+// the key path and the reason.
+func TestPolicyFile(t *testing.T) {
+	for _, c := range []struct{ name, yaml, want string }{
+		{"token in plain text", "roles:\n  r: [{actions: [read], channels: ['*']}]\nprincipals:\n  a:\n    roles: [r]\n    tokens: [" + authz.TokenPrefix + "abc]\n",
+			`:6: principals.a.tokens[0]: a token in plain text`},
+		{"unknown role", "roles:\n  r: [{actions: [read], channels: ['*']}]\nprincipals:\n  a: {roles: [w]}\n",
+			`:4: principals.a.roles[0]: unknown role "w"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "policy.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(c.yaml), 0o600))
+			data := filepath.Join(t.TempDir(), "data")
+			err := run(context.Background(), params{authz: path, data: data}, slog.New(slog.DiscardHandler))
+			require.ErrorIs(t, err, authz.ErrInvalidPolicy)
+			require.Contains(t, err.Error(), "authz: "+path+c.want)
+			_, statErr := os.Stat(data)
+			require.True(t, os.IsNotExist(statErr), "nothing was started or written")
+		})
+	}
 }

@@ -18,6 +18,11 @@
 //	go run ./cmd/walnode -id n2 -listen 127.0.0.1:7072 -etcd http://127.0.0.1:2379 -kafka 127.0.0.1:9092
 //	go run ./cmd/walnode -id n3 -listen 127.0.0.1:7073 -etcd http://127.0.0.1:2379 -kafka 127.0.0.1:9092
 //
+// -authz <file> turns authorization on: the policy (package
+// security/authz) says which principal, from a client certificate or a
+// bearer token, may append to, read and administer which channels, and
+// everything else is refused.
+//
 // SIGTERM or SIGINT stops it gracefully: no new appends, those in flight
 // drain, the WALs close, the lease is revoked (its channels move at once),
 // bounded by -shutdown-timeout.
@@ -47,12 +52,14 @@ import (
 	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/selector"
 )
 
 type params struct {
 	id, listen, advertise string
 	config, data          string
+	authz                 string
 	etcd, etcdListen      string
 	devKafka, kafka       string
 	root                  string
@@ -89,6 +96,7 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address the API listens on")
 	fs.StringVar(&p.advertise, "advertise", "", "address clients reach the API at (default: the listen address)")
 	fs.StringVar(&p.config, "config", "", "YAML configuration: backend, meta and pool sections (see package selector)")
+	fs.StringVar(&p.authz, "authz", "", "authorization policy file (YAML, see package security/authz): once given, every request it does not grant is refused")
 	fs.StringVar(&p.data, "data", "./walnode-data", "data directory (the local backend's log, the embedded etcd member)")
 	fs.StringVar(&p.etcd, "etcd", "", "etcd endpoints, comma-separated; empty embeds an etcd member in -data")
 	fs.StringVar(&p.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd member")
@@ -113,6 +121,19 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	cfg, err := backendConfig(p)
 	if err != nil {
 		return err
+	}
+	// The policy is read before anything starts: a node that cannot
+	// enforce it does not serve at all.
+	var policy *authz.Policy
+	if p.authz != "" {
+		pc, err := authz.Load(p.authz)
+		if err != nil {
+			return err
+		}
+		if policy, err = authz.Compile(pc); err != nil {
+			return err
+		}
+		logger.Info("authorization on", "policy", p.authz, "principals", len(pc.Principals), "roles", len(pc.Roles))
 	}
 	var closers []func()
 	defer func() {
@@ -173,7 +194,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	closers = append(closers, func() { _ = pl.Close() })
 
 	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root,
-		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg})
+		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy})
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,10 @@ func NewGuard(policy *Policy, o GuardOptions) (*Guard, error) {
 	return g, nil
 }
 
+// Collectors are the guard's metrics, for a caller that registers them
+// itself (GuardOptions.Registerer nil).
+func (g *Guard) Collectors() []prometheus.Collector { return []prometheus.Collector{g.refused} }
+
 // Close unregisters the guard's metrics.
 func (g *Guard) Close() {
 	if g.reg != nil {
