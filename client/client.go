@@ -22,13 +22,12 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/cockroachdb/errors"
@@ -61,8 +60,17 @@ type Config struct {
 	// Root is the cluster's root in etcd; default cluster.DefaultRoot.
 	Root string
 	// HTTP is the client for the nodes' API; default one with a 10 s dial
-	// and response-header timeout and no overall timeout (reads stream).
+	// and response-header timeout and no overall timeout (reads stream),
+	// speaking TLS with the TLS below. An HTTP of your own must carry the
+	// TLS settings itself.
 	HTTP *http.Client
+	// TLS, when set, makes the client reach the nodes over TLS (https,
+	// HTTP/2 by ALPN) with it: the CAs that verify the nodes and, for
+	// nodes that require one, a client certificate, e.g. a tlsconf.Config's
+	// Client(). A certificate a node refuses (or that the client refuses)
+	// fails the call at once with ErrRefused: nothing was stored. Nil:
+	// plaintext.
+	TLS *tls.Config
 	// Retry is the backoff between attempts while no owner answers.
 	Retry backoff.Config
 	// Logger receives the client's logs; nil discards them.
@@ -110,11 +118,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.HTTP == nil {
-		cfg.HTTP = &http.Client{Transport: &http.Transport{
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
-			ResponseHeaderTimeout: 10 * time.Second,
-			MaxIdleConnsPerHost:   64,
-		}}
+		cfg.HTTP = defaultHTTP(cfg.TLS)
 	}
 	view, err := cluster.Watch(ctx, cfg.Etcd, layout, cfg.Logger)
 	if err != nil {
@@ -150,11 +154,15 @@ func (c *Client) conn(addr string) (streamwalv1connect.WALServiceClient, error) 
 	}
 	cl, ok := c.conns[addr]
 	if !ok {
+		scheme := "http://"
+		if c.cfg.TLS != nil {
+			scheme = "https://"
+		}
 		var opts []connect.ClientOption
 		if c.cfg.Token != "" {
 			opts = append(opts, connect.WithInterceptors(bearer(c.cfg.Token)))
 		}
-		cl = streamwalv1connect.NewWALServiceClient(c.cfg.HTTP, "http://"+addr, opts...)
+		cl = streamwalv1connect.NewWALServiceClient(c.cfg.HTTP, scheme+addr, opts...)
 		c.conns[addr] = cl
 	}
 	return cl, nil
@@ -215,6 +223,9 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 			r := resp.Msg
 			c.noteAck(channel, r)
 			return Result{ID: r.GetId(), TimeTick: r.GetTimetick(), Term: r.GetTerm(), Node: node, Duplicate: r.GetDuplicate()}, nil
+		}
+		if terr := c.tlsRefusal(ctx, addr, err); terr != nil {
+			return Result{}, c.final(errors.Mark(errors.Wrapf(terr, "client: append to %q at %s", channel, addr), ErrRefused), retry)
 		}
 		hint = ""
 		code := connect.CodeOf(err)

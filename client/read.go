@@ -83,6 +83,9 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 			if readRefused(connect.CodeOf(err)) {
 				return errors.Mark(err, ErrRefused)
 			}
+			if terr := c.tlsRefusal(ctx, addr, err); terr != nil {
+				return errors.Mark(errors.Wrapf(terr, "client: read %q at %s", channel, addr), ErrRefused)
+			}
 			continue
 		}
 		for stream.Receive() {
@@ -112,6 +115,10 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 			return ended()
 		case readRefused(connect.CodeOf(err)):
 			return errors.Mark(err, ErrRefused)
+		case err != nil:
+			if terr := c.tlsRefusal(ctx, addr, err); terr != nil {
+				return errors.Mark(errors.Wrapf(terr, "client: read %q at %s", channel, addr), ErrRefused)
+			}
 		}
 		c.log.Debug("read stream ended; following the owner", "channel", channel, "error", err)
 	}

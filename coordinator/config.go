@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"math"
@@ -73,6 +74,11 @@ type Config struct {
 	// timeout proves nothing (a stalled process, a partition): it only
 	// delays the next attempt. Zero is DefaultProbeTimeout.
 	ProbeTimeout time.Duration
+	// TLS, when set, is how failure detection reaches the nodes' APIs
+	// (their liveness streams): the client side of the nodes' TLS, with a
+	// client certificate when they require one (walnode gives its own
+	// node certificate). Nil: plaintext.
+	TLS *tls.Config
 	// Logger receives the coordinator's logs, with channel, node, term and
 	// reason as attributes. Nil discards them.
 	Logger *slog.Logger

@@ -342,6 +342,6 @@ func (c *Coordinator) liveness() liveness {
 	if dial == nil {
 		dial = dialer(c.cfg.ProbeTimeout)
 	}
-	return liveness{dial: dial, timeout: c.cfg.ProbeTimeout, now: c.now, log: c.log,
+	return liveness{dial: dial, timeout: c.cfg.ProbeTimeout, tls: c.cfg.TLS, now: c.now, log: c.log,
 		retry: backoff.Config{Initial: 10 * time.Millisecond, Max: time.Second}}
 }

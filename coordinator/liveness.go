@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -52,8 +53,11 @@ type liveness struct {
 	// dial connects to a node's address (a net.Dialer bounded by the probe
 	// timeout; tests replace it).
 	dial func(ctx context.Context, addr string) (net.Conn, error)
-	// timeout bounds writing the request.
+	// timeout bounds writing the request (and the TLS handshake).
 	timeout time.Duration
+	// tls, when set, is how the node's API is reached: a handshake that
+	// fails proves nothing (it is not a refused connection).
+	tls *tls.Config
 	// retry paces the attempts after one that proved nothing.
 	retry backoff.Config
 	now   func() time.Time
@@ -110,14 +114,31 @@ func (l liveness) watch(ctx context.Context, node, addr string, report func(kind
 // until it ends. held reports whether the stream was established (then
 // established was called); err is why it ended, or why it could not start.
 func (l liveness) hold(ctx context.Context, node, addr string, established func()) (held bool, err error) {
-	conn, err := l.dial(ctx, addr)
+	raw, err := l.dial(ctx, addr)
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = conn.Close() }()
-	defer context.AfterFunc(ctx, func() { _ = conn.Close() })()
+	defer func() { _ = raw.Close() }()
+	defer context.AfterFunc(ctx, func() { _ = raw.Close() })()
+	conn := raw
+	scheme := "http"
+	if l.tls != nil {
+		scheme = "https"
+		cfg := l.tls.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		cfg.NextProtos = []string{"http/1.1"} // the stream below is HTTP/1.1
+		tc := tls.Client(conn, cfg)
+		_ = raw.SetDeadline(l.now().Add(l.timeout))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return false, errors.Wrap(err, "liveness tls handshake")
+		}
+		_ = raw.SetDeadline(time.Time{})
+		conn = tc
+	}
 
-	u := url.URL{Scheme: "http", Host: addr, Path: cluster.LivenessPath, RawQuery: url.Values{"node": {node}}.Encode()}
+	u := url.URL{Scheme: scheme, Host: addr, Path: cluster.LivenessPath, RawQuery: url.Values{"node": {node}}.Encode()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return false, errors.Wrap(err, "liveness request")

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -29,6 +30,11 @@ type Config struct {
 	Advertise string
 	// Root is the cluster's root in etcd; default cluster.DefaultRoot.
 	Root string
+	// TLS, when set, makes the node serve its API (HTTP/2 and HTTP/1.1,
+	// by ALPN) over TLS with it, e.g. a tlsconf.Config's Server(); with
+	// ClientAuth set it requires client certificates (mutual TLS). Nil
+	// serves plaintext (HTTP/1.1 and h2c).
+	TLS *tls.Config
 	// SessionTTL is the lease the node registers under: the coordinator
 	// moves its channels this long after the node stops renewing it.
 	// Default 10s.

@@ -167,20 +167,29 @@ func (n *Node) Start(ctx context.Context) error {
 	mux.HandleFunc("/admin/channels", n.checkHTTP(svc.adminChannels))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
+	if n.cfg.TLS != nil {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
+	}
 	mux.HandleFunc(cluster.LivenessPath, n.liveness)
-	n.srv = &http.Server{Handler: n.guarded(mux), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	n.srv = &http.Server{Handler: n.guarded(mux), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.cfg.TLS,
+		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelInfo)}
 	n.accepting.Store(true)
 	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()
-		if err := n.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return n.srv.Serve(ln) }
+		if n.cfg.TLS != nil {
+			serve = func() error { return n.srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("api server stopped", "error", err)
 		}
 	}()
 	go n.keepSession()
 	go n.follow()
-	n.log.Info("node started", "addr", n.addr, "backend", n.cfg.Backend)
+	n.log.Info("node started", "addr", n.addr, "backend", n.cfg.Backend, "tls", n.cfg.TLS != nil)
 	return nil
 }
 

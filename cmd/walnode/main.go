@@ -45,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/streamwal/streamwal/cluster"
@@ -67,6 +68,15 @@ type params struct {
 	shutdownTimeout       time.Duration
 	coordinate            bool
 	logLevel              string
+	security
+}
+
+// security are the flags of TLS and credentials.
+type security struct {
+	tlsCert, tlsKey, tlsClientCA, tlsCA string
+	insecure                            bool
+	etcdCA, etcdCert, etcdKey           string
+	etcdUser, etcdPasswordFile          string
 }
 
 func main() {
@@ -107,7 +117,20 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown")
 	fs.BoolVar(&p.coordinate, "coordinator", true, "run a coordinator candidate in this process")
 	fs.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&p.tlsCert, "tls-cert", "", "PEM certificate the API (and the embedded etcd member) serves with: TLS on (walctl certs create-node)")
+	fs.StringVar(&p.tlsKey, "tls-key", "", "PEM private key of -tls-cert")
+	fs.StringVar(&p.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates of these CAs (mutual TLS)")
+	fs.StringVar(&p.tlsCA, "tls-ca", "", "PEM CA bundle that verifies the other nodes (default -tls-client-ca)")
+	fs.BoolVar(&p.insecure, "insecure", false, "serve plaintext on a non-loopback address: anyone who reaches the port can append and read")
+	fs.StringVar(&p.etcdCA, "etcd-ca", "", "PEM CA bundle that verifies etcd (default -tls-ca) when the -etcd endpoints are https")
+	fs.StringVar(&p.etcdCert, "etcd-cert", "", "PEM client certificate for etcd (default -tls-cert when etcd is https)")
+	fs.StringVar(&p.etcdKey, "etcd-key", "", "PEM private key of -etcd-cert")
+	fs.StringVar(&p.etcdUser, "etcd-user", "", "etcd user name (its password from -etcd-password-file or $"+etcdPasswordEnv+")")
+	fs.StringVar(&p.etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password")
 	if err := fs.Parse(args); err != nil {
+		return params{}, nil, err
+	}
+	if err := p.check(); err != nil {
 		return params{}, nil, err
 	}
 	var level slog.Level
@@ -150,17 +173,25 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		closers = append(closers, broker.Close)
 		logger.Warn("running an in-memory Kafka-protocol broker: for trying only, its data lives in this process", "addr", p.devKafka)
 	}
+	sec, err := p.tlsConfigs(logger)
+	if err != nil {
+		return err
+	}
 	endpoints := splitList(p.etcd)
 	if len(endpoints) == 0 {
-		member, err := startEtcd(filepath.Join(p.data, "etcd"), p.etcdListen, p.id)
+		member, err := startEtcd(filepath.Join(p.data, "etcd"), p.etcdListen, p.id, p.security)
 		if err != nil {
 			return err
 		}
 		closers = append(closers, member.Close)
-		endpoints = []string{"http://" + p.etcdListen}
+		endpoints = []string{schemeOf(p.tlsCert != "") + p.etcdListen}
 		logger.Info("embedded etcd member serving", "endpoint", endpoints[0])
 	}
-	cli, err := etcdstore.Dial(ctx, etcdstore.Config{Endpoints: endpoints})
+	etcdCfg := etcdstore.Config{Endpoints: endpoints, TLS: sec.etcd}
+	if etcdCfg.Username, etcdCfg.Password, err = p.etcdCredentials(); err != nil {
+		return err
+	}
+	cli, err := etcdstore.Dial(ctx, etcdCfg)
 	if err != nil {
 		return errors.Wrap(err, "walnode: etcd")
 	}
@@ -193,7 +224,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	}
 	closers = append(closers, func() { _ = pl.Close() })
 
-	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root,
+	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root, TLS: sec.server,
 		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy})
 	if err != nil {
 		return err
@@ -205,6 +236,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	coordCtx, stopCoord := context.WithCancel(context.Background())
 	if p.coordinate {
 		co, err := coordinator.New(cli, coordinator.Config{ID: p.id, Node: p.id, Root: p.root, Logger: logger, Registerer: reg, SessionTTL: p.sessionTTL,
+			TLS: sec.peers,
 			Channels: func(ctx context.Context) ([]string, error) {
 				if err := pl.Refresh(ctx); err != nil {
 					return nil, err
@@ -220,7 +252,8 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	} else {
 		coordDone <- nil
 	}
-	logger.Info("walnode ready", "id", p.id, "api", n.Addr(), "backend", cfg.Chosen(), "pchannels", len(pl.PChannels()))
+	logger.Info("walnode ready", "id", p.id, "api", n.Addr(), "tls", sec.server != nil, "mutual_tls", p.tlsClientCA != "",
+		"backend", cfg.Chosen(), "pchannels", len(pl.PChannels()))
 	fmt.Printf("walnode %s serving on %s\n", p.id, n.Addr())
 
 	<-ctx.Done()
@@ -273,15 +306,21 @@ func startDevKafka(addr string) (*kfake.Cluster, error) {
 	return c, nil
 }
 
-// startEtcd runs a single etcd member with its data in dir.
-func startEtcd(dir, clientAddr, name string) (*embed.Etcd, error) {
+// startEtcd runs a single etcd member with its data in dir; with
+// -tls-cert it serves its clients over TLS with the node's certificate
+// (and requires client certificates with -tls-client-ca).
+func startEtcd(dir, clientAddr, name string, sec security) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = name
 	cfg.Dir = dir
 	cfg.LogLevel = "fatal" // its shutdown logs harmless "server closed" errors; real failures come through e.Err()
-	curl, err := url.Parse("http://" + clientAddr)
+	curl, err := url.Parse(schemeOf(sec.tlsCert != "") + clientAddr)
 	if err != nil {
 		return nil, errors.Wrapf(err, "walnode: -etcd-listen %q", clientAddr)
+	}
+	if sec.tlsCert != "" {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: sec.tlsCert, KeyFile: sec.tlsKey,
+			TrustedCAFile: sec.tlsClientCA, ClientCertAuth: sec.tlsClientCA != ""}
 	}
 	purl, _ := url.Parse("http://127.0.0.1:0")
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}

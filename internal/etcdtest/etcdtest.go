@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/atomic"
@@ -62,14 +63,30 @@ type Server struct {
 	closeOnce sync.Once
 }
 
+// Options are what a server of NewWith differs in from New's.
+type Options struct {
+	// TLS, when set, makes the server serve its clients over TLS (https
+	// endpoints) with these PEM files; with ClientCAFile it requires
+	// client certificates of those CAs.
+	TLS *TLSFiles
+}
+
+// TLSFiles are a server's certificate, key and client CA files.
+type TLSFiles struct {
+	CertFile, KeyFile, ClientCAFile string
+}
+
 // New starts a server in a new temporary directory. Close stops it and
 // removes the directory.
-func New() (*Server, error) {
+func New() (*Server, error) { return NewWith(Options{}) }
+
+// NewWith starts a server with opts; see New.
+func NewWith(opts Options) (*Server, error) {
 	dir, err := os.MkdirTemp("", "etcdtest-")
 	if err != nil {
 		return nil, errors.Wrap(err, "etcdtest: temp dir")
 	}
-	s, err := start(dir)
+	s, err := start(dir, opts)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -89,7 +106,18 @@ func Start(tb testing.TB) *Server {
 	return s
 }
 
-func start(dir string) (*Server, error) {
+// StartWith is Start with opts.
+func StartWith(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := NewWith(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+func start(dir string, opts Options) (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "etcdtest"
 	cfg.Dir = dir
@@ -97,7 +125,13 @@ func start(dir string) (*Server, error) {
 	cfg.UnsafeNoFsync = true
 	cfg.Logger, cfg.LogLevel = "zap", "panic"
 	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{loopback}, []url.URL{loopback}
+	clientURL, scheme := loopback, "http://"
+	if opts.TLS != nil {
+		clientURL.Scheme, scheme = "https", "https://"
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: opts.TLS.CertFile, KeyFile: opts.TLS.KeyFile,
+			TrustedCAFile: opts.TLS.ClientCAFile, ClientCertAuth: opts.TLS.ClientCAFile != ""}
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{loopback}, []url.URL{loopback}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	e, err := embed.StartEtcd(cfg)
@@ -120,7 +154,7 @@ func start(dir string) (*Server, error) {
 	}
 	s := &Server{etcd: e, dir: dir}
 	for _, l := range e.Clients {
-		s.endpoints = append(s.endpoints, "http://"+l.Addr().String())
+		s.endpoints = append(s.endpoints, scheme+l.Addr().String())
 	}
 	return s, nil
 }

@@ -2,6 +2,8 @@ package etcdstore
 
 import (
 	"context"
+	"crypto/tls"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -23,8 +25,13 @@ type Config struct {
 	// authentication). Zero means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// Username and Password authenticate the client; both or neither.
+	// Never log the Password.
 	Username string
 	Password string
+	// TLS, when set, is the client side of etcd's TLS: the CAs that verify
+	// the members and, for members that require one, a client certificate
+	// (e.g. a tlsconf.Config's Client()). Endpoints are then https://.
+	TLS *tls.Config
 	// KeepAliveTime is how often the client pings an idle connection, and
 	// KeepAliveTimeout how long it waits for the answer before dropping it,
 	// so that a half-open connection is noticed. Zero means
@@ -62,6 +69,14 @@ func (c Config) Validate() error {
 	if (c.Username == "") != (c.Password == "") {
 		return errors.New("etcdstore: Username and Password go together")
 	}
+	for _, ep := range c.Endpoints {
+		if c.TLS == nil && strings.HasPrefix(ep, "https://") {
+			return errors.Newf("etcdstore: endpoint %s is https but no TLS configuration is given", ep)
+		}
+		if c.TLS != nil && strings.HasPrefix(ep, "http://") {
+			return errors.Newf("etcdstore: endpoint %s is plain http but a TLS configuration is given (use https://)", ep)
+		}
+	}
 	return nil
 }
 
@@ -84,6 +99,7 @@ func (c Config) clientConfig() clientv3.Config {
 		DialKeepAliveTimeout: or(c.KeepAliveTimeout, DefaultKeepAliveTimeout),
 		Username:             c.Username,
 		Password:             c.Password,
+		TLS:                  c.TLS,
 		Logger:               lg,
 	}
 }

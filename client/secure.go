@@ -1,0 +1,105 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/security/tlsconf"
+)
+
+// secure.go: what the client does about TLS and credentials.
+
+// probeTimeout bounds the connection tlsRefusal makes to find why a TLS
+// connection failed.
+const probeTimeout = 3 * time.Second
+
+// tlsRefusal returns, for an attempt that failed with err at addr, why no
+// connection to addr can succeed with this client's settings (a
+// certificate refused either way, TLS to a plaintext port, plaintext to a
+// TLS port), or nil when err is no such thing and the attempt may be
+// retried. Nothing is stored by such an attempt: the node never read it.
+func (c *Client) tlsRefusal(ctx context.Context, addr string, err error) error {
+	if c.cfg.TLS == nil {
+		// A TLS server answers an HTTP/1 request with a 400 and this text;
+		// connect reports the status only.
+		if connect.CodeOf(err) == connect.CodeInternal && strings.Contains(err.Error(), "400 Bad Request") {
+			return errors.Wrapf(err, "the node at %s answers plaintext with 400 Bad Request: it serves TLS, give the client a TLS configuration", addr)
+		}
+		return nil
+	}
+	if handshakeError(err) {
+		return err
+	}
+	if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		return errors.Wrapf(err, "the node at %s serves plaintext: it has no TLS", addr)
+	}
+	if connectionLost(err) && ctx.Err() == nil {
+		// Over TLS 1.3 the server refuses a client certificate after the
+		// client's handshake is done: the request fails as a connection
+		// that could not be established, was reset or ended. Ask the
+		// server again, and read its answer.
+		if perr := tlsconf.Probe(ctx, addr, c.cfg.TLS, probeTimeout); perr != nil && handshakeError(perr) {
+			return errors.Wrap(perr, err.Error())
+		}
+	}
+	return nil
+}
+
+// connectionLost reports whether err is a connection to a node that
+// failed after it was made: not refused (the node is gone), not timed out
+// (it is slow or unreachable; a probe would wait as long).
+func connectionLost(err error) bool {
+	var ne net.Error
+	if connect.CodeOf(err) != connect.CodeUnavailable || errors.Is(err, syscall.ECONNREFUSED) ||
+		(errors.As(err, &ne) && ne.Timeout()) {
+		return false
+	}
+	// What a lost connection looks like under connect's Unavailable, not
+	// an answer of the node's own.
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "http2: ")
+}
+
+// handshakeError reports whether err is a TLS handshake that failed for a
+// reason a retry does not change: a certificate either side refuses, or a
+// peer that does not speak TLS.
+func handshakeError(err error) bool {
+	var (
+		verify *tls.CertificateVerificationError
+		record tls.RecordHeaderError
+		alert  tls.AlertError
+		op     *net.OpError
+	)
+	switch {
+	case errors.As(err, &verify), errors.As(err, &record), errors.As(err, &alert):
+		return true
+	case errors.As(err, &op) && op.Op == "remote error": // an alert the server sent
+		return true
+	}
+	return false
+}
+
+// defaultHTTP is the client's HTTP client when Config.HTTP is nil.
+func defaultHTTP(tlsCfg *tls.Config) *http.Client {
+	if tlsCfg != nil {
+		tlsCfg = tlsCfg.Clone() // the transport adds its ALPN protocols to it
+	}
+	return &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		TLSClientConfig:       tlsCfg,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ForceAttemptHTTP2:     tlsCfg != nil, // the dialer and TLS config are ours: ask for h2 by ALPN
+		ResponseHeaderTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost:   64,
+	}}
+}

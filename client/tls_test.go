@@ -1,0 +1,290 @@
+package client_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
+	"github.com/streamwal/streamwal/client"
+	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/etcdtest"
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/node"
+	"github.com/streamwal/streamwal/security/certs"
+	"github.com/streamwal/streamwal/security/tlsconf"
+	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/impls/memory"
+)
+
+// testPKI is a CA with its files in a directory.
+type testPKI struct {
+	t   *testing.T
+	dir string
+	ca  *certs.Authority
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	ca, err := certs.NewCA(certs.Request{CommonName: "test CA"})
+	require.NoError(t, err)
+	p := &testPKI{t: t, dir: t.TempDir(), ca: ca}
+	require.NoError(t, os.WriteFile(p.path("ca.crt"), ca.Pair.CertPEM, 0o644))
+	return p
+}
+
+func (p *testPKI) path(name string) string { return filepath.Join(p.dir, name) }
+
+// issue writes name.crt and name.key (a node's for 127.0.0.1 unless req
+// says otherwise) and returns their paths.
+func (p *testPKI) issue(name string, req certs.Request) (string, string) {
+	p.t.Helper()
+	if req.CommonName == "" {
+		req.CommonName = name
+	}
+	if req.Kind == 0 {
+		req.Kind = certs.Node
+		if len(req.IPs) == 0 && len(req.DNSNames) == 0 {
+			req.IPs = []net.IP{net.IPv4(127, 0, 0, 1)}
+		}
+	}
+	pair, err := p.ca.Issue(req)
+	require.NoError(p.t, err)
+	require.NoError(p.t, certs.Write(p.dir, name+".crt", name+".key", pair, true))
+	return p.path(name + ".crt"), p.path(name + ".key")
+}
+
+func (p *testPKI) client(c tlsconf.Config) *tls.Config {
+	p.t.Helper()
+	cfg, _, err := c.Client()
+	require.NoError(p.t, err)
+	return cfg
+}
+
+// startTLSNode starts a node on mem serving with server (nil: plaintext).
+func startTLSNode(t *testing.T, cli *clientv3.Client, root string, mem *memory.Cluster, id string, server *tls.Config) *node.Node {
+	o, err := memory.New(context.Background(), memory.Config{Cluster: mem})
+	require.NoError(t, err)
+	n, err := node.New(cli, o, node.Config{ID: id, Root: root, SessionTTL: 2 * time.Second, Backend: "memory", TLS: server})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	require.NoError(t, n.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		require.NoError(t, n.Shutdown(ctx))
+		_ = o.Close()
+	})
+	return n
+}
+
+// stored reads channel's data messages back at the backend, up to and
+// including the one whose payload is last.
+func stored(t *testing.T, mem *memory.Cluster, channel, last string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	o, err := memory.New(ctx, memory.Config{Cluster: mem})
+	require.NoError(t, err)
+	defer func() { _ = o.Close() }()
+	w, err := o.Open(ctx, walimpls.Channel{Name: channel, Mode: walimpls.ReadOnly})
+	require.NoError(t, err)
+	defer func() { _ = w.Close() }()
+	sc, err := w.Read(ctx, walimpls.ReadOption{Name: "check"})
+	require.NoError(t, err)
+	defer func() { _ = sc.Close() }()
+	var out []string
+	for {
+		select {
+		case m, ok := <-sc.Chan():
+			require.True(t, ok, "scanner ended: %v", sc.Error())
+			if m.Kind() != message.KindData {
+				continue
+			}
+			out = append(out, string(m.Payload()))
+			if string(m.Payload()) == last {
+				return out
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s never read back; read %v", last, out)
+		}
+	}
+}
+
+// Every connection a mutual-TLS node must refuse fails the client at once
+// with ErrRefused and a reason that names the problem, and none of their
+// appends reaches the backend; the right credentials append.
+func TestTLSRefusals(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cli := etcdtest.Client(t, srv.Endpoints())
+	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
+	require.NoError(t, err)
+	p := newTestPKI(t)
+	other := newTestPKI(t)
+	nodeCert, nodeKey := p.issue("node", certs.Request{})
+	server, _, err := tlsconf.Config{CertFile: nodeCert, KeyFile: nodeKey, ClientCAFile: p.path("ca.crt")}.Server()
+	require.NoError(t, err)
+	mem := memory.NewCluster()
+	startTLSNode(t, cli, l.Root, mem, "secure", server)
+	startTLSNode(t, cli, l.Root, mem, "plain", nil)
+	assign(t, cli, l, "secure-ch", "secure", 1)
+	assign(t, cli, l, "plain-ch", "plain", 1)
+
+	cliCert, cliKey := p.issue("alice", certs.Request{Kind: certs.Client})
+	strangerCert, strangerKey := other.issue("mallory", certs.Request{Kind: certs.Client})
+	oldCert, oldKey := p.issue("old", certs.Request{Kind: certs.Client, NotBefore: time.Now().Add(-48 * time.Hour), Validity: time.Hour})
+	expired, err := tls.LoadX509KeyPair(oldCert, oldKey)
+	require.NoError(t, err)
+	good := tlsconf.Config{CAFile: p.path("ca.crt"), CertFile: cliCert, KeyFile: cliKey}
+	withExpired := p.client(tlsconf.Config{CAFile: p.path("ca.crt")})
+	withExpired.Certificates = []tls.Certificate{expired}
+	otherName := good
+	otherName.ServerName = "elsewhere.example"
+
+	newClient := func(cfg *tls.Config) *client.Client {
+		c, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root, TLS: cfg})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return c
+	}
+	_, err = newClient(p.client(good)).Append(ctx, "secure-ch", client.Message{Payload: []byte("ok-1")}, client.Options{})
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		name, channel string
+		cfg           *tls.Config
+		want          string
+	}{
+		{"no client certificate", "secure-ch", p.client(tlsconf.Config{CAFile: p.path("ca.crt")}), "certificate required"},
+		{"client certificate of another CA", "secure-ch", p.client(tlsconf.Config{CAFile: p.path("ca.crt"), CertFile: strangerCert, KeyFile: strangerKey}), "unknown certificate authority"},
+		{"expired client certificate", "secure-ch", withExpired, "expired certificate"},
+		{"node of another CA", "secure-ch", p.client(tlsconf.Config{CAFile: other.path("ca.crt"), CertFile: cliCert, KeyFile: cliKey}), "certificate signed by unknown authority"},
+		{"node certificate for another name", "secure-ch", p.client(otherName), "wanted to match elsewhere.example"},
+		{"plaintext client to a TLS node", "secure-ch", nil, "it serves TLS"},
+		{"TLS client to a plaintext node", "plain-ch", p.client(good), "serves plaintext"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newClient(c.cfg)
+			start := time.Now()
+			_, err := cl.Append(ctx, c.channel, client.Message{Payload: []byte("refused")}, client.Options{})
+			require.True(t, errors.Is(err, client.ErrRefused), "%+v", err)
+			require.False(t, errors.Is(err, client.ErrOutcomeUnknown), "nothing was sent: %v", err)
+			require.Contains(t, err.Error(), c.want)
+			require.Less(t, time.Since(start), 10*time.Second, "refused at once, not retried until the deadline")
+			err = cl.Read(ctx, c.channel, client.ReadOptions{UntilCaughtUp: true}, func(*streamwalv1.Delivered) error { return nil })
+			require.True(t, errors.Is(err, client.ErrRefused), "%+v", err)
+			require.Contains(t, err.Error(), c.want)
+		})
+	}
+
+	// Read back at the backend: only the accepted appends are there.
+	_, err = newClient(p.client(good)).Append(ctx, "secure-ch", client.Message{Payload: []byte("ok-2")}, client.Options{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"ok-1", "ok-2"}, stored(t, mem, "secure-ch", "ok-2"))
+	_, err = newClient(nil).Append(ctx, "plain-ch", client.Message{Payload: []byte("plain-ok")}, client.Options{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"plain-ok"}, stored(t, mem, "plain-ch", "plain-ok"))
+}
+
+// Replacing a node's certificate and key: a new connection is served the
+// new certificate while a read stream opened before goes on, and a client
+// certificate expired meanwhile is refused by new connections.
+func TestTLSRotation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cli := etcdtest.Client(t, srv.Endpoints())
+	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
+	require.NoError(t, err)
+	p := newTestPKI(t)
+	nodeCert, nodeKey := p.issue("node", certs.Request{})
+	server, src, err := tlsconf.Config{CertFile: nodeCert, KeyFile: nodeKey, ClientCAFile: p.path("ca.crt")}.Server()
+	require.NoError(t, err)
+	mem := memory.NewCluster()
+	startTLSNode(t, cli, l.Root, mem, "n1", server)
+	assign(t, cli, l, "ch", "n1", 1)
+	cliCert, cliKey := p.issue("alice", certs.Request{Kind: certs.Client})
+
+	// seen records the serial of each node certificate a client's new
+	// connections were served.
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	ccfg := p.client(tlsconf.Config{CAFile: p.path("ca.crt"), CertFile: cliCert, KeyFile: cliKey})
+	ccfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, cs.PeerCertificates[0].SerialNumber.String())
+		return nil
+	}
+	last := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[len(seen)-1]
+	}
+	reader, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root, TLS: ccfg})
+	require.NoError(t, err)
+	defer reader.Close()
+	got := make(chan string, 16)
+	readCtx, stopRead := context.WithCancel(ctx)
+	readDone := make(chan error, 1)
+	go func() {
+		readDone <- reader.Read(readCtx, "ch", client.ReadOptions{}, func(d *streamwalv1.Delivered) error {
+			got <- string(d.GetPayload())
+			return nil
+		})
+	}()
+	appendNew := func(payload string) {
+		t.Helper()
+		c, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root, TLS: ccfg}) // a new connection
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Append(ctx, "ch", client.Message{Payload: []byte(payload)}, client.Options{})
+		require.NoError(t, err)
+		select {
+		case g := <-got:
+			require.Equal(t, payload, g, "the stream opened before delivers it")
+		case <-ctx.Done():
+			t.Fatal("the read stream delivered nothing")
+		}
+	}
+	appendNew("before")
+	first := last()
+	require.Equal(t, first, src.Certificate().SerialNumber.String())
+	mu.Lock()
+	connsBefore := len(seen)
+	mu.Unlock()
+
+	p.issue("node", certs.Request{}) // rotate
+	appendNew("after")
+	require.NotEqual(t, first, last(), "a new connection is served the new certificate")
+	mu.Lock()
+	require.Greater(t, len(seen), connsBefore)
+	mu.Unlock()
+	stopRead()
+	require.NoError(t, <-readDone)
+
+	// A client whose certificate expired: refused.
+	pair, err := p.ca.Issue(certs.Request{CommonName: "alice", Kind: certs.Client, NotBefore: time.Now().Add(-2 * time.Hour), Validity: time.Hour})
+	require.NoError(t, err)
+	kp, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	require.NoError(t, err)
+	expCfg := p.client(tlsconf.Config{CAFile: p.path("ca.crt")})
+	expCfg.Certificates = []tls.Certificate{kp}
+	c, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root, TLS: expCfg})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Append(ctx, "ch", client.Message{Payload: []byte("expired")}, client.Options{})
+	require.True(t, errors.Is(err, client.ErrRefused), "%+v", err)
+	require.Contains(t, err.Error(), "expired certificate")
+	require.Equal(t, []string{"before", "after"}, stored(t, mem, "ch", "after"))
+}

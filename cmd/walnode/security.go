@@ -1,0 +1,159 @@
+package main
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/security/tlsconf"
+)
+
+// etcdPasswordEnv holds the etcd user's password when no
+// -etcd-password-file is given: never a flag, whose value ps shows.
+const etcdPasswordEnv = "STREAMWAL_ETCD_PASSWORD"
+
+// check refuses flags that contradict each other, and plaintext on a
+// network: a node that listens beyond loopback without TLS lets anyone who
+// reaches its port append and read, so it needs -tls-cert or an explicit
+// -insecure.
+func (p params) check() error {
+	if p.insecure && p.tlsCert != "" {
+		return errors.New("-insecure and -tls-cert contradict each other: give one")
+	}
+	if err := (tlsconf.Config{CertFile: p.tlsCert, KeyFile: p.tlsKey, Names: apiNames}).Validate(); err != nil {
+		return err
+	}
+	if p.tlsClientCA != "" && p.tlsCert == "" {
+		return errors.New("-tls-client-ca needs -tls-cert and -tls-key: mutual TLS is TLS")
+	}
+	if p.insecure || p.tlsCert != "" {
+		return nil
+	}
+	for _, l := range []struct{ flag, addr string }{{"-listen", p.listen}, {"-etcd-listen", p.etcdListen}} {
+		if l.flag == "-etcd-listen" && p.etcd != "" {
+			continue // no embedded member
+		}
+		if !loopback(l.addr) {
+			return errors.Newf("%s %s is not a loopback address and TLS is off: give -tls-cert and -tls-key "+
+				"(walctl certs create-node makes them), or -insecure to serve plaintext anyway", l.flag, l.addr)
+		}
+	}
+	return nil
+}
+
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+var apiNames = tlsconf.Names{CertFile: "-tls-cert", KeyFile: "-tls-key", CAFile: "-tls-ca", ClientCAFile: "-tls-client-ca"}
+
+// tlsConfigs are a node's TLS configurations; nil ones are plaintext.
+type tlsConfigs struct {
+	server *tls.Config // the API
+	peers  *tls.Config // the coordinator's liveness streams to the nodes
+	etcd   *tls.Config // every etcd connection
+}
+
+// tlsConfigs reads the files the flags name; an unusable file stops the
+// node before it starts anything, naming the flag, the file and why.
+func (p params) tlsConfigs(logger *slog.Logger) (tlsConfigs, error) {
+	var out tlsConfigs
+	if p.tlsCert != "" {
+		server, _, err := tlsconf.Config{CertFile: p.tlsCert, KeyFile: p.tlsKey, ClientCAFile: p.tlsClientCA,
+			Names: apiNames, Logger: logger}.Server()
+		if err != nil {
+			return out, errors.Wrap(err, "walnode")
+		}
+		ca, caName := p.tlsCA, "-tls-ca"
+		if ca == "" {
+			ca, caName = p.tlsClientCA, "-tls-client-ca"
+		}
+		names := apiNames
+		names.CAFile = caName
+		peers, _, err := tlsconf.Config{CAFile: ca, CertFile: p.tlsCert, KeyFile: p.tlsKey, Names: names, Logger: logger}.Client()
+		if err != nil {
+			return out, errors.Wrap(err, "walnode")
+		}
+		out.server, out.peers = server, peers
+	}
+	// etcd: TLS when its endpoints are https (or the embedded member
+	// serves TLS), with the node's own files unless -etcd-* say otherwise.
+	etcdTLS := p.tlsCert != "" && p.etcd == ""
+	for _, ep := range splitList(p.etcd) {
+		etcdTLS = etcdTLS || strings.HasPrefix(ep, "https://")
+	}
+	if !etcdTLS {
+		if p.etcdCA != "" || p.etcdCert != "" {
+			return out, errors.New("walnode: -etcd-ca and -etcd-cert need https:// -etcd endpoints")
+		}
+		return out, nil
+	}
+	c := tlsconf.Config{CAFile: p.etcdCA, CertFile: p.etcdCert, KeyFile: p.etcdKey, Logger: logger,
+		Names: tlsconf.Names{CAFile: "-etcd-ca", CertFile: "-etcd-cert", KeyFile: "-etcd-key"}}
+	if c.CAFile == "" {
+		c.CAFile, c.Names.CAFile = p.tlsCA, "-tls-ca"
+		if c.CAFile == "" {
+			c.CAFile, c.Names.CAFile = p.tlsClientCA, "-tls-client-ca"
+		}
+	}
+	if c.CertFile == "" && c.KeyFile == "" {
+		c.CertFile, c.KeyFile, c.Names.CertFile, c.Names.KeyFile = p.tlsCert, p.tlsKey, "-tls-cert", "-tls-key"
+	}
+	etcd, _, err := c.Client()
+	if err != nil {
+		return out, errors.Wrap(err, "walnode: etcd")
+	}
+	out.etcd = etcd
+	return out, nil
+}
+
+// etcdCredentials are the etcd user and password: the password from
+// -etcd-password-file, else from $STREAMWAL_ETCD_PASSWORD.
+func (p params) etcdCredentials() (user, password string, err error) {
+	return readCredentials(p.etcdUser, p.etcdPasswordFile)
+}
+
+func readCredentials(user, passwordFile string) (string, string, error) {
+	if user == "" {
+		if passwordFile != "" {
+			return "", "", errors.New("-etcd-password-file needs -etcd-user")
+		}
+		return "", "", nil
+	}
+	if passwordFile == "" {
+		pw := os.Getenv(etcdPasswordEnv)
+		if pw == "" {
+			return "", "", errors.Newf("-etcd-user %s needs a password: -etcd-password-file or $%s", user, etcdPasswordEnv)
+		}
+		return user, pw, nil
+	}
+	b, err := os.ReadFile(passwordFile)
+	if err != nil {
+		return "", "", errors.Wrapf(err, "-etcd-password-file %s", passwordFile)
+	}
+	pw := strings.TrimRight(string(b), "\r\n")
+	if pw == "" {
+		return "", "", errors.Newf("-etcd-password-file %s is empty", passwordFile)
+	}
+	return user, pw, nil
+}
+
+func schemeOf(tls bool) string {
+	if tls {
+		return "https://"
+	}
+	return "http://"
+}
