@@ -1,0 +1,280 @@
+package chain_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/meta"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// TestStoreMigrations walks a channel through two hops and half of a
+// third, retrying each step as a finisher that found it half-done would.
+func TestStoreMigrations(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func() meta.Store) {
+		ctx, s := testCtx(t), newStore(open())
+		_, err := s.Get(ctx, "orders")
+		require.True(t, errors.Is(err, chain.ErrNotFound), "%v", err)
+		require.True(t, errors.Is(err, meta.ErrNotFound), "%v", err)
+
+		c, err := s.Create(ctx, "orders", local, 1)
+		require.NoError(t, err)
+		require.Len(t, c.Segments, 1)
+		_, err = s.Create(ctx, "orders", kafka("orders"), 1)
+		require.True(t, errors.Is(err, chain.ErrExists), "%v", err)
+
+		// Step 1, and its retry.
+		req := chain.MigrationRequest{Segment: 0, Target: kafka("orders-s1"), Term: 4, By: "walctl@ops-1"}
+		c, err = s.BeginMigration(ctx, "orders", req)
+		require.NoError(t, err)
+		require.NotNil(t, c.Pending)
+		require.Equal(t, int64(4), c.Pending.Term)
+		again, err := s.BeginMigration(ctx, "orders", req)
+		require.NoError(t, err)
+		require.Equal(t, c, again, "asking again for the pending migration changes nothing")
+
+		// Step 3 (step 2 is the driver's fencing open), and a late finisher
+		// that read another end: the first seal stands.
+		c, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 4, End: "17", TimeTick: 100})
+		require.NoError(t, err)
+		require.Nil(t, c.Pending)
+		require.Len(t, c.Segments, 2)
+		require.Equal(t, chain.Seal{Term: 4, End: "17", TimeTick: 100, At: c.Segments[0].Seal.At}, *c.Segments[0].Seal)
+		require.Equal(t, uint64(1), c.Last().Index)
+		require.True(t, c.Last().Backend.Equal(kafka("orders-s1")))
+		require.Equal(t, int64(4), c.Last().FirstTerm)
+		late, err := s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 4, End: "18", TimeTick: 101})
+		require.NoError(t, err)
+		require.Equal(t, c, late)
+
+		// The second hop.
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 1, Target: pulsar("orders-s2"), Term: 9, By: "coordinator"})
+		require.NoError(t, err)
+		c, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 1, Term: 9, End: "3", TimeTick: 250})
+		require.NoError(t, err)
+
+		// Back to local, on a channel of its own.
+		back := chain.Backend{Name: "local", Kind: "local", Channel: "orders-s3"}
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 2, Target: local, Term: 12, By: "walctl@ops-1"})
+		require.True(t, errors.Is(err, chain.ErrInvalid), "segment 0's backend channel: %v", err)
+		c, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 2, Target: back, Term: 12, By: "walctl@ops-1"})
+		require.NoError(t, err)
+
+		// Another process reads what this one wrote.
+		got, err := newStore(open()).Get(ctx, "orders")
+		require.NoError(t, err)
+		require.Equal(t, c, got)
+		require.Len(t, got.Segments, 3)
+		for i, p := range []string{"17", "s1/3", "s2/1:0"} {
+			pos, err := chain.ParsePosition(p)
+			require.NoError(t, err)
+			seg, err := got.Locate(pos)
+			require.NoError(t, err)
+			require.Equal(t, uint64(i), seg.Index)
+		}
+	})
+}
+
+func TestStoreRefusals(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func() meta.Store) {
+		ctx, s := testCtx(t), newStore(open())
+		_, err := s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 4, By: "op"})
+		require.True(t, errors.Is(err, chain.ErrNotFound), "%v", err)
+		_, err = s.Get(ctx, "../orders")
+		require.True(t, errors.Is(err, chain.ErrInvalid), "%v", err)
+		_, err = s.Create(ctx, "orders", local, -1)
+		require.True(t, errors.Is(err, chain.ErrInvalid), "%v", err)
+		_, err = s.Create(ctx, "orders", local, 1)
+		require.NoError(t, err)
+		before, err := s.Get(ctx, "orders")
+		require.NoError(t, err)
+
+		refusals := []struct {
+			name string
+			req  chain.MigrationRequest
+			is   error
+			want string
+		}{
+			{"another segment", chain.MigrationRequest{Segment: 1, Target: kafka("orders-s1"), Term: 4, By: "op"}, chain.ErrSegmentMismatch, "the last segment is 0 on local/orders, not 1"},
+			{"the current backend", chain.MigrationRequest{Target: chain.Backend{Name: "local", Kind: "local", Channel: "orders-s1"}, Term: 4, By: "op"}, chain.ErrSameBackend, "is on local/orders already"},
+			{"a stale term", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 1, By: "op"}, chain.ErrStaleTerm, "take a new term"},
+			{"an invalid target", chain.MigrationRequest{Target: chain.Backend{Name: "kafka", Kind: "kafka", Channel: "a b"}, Term: 4, By: "op"}, chain.ErrInvalid, "channel name"},
+			{"no requester", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 4}, chain.ErrInvalid, "requester"},
+		}
+		for _, r := range refusals {
+			_, err := s.BeginMigration(ctx, "orders", r.req)
+			require.True(t, errors.Is(err, r.is), "%s: %v", r.name, err)
+			require.Contains(t, err.Error(), r.want, r.name)
+		}
+
+		_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 4, End: "17", TimeTick: 100})
+		require.True(t, errors.Is(err, chain.ErrNoMigration), "%v", err)
+
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 4, By: "op"})
+		require.NoError(t, err)
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: pulsar("orders-s1"), Term: 5, By: "op"})
+		require.True(t, errors.Is(err, chain.ErrMigrationPending), "%v", err)
+		require.Contains(t, err.Error(), "migration to kafka/orders-s1 at term 4, requested by \"op\"")
+
+		sealRefusals := []struct {
+			name string
+			req  chain.SealRequest
+			is   error
+		}{
+			{"another term", chain.SealRequest{Segment: 0, Term: 5, End: "17", TimeTick: 100}, chain.ErrMigrationMismatch},
+			{"another segment", chain.SealRequest{Segment: 1, Term: 4, End: "17", TimeTick: 100}, chain.ErrSegmentMismatch},
+			{"a corrupt end", chain.SealRequest{Segment: 0, Term: 4, End: "1 7", TimeTick: 100}, message.ErrCorruptID},
+			{"an end without timetick", chain.SealRequest{Segment: 0, Term: 4, End: "17"}, chain.ErrInvalid},
+		}
+		for _, r := range sealRefusals {
+			_, err := s.Seal(ctx, "orders", r.req)
+			require.True(t, errors.Is(err, r.is), "%s: %v", r.name, err)
+		}
+		c, err := s.Get(ctx, "orders")
+		require.NoError(t, err)
+		require.Equal(t, before.Segments, c.Segments, "no refusal changed the segments")
+		require.NotNil(t, c.Pending)
+	})
+}
+
+// TestStoreChecksTheTargetAgainBeforeTheSeal: a target the backend check
+// refuses by the time of the seal is not written into the chain.
+func TestStoreChecksTheTargetAgainBeforeTheSeal(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func() meta.Store) {
+		ctx := testCtx(t)
+		refuse := errors.New("placeholder broker address")
+		var checked []chain.Backend
+		var fail bool
+		s := chain.NewStore(open(), chain.Options{CheckBackend: func(_ context.Context, b chain.Backend) error {
+			checked = append(checked, b)
+			if fail {
+				return refuse
+			}
+			return nil
+		}})
+		_, err := s.Create(ctx, "orders", local, 1)
+		require.NoError(t, err)
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 4, By: "op"})
+		require.NoError(t, err)
+		fail = true
+		_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 4, End: "17", TimeTick: 100})
+		require.True(t, errors.Is(err, refuse), "%v", err)
+		require.Len(t, checked, 2)
+		require.True(t, checked[1].Equal(kafka("orders-s1")), "the recorded target is checked, not a configuration")
+		c, err := s.Get(ctx, "orders")
+		require.NoError(t, err)
+		require.Len(t, c.Segments, 1)
+		require.NotNil(t, c.Pending)
+	})
+}
+
+func TestStoreCancel(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func() meta.Store) {
+		ctx, s := testCtx(t), newStore(open())
+		_, err := s.Create(ctx, "orders", local, 1)
+		require.NoError(t, err)
+		_, err = s.CancelMigration(ctx, "orders", 0, 4)
+		require.True(t, errors.Is(err, chain.ErrNoMigration), "%v", err)
+
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 4, By: "op"})
+		require.NoError(t, err)
+		_, err = s.CancelMigration(ctx, "orders", 0, 5)
+		require.True(t, errors.Is(err, chain.ErrMigrationMismatch), "%v", err)
+		c, err := s.CancelMigration(ctx, "orders", 0, 4)
+		require.NoError(t, err)
+		require.Nil(t, c.Pending)
+		require.Len(t, c.Segments, 1)
+		_, err = s.CancelMigration(ctx, "orders", 0, 4)
+		require.True(t, errors.Is(err, chain.ErrNoMigration), "a cancelled migration: %v", err)
+		_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 4, End: "17", TimeTick: 100})
+		require.True(t, errors.Is(err, chain.ErrNoMigration), "a cancelled migration is not sealed: %v", err)
+
+		// Another one, at a new term, goes through; then it is too late.
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: pulsar("orders-s1"), Term: 5, By: "op"})
+		require.NoError(t, err)
+		_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 5, End: "17", TimeTick: 100})
+		require.NoError(t, err)
+		_, err = s.CancelMigration(ctx, "orders", 0, 5)
+		require.True(t, errors.Is(err, chain.ErrSegmentMismatch), "%v", err)
+		require.Contains(t, err.Error(), "too late to cancel; migrate again to undo it")
+	})
+}
+
+func TestStoreDropFront(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func() meta.Store) {
+		ctx, s := testCtx(t), newStore(open())
+		_, err := s.Create(ctx, "orders", local, 1)
+		require.NoError(t, err)
+		for i, hop := range []struct {
+			to   chain.Backend
+			term int64
+		}{{kafka("orders-s1"), 4}, {pulsar("orders-s2"), 9}} {
+			_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: uint64(i), Target: hop.to, Term: hop.term, By: "op"})
+			require.NoError(t, err)
+			_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: uint64(i), Term: hop.term, End: "7", TimeTick: uint64(100 * (i + 1))})
+			require.NoError(t, err)
+		}
+
+		_, err = s.DropFront(ctx, "orders", 2, 3)
+		require.True(t, errors.Is(err, chain.ErrInvalid), "the last segment: %v", err)
+		_, err = s.DropFront(ctx, "orders", 1, 1)
+		require.True(t, errors.Is(err, chain.ErrSegmentMismatch), "%v", err)
+		c, err := s.DropFront(ctx, "orders", 2, 2)
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), c.First())
+		require.Len(t, c.Segments, 1)
+		again, err := s.DropFront(ctx, "orders", 2, 1)
+		require.NoError(t, err)
+		require.Equal(t, c, again, "dropped already")
+
+		got, err := s.Get(ctx, "orders")
+		require.NoError(t, err)
+		for _, p := range []string{"7", "s1/7"} {
+			pos, err := chain.ParsePosition(p)
+			require.NoError(t, err)
+			_, err = got.Locate(pos)
+			require.True(t, errors.Is(err, walimpls.ErrPositionGone), "%s: %v", p, err)
+		}
+		_, err = got.Locate(chain.Position{Segment: 2, ID: "1:0"})
+		require.NoError(t, err)
+
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 0, Target: local, Term: 12, By: "op"})
+		require.True(t, errors.Is(err, chain.ErrSegmentMismatch), "%v", err)
+		require.Contains(t, err.Error(), "that segment was pruned")
+		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 2, Target: local, Term: 12, By: "op"})
+		require.NoError(t, err, "segment 0's backend channel may be used again once it is dropped")
+	})
+}
+
+// TestStoreKeepsWhatItCannotRead: a chain of a newer format, or a corrupt
+// one, is reported and never overwritten.
+func TestStoreKeepsWhatItCannotRead(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func() meta.Store) {
+		ctx, kv := testCtx(t), open()
+		s := newStore(kv)
+		for name, value := range map[string]string{
+			"newer":   `{"v":2,"segments":"elsewhere"}`,
+			"corrupt": `{"v":1,"channel":"corrupt","segments":[]}`,
+		} {
+			_, err := kv.Put(ctx, chain.Key(name), []byte(value), meta.Absent)
+			require.NoError(t, err)
+			_, err = s.Get(ctx, name)
+			require.True(t, errors.Is(err, meta.ErrCorrupt), "%v", err)
+			require.Equal(t, name == "newer", errors.Is(err, chain.ErrNewerFormat), "%v", err)
+			_, err = s.BeginMigration(ctx, name, chain.MigrationRequest{Target: kafka(name + "-s1"), Term: 4, By: "op"})
+			require.True(t, errors.Is(err, meta.ErrCorrupt), "%v", err)
+			_, err = s.DropFront(ctx, name, 0, 0)
+			require.True(t, errors.Is(err, meta.ErrCorrupt), "%v", err)
+			_, err = s.Create(ctx, name, local, 1)
+			require.True(t, errors.Is(err, chain.ErrExists), "%v", err)
+			got, err := kv.Get(ctx, chain.Key(name))
+			require.NoError(t, err)
+			require.Equal(t, value, string(got.Value))
+		}
+	})
+}
