@@ -102,3 +102,51 @@ func TestConcurrentMigrationsNeverFork(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelRacesSeal: a cancel and a seal of one migration race; exactly
+// one of them happens, and the loser says which.
+func TestCancelRacesSeal(t *testing.T) {
+	const rounds = 25
+	eachStore(t, func(t *testing.T, open func() meta.Store) {
+		ctx := testCtx(t)
+		canceller, sealer := newStore(open()), newStore(open())
+		for round := range rounds {
+			ch := fmt.Sprintf("ch-%d", round)
+			_, err := sealer.Create(ctx, ch, local, 1)
+			require.NoError(t, err)
+			_, err = sealer.BeginMigration(ctx, ch, chain.MigrationRequest{Target: kafka(ch + "-s1"), Term: 4, By: "op"})
+			require.NoError(t, err)
+
+			var (
+				start              = make(chan struct{})
+				wg                 sync.WaitGroup
+				cancelErr, sealErr error
+			)
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, cancelErr = canceller.CancelMigration(ctx, ch, 0, 4)
+			}()
+			go func() {
+				defer wg.Done()
+				<-start
+				_, sealErr = sealer.Seal(ctx, ch, chain.SealRequest{Segment: 0, Term: 4, End: "17", TimeTick: 100})
+			}()
+			close(start)
+			wg.Wait()
+
+			got, err := sealer.Get(ctx, ch)
+			require.NoError(t, err)
+			require.Nil(t, got.Pending)
+			if cancelErr == nil {
+				require.True(t, errors.Is(sealErr, chain.ErrNoMigration), "round %d: %v", round, sealErr)
+				require.Len(t, got.Segments, 1)
+			} else {
+				require.NoError(t, sealErr, "round %d", round)
+				require.True(t, errors.Is(cancelErr, chain.ErrSegmentMismatch), "round %d: %v", round, cancelErr)
+				require.Len(t, got.Segments, 2)
+			}
+		}
+	})
+}
