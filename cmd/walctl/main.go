@@ -9,13 +9,17 @@
 //	walctl rebalance                   move channels until live nodes' counts differ by at most one
 //	walctl append <channel> [msg...]   append the arguments, or stdin's lines
 //	walctl tail <channel>              print a channel's messages, and follow it
+//	walctl token create                a bearer token, and its hash for the policy
+//	walctl etcd-roles                  create the etcd roles that guard the cluster's keys
 //	walctl help [<command>]            the commands, or one command's flags
 //
 // Flags may come before or after the command and its arguments (after
 // "--" everything is an argument): -etcd (endpoints, default
 // http://127.0.0.1:2379), -root (the cluster's root), -json (one JSON
 // object per line), -timeout (the bound on a command; tail only has one
-// when given), and each command's own (walctl help <command>).
+// when given), -token-file (the bearer token for nodes with authorization
+// on), -etcd-user and -etcd-password-file (for etcd with authentication
+// on), and each command's own (walctl help <command>).
 //
 // Exit status: 0 when the command took effect, 1 when it failed or the
 // cluster refused it (the reason is printed), 2 for a command line walctl
@@ -68,6 +72,9 @@ type options struct {
 	last          int
 	untilCaughtUp bool
 	verbose       bool
+	// Credentials (auth.go): files, so that no secret is on the command
+	// line.
+	tokenFile, etcdUser, etcdPasswordFile string
 }
 
 // flagDef defines one flag on a flag set.
@@ -89,6 +96,15 @@ var globalFlags = []flagDef{
 	}},
 	{"timeout", false, func(fs *flag.FlagSet, o *options) {
 		fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on the command, its waits included (tail: none unless given)")
+	}},
+	{"token-file", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.tokenFile, "token-file", "", "`file` holding the bearer token sent to the nodes (walctl token create)")
+	}},
+	{"etcd-user", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.etcdUser, "etcd-user", "", "etcd user `name` (with -etcd-password-file), when etcd's authentication is on")
+	}},
+	{"etcd-password-file", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.etcdPasswordFile, "etcd-password-file", "", "`file` holding the etcd user's password")
 	}},
 }
 
@@ -117,7 +133,9 @@ type command struct {
 	detail           string
 	minArgs, maxArgs int // maxArgs -1: any number
 	flags            []string
-	run              func(ctx context.Context, c *ctl, args []string) error
+	// offline: the command needs no cluster (no etcd connection).
+	offline bool
+	run     func(ctx context.Context, c *ctl, args []string) error
 }
 
 var commands = []*command{
@@ -179,6 +197,22 @@ term of the owner that stored it, and its payload. -from <position> starts
 at the message printed with that position. Without -from or -n it starts
 at the first message kept.`,
 		run: func(ctx context.Context, c *ctl, args []string) error { return c.tail(ctx, args[0]) }},
+	{name: "token", args: "create", minArgs: 1, maxArgs: 1, offline: true,
+		summary: "create a bearer token: prints it once, and the hash line for the policy",
+		detail: `Prints the new token on the first line (give it to its holder, for
+example in the file of walctl -token-file or the client's Config.Token:
+it is shown this once and stored nowhere) and, on the second, the hash to
+list under the principal's tokens in the node's -authz policy. Needs no
+cluster.`,
+		run: func(_ context.Context, c *ctl, args []string) error { return c.tokenCreate(args[0]) }},
+	{name: "etcd-roles",
+		summary: "create the etcd roles that guard the cluster's keys (node, admin, reader)",
+		detail: `Creates streamwal-node (readwrite on the root and its pool's keys),
+streamwal-admin (read on the root, readwrite on its move and drain
+requests) and streamwal-reader (read on the root), granting them again if
+they exist. Run it as etcd's root user; then bind users to the roles and
+turn authentication on with etcdctl (printed at the end).`,
+		run: func(ctx context.Context, c *ctl, _ []string) error { return c.etcdRoles(ctx) }},
 }
 
 func lookup(name string) *command {
@@ -286,14 +320,21 @@ func execute(ctx context.Context, cmd *command, args []string, o options, e env)
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
+	if cmd.offline {
+		return cmd.run(ctx, &ctl{layout: layout, opts: o, json: o.json, out: e.out, errOut: e.errOut, in: e.in, tty: e.tty}, args)
+	}
+	creds, err := o.credentials()
+	if err != nil {
+		return err
+	}
 	dctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	cli, err := etcdstore.Dial(dctx, etcdstore.Config{Endpoints: strings.Split(o.etcd, ",")})
+	cli, err := etcdstore.Dial(dctx, etcdstore.Config{Endpoints: strings.Split(o.etcd, ","), Username: o.etcdUser, Password: creds.etcdPassword})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	c := &ctl{cli: cli, layout: layout, opts: o, json: o.json, out: e.out, errOut: e.errOut, in: e.in, tty: e.tty}
+	c := &ctl{cli: cli, layout: layout, opts: o, json: o.json, out: e.out, errOut: e.errOut, in: e.in, tty: e.tty, token: creds.token}
 	defer c.close()
 	return cmd.run(ctx, c, args)
 }
@@ -310,6 +351,8 @@ type ctl struct {
 	tty    bool
 	// view follows the cluster while a command waits (made on first use).
 	view *cluster.View
+	// token is the bearer token for the nodes' API; "" for none.
+	token string
 }
 
 func (c *ctl) close() {

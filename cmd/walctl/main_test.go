@@ -18,6 +18,7 @@ import (
 	"github.com/streamwal/streamwal/coordinator"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/node"
+	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
@@ -45,18 +46,29 @@ type harness struct {
 	layout cluster.Layout
 	mem    *memory.Cluster
 	view   *cluster.View
+	// endpoints are etcd's; policy, if set, is every node's (auth_test.go).
+	endpoints []string
+	policy    *authz.Policy
 }
 
 func newHarness(t *testing.T) *harness {
+	return newHarnessOn(t, etcdtest.Client(t, srv.Endpoints()), srv.Endpoints(), "")
+}
+
+// newHarnessOn is a harness whose nodes and coordinator use cli, a client
+// of the etcd at endpoints, under root ("": one of the test's own).
+func newHarnessOn(t *testing.T, cli *clientv3.Client, endpoints []string, root string) *harness {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
-	cli := etcdtest.Client(t, srv.Endpoints())
-	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
+	if root == "" {
+		root = etcdtest.Prefix(t) + "cluster/"
+	}
+	l, err := cluster.NewLayout(root)
 	require.NoError(t, err)
 	v, err := cluster.Watch(ctx, cli, l, nil)
 	require.NoError(t, err)
 	t.Cleanup(v.Close)
-	return &harness{t: t, ctx: ctx, cli: cli, layout: l, mem: memory.NewCluster(), view: v}
+	return &harness{t: t, ctx: ctx, cli: cli, layout: l, mem: memory.NewCluster(), view: v, endpoints: endpoints}
 }
 
 // startNode starts a node; the returned func stops it (also at cleanup).
@@ -64,7 +76,7 @@ func (h *harness) startNode(id string) func() {
 	t := h.t
 	o, err := memory.New(context.Background(), memory.Config{Cluster: h.mem})
 	require.NoError(t, err)
-	n, err := node.New(h.cli, o, node.Config{ID: id, Root: h.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory"})
+	n, err := node.New(h.cli, o, node.Config{ID: id, Root: h.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory", Authz: h.policy})
 	require.NoError(t, err)
 	require.NoError(t, n.Start(h.ctx))
 	stopped := false
@@ -141,7 +153,7 @@ func (h *harness) walctl(args ...string) result {
 
 func (h *harness) walctlIn(stdin string, args ...string) result {
 	var out, errOut bytes.Buffer
-	args = append(args, "-etcd", strings.Join(srv.Endpoints(), ","), "-root", h.layout.Root)
+	args = append(args, "-etcd", strings.Join(h.endpoints, ","), "-root", h.layout.Root)
 	code := run(h.ctx, args, env{in: strings.NewReader(stdin), out: &out, errOut: &errOut})
 	return result{code: code, out: out.String(), errOut: errOut.String()}
 }

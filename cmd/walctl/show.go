@@ -17,6 +17,7 @@ import (
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
+	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
 )
 
@@ -448,7 +449,11 @@ func (c *ctl) status(ctx context.Context, addr string) (*streamwalv1.StatusRespo
 	defer cancel()
 	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: statusTimeout}).DialContext}}
 	defer hc.CloseIdleConnections()
-	resp, err := streamwalv1connect.NewWALServiceClient(hc, "http://"+addr).Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
+	var opts []connect.ClientOption
+	if c.token != "" {
+		opts = append(opts, connect.WithInterceptors(client.BearerInterceptor(c.token)))
+	}
+	resp, err := streamwalv1connect.NewWALServiceClient(hc, "http://"+addr, opts...).Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,8 @@
 // picks, with its data in a fresh temporary directory, fast raft timings
 // (TickMs 10, ElectionMs 100: it starts in about 100 ms and leases can be
 // as short as 1 s), fsync off (tests need no durability against power
-// loss) and its logs off. It is not for production.
+// loss), the cheapest password hashing (for tests that turn etcd's
+// authentication on) and its logs off. It is not for production.
 //
 // The intended shape is one server per test package, started in TestMain,
 // and a unique key prefix per test:
@@ -123,6 +124,7 @@ func start(dir string, opts Options) (*Server, error) {
 	cfg.Dir = dir
 	cfg.TickMs, cfg.ElectionMs = 10, 100
 	cfg.UnsafeNoFsync = true
+	cfg.BcryptCost = 4 // bcrypt's least: tests that turn authentication on dial with passwords often
 	cfg.Logger, cfg.LogLevel = "zap", "panic"
 	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 	clientURL, scheme := loopback, "http://"

@@ -146,18 +146,23 @@
 // under the cluster's root (package cluster), and the coordinator carries
 // them out. They are guarded by etcd's own authentication and RBAC, with
 // roles on the cluster's key ranges (EtcdRoles; walctl etcd-roles creates
-// them):
+// them; they are named alike for every root):
 //
-//	streamwal-node    readwrite on <root> and <root>-meta/: nodes and
-//	                  coordinators (they assign channels and bump terms)
-//	streamwal-admin   read on <root>, readwrite on <root>requests/: walctl's
-//	                  administrative commands
+//	streamwal-node    readwrite on <root> and on <root without its slash>-meta/
+//	                  (the channel pool): nodes and coordinators, which
+//	                  register, assign channels and bump terms
+//	streamwal-admin   read on <root>, readwrite on <root>requests/move/ and
+//	                  <root>requests/drain/: walctl move, drain, undrain,
+//	                  rebalance
 //	streamwal-reader  read on <root>: walctl nodes, channels, explain; the
-//	                  client's owner lookups
+//	                  client's owner lookups (every client needs it)
 //
 // An etcd user bound to streamwal-reader can look but not move, drain or
 // rebalance; only streamwal-admin (or root) can write a request, and only
 // streamwal-node (or root) can write an assignment. An operator's etcd
 // user and its node-API principal are separate identities; a client
-// certificate whose CN names both makes them one person.
+// certificate whose CN names both makes them one person. Turning etcd's
+// authentication on is the operator's step (etcdctl user add, user
+// grant-role, auth enable; the README has the commands); until it is on,
+// anyone who reaches etcd can do anything.
 package authz
