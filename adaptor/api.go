@@ -126,6 +126,17 @@ type ReadOption struct {
 	// Filter selects what is delivered; the zero value delivers every data
 	// message.
 	Filter Filter
+	// Until, when set, is where the log ends for this scanner: the last
+	// position of a log that nothing acknowledged is appended to any more
+	// (a sealed segment of a chain, every writer of which was fenced
+	// before its end was read). The scanner reads the log up to Until,
+	// inclusive, and never past it. Once it has read Until (or the first
+	// position after it, when Until itself is not in the log) no later
+	// message can come whose watermark it would wait for: it releases
+	// everything it holds, in timetick order, delivers it, and ends with a
+	// nil Error (Chan closes). A start after Until (or DeliverLatest)
+	// ends at once. Until must be an ID of this WAL's backend.
+	Until message.ID
 }
 
 // DeliverPolicy says where a scanner starts.

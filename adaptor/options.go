@@ -37,6 +37,14 @@ type Options struct {
 	WatermarkBytes int
 	// Allocator supplies timeticks; default a hybrid logical clock.
 	Allocator TimeTickAllocator
+	// TimeTickFloor is a timetick every timetick of this WAL is above, on
+	// top of those recovered from the log: the writer of a channel whose
+	// earlier timeticks live elsewhere sets it (the next segment of a
+	// chain: the seal's TimeTick, see package chain). The clock observes
+	// it before the term-begin is written, so the first watermark and
+	// every append are above it. Zero sets no floor; read-only WALs
+	// ignore it.
+	TimeTickFloor uint64
 	// MaxMessageBytes is the absolute limit of a message, split or not;
 	// larger ones are walimpls.ErrTooLarge. Default 16 MiB. Readers must be
 	// able to hold one such message: see ScannerBufferBytes.

@@ -3,6 +3,7 @@ package adaptor
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/errors"
@@ -26,6 +27,11 @@ const wabBatch = 64
 // stopped, and its Run's reason says why it ended (nil after Close,
 // ErrClosed when its WAL closed).
 var errStopped = errors.New("scanner stopped")
+
+// errUntil is what readLoop returns once it read ReadOption.Until and
+// released everything: the scanner ends, with a nil Error, once its reader
+// took what it released.
+var errUntil = errors.New("scanner reached its end position")
 
 // walView is what a scanner needs of its WAL, and all it may use: the
 // WAL's other fields belong to the WAL's own goroutines and locks. Read
@@ -85,9 +91,11 @@ type scanner struct {
 	// box takes released messages to the sender goroutine (scansend.go).
 	box *outbox
 
-	buf       *reorder.Buffer[message.Immutable]
-	join      *joiner
-	started   bool   // the first message was handled
+	buf     *reorder.Buffer[message.Immutable]
+	join    *joiner
+	started bool // the first message was handled
+	// pastUntil: the start lies after ReadOption.Until; nothing to read.
+	pastUntil bool
 	maxTerm   int64  // highest term-begin seen (or known before the start)
 	released  uint64 // highest watermark or local release applied
 	emittedTT uint64 // highest watermark delivered (Filter.Kinds)
@@ -126,6 +134,7 @@ func newScanner(ctx context.Context, v walView, opt ReadOption, batches bool) (*
 		s.out = make(chan message.Immutable)
 	}
 	s.box = newOutbox(s.batches)
+	s.pastUntil = startsPast(opt)
 	if err := s.openSource(ctx); err != nil {
 		return nil, err
 	}
@@ -161,6 +170,26 @@ func (s *scanner) openSource(ctx context.Context) error {
 	s.resume = p
 	s.setMode(modeCatchUp)
 	return nil
+}
+
+// startsPast reports whether opt starts after its Until: a sealed log
+// holds nothing there.
+func startsPast(opt ReadOption) bool {
+	if opt.Until.IsZero() {
+		return false
+	}
+	p := opt.DeliverPolicy.backend
+	if p.IsLatest() {
+		return true
+	}
+	id, inclusive, ok := p.StartID()
+	if !ok {
+		return false
+	}
+	if inclusive {
+		return opt.Until.LT(id)
+	}
+	return opt.Until.LTE(id)
 }
 
 // scanHooks let a test hold a scanner at a known point instead of hoping
@@ -222,7 +251,9 @@ func (s *scanner) run() {
 		defer close(senderDone)
 		s.sendLoop()
 	}()
-	if err := s.readLoop(); !errors.Is(err, errStopped) {
+	if err := s.readLoop(); errors.Is(err, errUntil) {
+		s.waitDelivered()
+	} else if !errors.Is(err, errStopped) {
 		// The failure is why the scanner ends, even if it is stopped while
 		// it still hands over what it released before failing.
 		s.Fail(err)
@@ -246,6 +277,10 @@ func (s *scanner) run() {
 // readLoop reads and orders the log until the scanner stops (errStopped) or
 // fails.
 func (s *scanner) readLoop() error {
+	if s.pastUntil {
+		return errUntil
+	}
+	until := s.opt.Until
 	var last message.ID
 	for {
 		if err := s.waitRoom(); err != nil {
@@ -254,6 +289,10 @@ func (s *scanner) readLoop() error {
 		m, err := s.next()
 		if err != nil {
 			return err
+		}
+		if !until.IsZero() && until.LT(m.ID()) {
+			// Past the end: never handled.
+			return s.releaseAll(last)
 		}
 		if !last.IsZero() && !last.LT(m.ID()) {
 			// The source delivered a position again: a duplicate.
@@ -268,7 +307,23 @@ func (s *scanner) readLoop() error {
 		if err != nil {
 			return err
 		}
+		if !until.IsZero() && until.LTE(m.ID()) {
+			return s.releaseAll(m.ID())
+		}
 	}
+}
+
+// releaseAll ends a scanner at ReadOption.Until: every message it holds is
+// released, in timetick order (the log holds nothing more that a watermark
+// would have to wait for), with last, the last position read, as the
+// lowest resume position.
+func (s *scanner) releaseAll(last message.ID) error {
+	if last.IsZero() {
+		last = s.opt.Until
+	}
+	s.release(math.MaxUint64, s.maxTerm, last)
+	s.box.flush()
+	return errUntil
 }
 
 // handle applies one log message to the scanner's state.

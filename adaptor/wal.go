@@ -222,13 +222,16 @@ func (w *wal) start(ctx context.Context) error {
 		w.fence(&walimpls.FencedError{Channel: w.ch.Name, Term: w.ch.Term, CurrentTerm: r.maxTerm})
 		return w.reason
 	}
+	// The floor: every timetick in the log, and Options.TimeTickFloor
+	// (what came before this log, in an earlier segment of a chain).
+	floor := max(r.maxTT, w.opts.TimeTickFloor)
 	alloc := w.opts.Allocator
 	if alloc == nil {
 		clock := hlc.New(nil)
-		clock.Observe(r.maxTT)
+		clock.Observe(floor)
 		alloc = clock
 	}
-	w.ticks = newTimeticks(alloc, r.maxTT)
+	w.ticks = newTimeticks(alloc, floor)
 	if w.fencing {
 		// Where the backend fences, no other writer's message can come
 		// between this writer's appends, and its scanners can be released
