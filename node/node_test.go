@@ -38,14 +38,14 @@ func TestMain(m *testing.M) {
 const testTimeout = 30 * time.Second
 
 type testCluster struct {
-	t      *testing.T
+	t      testing.TB
 	cli    *clientv3.Client
 	layout cluster.Layout
 	mem    *memory.Cluster
 	view   *cluster.View
 }
 
-func newTestCluster(t *testing.T) *testCluster {
+func newTestCluster(t testing.TB) *testCluster {
 	cli := etcdtest.Client(t, srv.Endpoints())
 	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
 	require.NoError(t, err)
