@@ -33,10 +33,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -157,6 +159,9 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 			return err
 		}
 		logger.Info("authorization on", "policy", p.authz, "principals", len(pc.Principals), "roles", len(pc.Roles))
+		if p.insecure && slices.ContainsFunc(slices.Collect(maps.Values(pc.Principals)), func(b authz.Binding) bool { return len(b.Tokens) > 0 }) {
+			logger.Warn("-insecure with bearer tokens: they cross the network in plaintext, where anyone on the path can read and replay them; serve TLS (-tls-cert)")
+		}
 	}
 	var closers []func()
 	defer func() {
