@@ -34,6 +34,11 @@
 // revision it read: a deposed leader's write fails, and two leaders can
 // never both move a channel. A term only grows.
 //
+// Whoever can write these keys steers the cluster: with etcd's
+// authentication on, the roles of security/authz (EtcdRoles, walctl
+// etcd-roles) let nodes write the root, operators write move and drain
+// requests only, and viewers read.
+//
 // The node that opened a channel at its assigned term writes Opened under
 // its own lease; the coordinator then marks the assignment Assigned. An
 // Opened of another term or node is stale and ignored.

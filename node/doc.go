@@ -35,6 +35,17 @@
 // (ErrFenced) even if it never hears of the move; the lease only tells the
 // coordinator when to move.
 //
+// # Authorization
+//
+// With Config.Authz the node refuses every request its policy does not
+// grant (authz.go; package security/authz defines the policy and the
+// mapping): a connect interceptor decides each RPC from its decoded
+// request before the service sees it, so a refused request never reaches
+// the WAL; /metrics and /admin/channels are checked in front of their
+// handlers; /healthz and the liveness stream stay open. A refusal is
+// Unauthenticated or PermissionDenied, and for an append carries the
+// not_stored outcome.
+//
 // # Errors
 //
 // A request for a channel this node does not own is FailedPrecondition with
