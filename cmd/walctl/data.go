@@ -55,7 +55,7 @@ func (c *ctl) append(ctx context.Context, channel string, msgs []string) error {
 	if err := checkServable(s, channel); err != nil {
 		return err
 	}
-	cl, err := client.New(ctx, client.Config{Etcd: c.cli, Root: c.layout.Root, Token: c.token})
+	cl, err := client.New(ctx, c.clientConfig())
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (c *ctl) tail(ctx context.Context, channel string) error {
 	if o.untilCaughtUp {
 		how = "until caught up with what was appended before now"
 	}
-	cl, err := client.New(ctx, client.Config{Etcd: c.cli, Root: c.layout.Root, Token: c.token})
+	cl, err := client.New(ctx, c.clientConfig())
 	if err != nil {
 		return err
 	}

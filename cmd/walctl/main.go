@@ -36,6 +36,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -75,6 +76,8 @@ type options struct {
 	// Credentials (auth.go): files, so that no secret is on the command
 	// line.
 	tokenFile, etcdUser, etcdPasswordFile string
+	sec                                   secOpts
+	certs                                 certOpts
 }
 
 // flagDef defines one flag on a flag set.
@@ -213,6 +216,7 @@ requests) and streamwal-reader (read on the root), granting them again if
 they exist. Run it as etcd's root user; then bind users to the roles and
 turn authentication on with etcdctl (printed at the end).`,
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.etcdRoles(ctx) }},
+	certsCommand,
 }
 
 func lookup(name string) *command {
@@ -329,12 +333,22 @@ func execute(ctx context.Context, cmd *command, args []string, o options, e env)
 	}
 	dctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	cli, err := etcdstore.Dial(dctx, etcdstore.Config{Endpoints: strings.Split(o.etcd, ","), Username: o.etcdUser, Password: creds.etcdPassword})
+	nodeTLS, err := o.nodeTLS()
+	if err != nil {
+		return err
+	}
+	ecfg, err := o.etcdConfig()
+	if err != nil {
+		return err
+	}
+	ecfg.Username, ecfg.Password = o.etcdUser, creds.etcdPassword
+	cli, err := etcdstore.Dial(dctx, ecfg)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	c := &ctl{cli: cli, layout: layout, opts: o, json: o.json, out: e.out, errOut: e.errOut, in: e.in, tty: e.tty, token: creds.token}
+	c := &ctl{cli: cli, layout: layout, opts: o, json: o.json, out: e.out, errOut: e.errOut, in: e.in, tty: e.tty,
+		token: creds.token, tls: nodeTLS}
 	defer c.close()
 	return cmd.run(ctx, c, args)
 }
@@ -353,6 +367,8 @@ type ctl struct {
 	view *cluster.View
 	// token is the bearer token for the nodes' API; "" for none.
 	token string
+	// tls reaches the nodes' API; nil is plaintext.
+	tls *tls.Config
 }
 
 func (c *ctl) close() {
@@ -446,8 +462,15 @@ func newFlagSet(name string, own []string, o *options) *flag.FlagSet {
 	for _, d := range globalFlags {
 		d.define(fs, o)
 	}
+	for _, d := range securityFlags {
+		d.define(fs, o)
+	}
 	for _, n := range own {
-		commandFlags[n].define(fs, o)
+		if d, ok := commandFlags[n]; ok {
+			d.define(fs, o)
+		} else {
+			certsFlags[n].define(fs, o)
+		}
 	}
 	return fs
 }
@@ -481,10 +504,13 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // them), or "" if there is none.
 func findCommand(args []string) string {
 	takesValue := map[string]bool{}
-	for _, d := range globalFlags {
+	for _, d := range append(globalFlags, securityFlags...) {
 		takesValue[d.name] = !d.isBool
 	}
 	for _, d := range commandFlags {
+		takesValue[d.name] = !d.isBool
+	}
+	for _, d := range certsFlags {
 		takesValue[d.name] = !d.isBool
 	}
 	for i := 0; i < len(args); i++ {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,8 +14,6 @@ import (
 	"github.com/cockroachdb/errors"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
-	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
-	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
 )
 
@@ -447,13 +443,9 @@ func (c *ctl) lastRefusal(ctx context.Context, channel string) (string, error) {
 func (c *ctl) status(ctx context.Context, addr string) (*streamwalv1.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: statusTimeout}).DialContext}}
-	defer hc.CloseIdleConnections()
-	var opts []connect.ClientOption
-	if c.token != "" {
-		opts = append(opts, connect.WithInterceptors(client.BearerInterceptor(c.token)))
-	}
-	resp, err := streamwalv1connect.NewWALServiceClient(hc, "http://"+addr, opts...).Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
+	api, closeIdle := c.nodeClient(addr, statusTimeout)
+	defer closeIdle()
+	resp, err := api.Status(ctx, connect.NewRequest(&streamwalv1.StatusRequest{}))
 	if err != nil {
 		return nil, err
 	}

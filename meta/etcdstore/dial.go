@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"context"
 	"crypto/tls"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/meta/internal/storeerr"
+	"github.com/streamwal/streamwal/security/tlsconf"
 )
 
 // Config is what Dial needs to connect a client. The zero value of each
@@ -132,7 +135,34 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, err // the caller cancelled
 			}
+			if terr := tlsRefusal(ctx, cfg); terr != nil {
+				// The reason gRPC keeps to itself: a certificate refused.
+				err = errors.Wrapf(terr, "etcdstore: dial %v", cfg.Endpoints)
+			}
 			return nil, storeerr.Mark(err, meta.ErrUnavailable)
 		}
 	}
+}
+
+// tlsRefusal returns why a TLS connection to the first endpoint that
+// refuses one fails (a certificate refused by either side), or nil.
+func tlsRefusal(ctx context.Context, cfg Config) error {
+	if cfg.TLS == nil {
+		return nil
+	}
+	for _, ep := range cfg.Endpoints {
+		u, err := url.Parse(ep)
+		if err != nil || u.Scheme != "https" {
+			continue
+		}
+		// Not bounded by ctx: the dial used it up; by a second instead.
+		if err := tlsconf.Probe(context.WithoutCancel(ctx), u.Host, cfg.TLS, time.Second); err != nil {
+			var verify *tls.CertificateVerificationError
+			var op *net.OpError
+			if errors.As(err, &verify) || (errors.As(err, &op) && op.Op == "remote error") {
+				return err
+			}
+		}
+	}
+	return nil
 }
