@@ -52,7 +52,7 @@ func startNode(t *testing.T, cli *clientv3.Client, root string, mem *memory.Clus
 	return n
 }
 
-func assign(t *testing.T, cli *clientv3.Client, l cluster.Layout, channel, nodeID string, term int64) {
+func assign(t testing.TB, cli *clientv3.Client, l cluster.Layout, channel, nodeID string, term int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	a := cluster.Assignment{Channel: channel, Node: nodeID, Term: term, State: cluster.Assigning}

@@ -28,12 +28,12 @@ import (
 
 // testPKI is a CA with its files in a directory.
 type testPKI struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	ca  *certs.Authority
 }
 
-func newTestPKI(t *testing.T) *testPKI {
+func newTestPKI(t testing.TB) *testPKI {
 	ca, err := certs.NewCA(certs.Request{CommonName: "test CA"})
 	require.NoError(t, err)
 	p := &testPKI{t: t, dir: t.TempDir(), ca: ca}
@@ -70,7 +70,7 @@ func (p *testPKI) client(c tlsconf.Config) *tls.Config {
 }
 
 // startTLSNode starts a node on mem serving with server (nil: plaintext).
-func startTLSNode(t *testing.T, cli *clientv3.Client, root string, mem *memory.Cluster, id string, server *tls.Config) *node.Node {
+func startTLSNode(t testing.TB, cli *clientv3.Client, root string, mem *memory.Cluster, id string, server *tls.Config) *node.Node {
 	o, err := memory.New(context.Background(), memory.Config{Cluster: mem})
 	require.NoError(t, err)
 	n, err := node.New(cli, o, node.Config{ID: id, Root: root, SessionTTL: 2 * time.Second, Backend: "memory", TLS: server})

@@ -18,6 +18,13 @@
 //	go run ./cmd/walnode -id n2 -listen 127.0.0.1:7072 -etcd http://127.0.0.1:2379 -kafka 127.0.0.1:9092
 //	go run ./cmd/walnode -id n3 -listen 127.0.0.1:7073 -etcd http://127.0.0.1:2379 -kafka 127.0.0.1:9092
 //
+// Beyond loopback it needs TLS, or it refuses to start: -tls-cert and
+// -tls-key serve the API (and the embedded etcd member) over TLS,
+// -tls-client-ca requires client certificates of that CA (mutual TLS);
+// -etcd-ca, -etcd-cert, -etcd-key and -etcd-user reach an etcd of your own.
+// -insecure serves plaintext anyway. walctl certs makes the files; the
+// README's "Running a secure cluster" has the recipe.
+//
 // -authz <file> turns authorization on: the policy (package
 // security/authz) says which principal, from a client certificate or a
 // bearer token, may append to, read and administer which channels, and
