@@ -24,6 +24,20 @@ func (n *Node) guarded(h http.Handler) http.Handler {
 	return n.guard.Authenticate(h)
 }
 
+// SetPolicy replaces the policy of a node started with Config.Authz, for
+// requests that arrive from now on (walnode reloads its -authz file on
+// SIGHUP). A node started without a policy cannot be given one, nor can a
+// node's policy be removed, while it serves: that takes a restart.
+func (n *Node) SetPolicy(p *authz.Policy) error {
+	if n.guard == nil {
+		return errors.Wrap(ErrInvalidConfig, "node: authorization is off (no Config.Authz): turning it on takes a restart")
+	}
+	if err := n.guard.SetPolicy(p); err != nil {
+		return errors.Mark(err, ErrInvalidConfig)
+	}
+	return nil
+}
+
 // checkHTTP guards a node-wide HTTP endpoint: read or admin on every
 // channel.
 func (n *Node) checkHTTP(h http.HandlerFunc) http.HandlerFunc {

@@ -249,3 +249,29 @@ func backendPayloads(t *testing.T, mem *memory.Cluster, channel, last string) []
 		}
 	}
 }
+
+// SetPolicy replaces a node's policy for the requests that follow; a node
+// without one cannot be given one while it serves.
+func TestSetPolicy(t *testing.T) {
+	c := newTestCluster(t)
+	token, hash, err := authz.NewToken(nil)
+	require.NoError(t, err)
+	grant := func(channel string) *authz.Policy {
+		return compile(t, fmt.Sprintf("roles:\n  w: [{actions: [append], channels: [%s]}]\nprincipals:\n  p: {roles: [w], tokens: [%s]}\n", channel, hash))
+	}
+	n := c.startSecureNode(t, "n1", nil, grant("orders"))
+	open := c.startNode("n2")
+	require.ErrorIs(t, open.SetPolicy(grant("orders")), node.ErrInvalidConfig)
+	c.assign("orders", "n1", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	api := apiAs(n, "Bearer "+token)
+	_, err = api.Append(ctx, appendReq("orders", "before", ""))
+	require.NoError(t, err)
+	require.NoError(t, n.SetPolicy(grant("other")))
+	_, err = api.Append(ctx, appendReq("orders", "after", ""))
+	require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err), "%v", err)
+	require.Error(t, n.SetPolicy(nil), "authorization cannot be turned off while serving")
+	_, err = api.Append(ctx, appendReq("orders", "after", ""))
+	require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err), "%v", err)
+}

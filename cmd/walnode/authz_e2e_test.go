@@ -38,14 +38,15 @@ func TestAuthorizationProcesses(t *testing.T) {
 	require.NoError(t, err)
 	c := newE2ECluster(t, 0, ttl)
 	policy := filepath.Join(c.dir, "policy.yaml")
-	require.NoError(t, os.WriteFile(policy, fmt.Appendf(nil, `
+	const policyText = `
 roles:
   producer: [{actions: [append], channels: ["pch-*"]}]
   reader:   [{actions: [read], channels: ["*"]}]
 principals:
   writer: {roles: [producer], tokens: [%s]}
   reader: {roles: [reader], tokens: [%s]}
-`, writerHash, readerHash), 0o600))
+`
+	require.NoError(t, os.WriteFile(policy, fmt.Appendf(nil, policyText, writerHash, readerHash), 0o600))
 	for i := 1; i <= 2; i++ {
 		id := "n" + strconv.Itoa(i)
 		c.nodes[id] = &child{id: id, log: filepath.Join(c.dir, id+".log"), args: []string{
@@ -111,5 +112,49 @@ principals:
 			return nil
 		}))
 		require.Equal(t, []string{"w-" + ch}, got, ch)
+	}
+
+	// SIGHUP reloads the policy. A file that does not load leaves the
+	// policy in force; one without the writer's token revokes it.
+	var live []*child
+	for _, ch := range c.nodes {
+		if ch.cmd != nil {
+			live = append(live, ch)
+		}
+	}
+	reload := func(text string) {
+		require.NoError(t, os.WriteFile(policy, []byte(text), 0o600))
+		for _, ch := range live {
+			require.NoError(t, ch.cmd.Process.Signal(syscall.SIGHUP))
+		}
+	}
+	reload("principals: {writer: {roles: [producer], tokens: [" + writer + "]}}\n")
+	for _, ch := range live {
+		require.Eventually(t, func() bool {
+			data, _ := os.ReadFile(ch.log)
+			return strings.Contains(string(data), "policy not reloaded")
+		}, time.Minute, 20*time.Millisecond, "%s never refused the bad policy", ch.id)
+		data, _ := os.ReadFile(ch.log)
+		require.NotContains(t, string(data), writer, "the token in the file is not logged")
+	}
+	for ch := range moved.Assignments {
+		_, err := w.Append(ctx, ch, client.Message{Payload: []byte("still")}, client.Options{})
+		require.NoError(t, err, "%s: the previous policy stays in force", ch)
+	}
+	reload(fmt.Sprintf(policyText, authz.HashToken("someone else"), readerHash))
+	for ch := range moved.Assignments {
+		require.Eventually(t, func() bool {
+			_, err := w.Append(ctx, ch, client.Message{Payload: []byte("revoked")}, client.Options{})
+			return errors.Is(err, client.ErrRefused)
+		}, time.Minute, 20*time.Millisecond, "%s: the revoked token still appends", ch)
+		_, err := w.Append(ctx, ch, client.Message{Payload: []byte("after")}, client.Options{})
+		require.True(t, errors.Is(err, client.ErrRefused), "%s: %v", ch, err)
+		var got []string
+		require.NoError(t, r.Read(ctx, ch, client.ReadOptions{UntilCaughtUp: true}, func(d *streamwalv1.Delivered) error {
+			got = append(got, string(d.GetPayload()))
+			return nil
+		}))
+		require.Equal(t, "w-"+ch, got[0])
+		require.NotContains(t, got, "after", "%s: a refused append stored nothing", ch)
 	}
 }

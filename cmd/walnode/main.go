@@ -28,7 +28,8 @@
 // -authz <file> turns authorization on: the policy (package
 // security/authz) says which principal, from a client certificate or a
 // bearer token, may append to, read and administer which channels, and
-// everything else is refused.
+// everything else is refused. SIGHUP reloads it (a file that does not
+// load leaves the previous policy in force, and the log says why).
 //
 // SIGTERM or SIGINT stops it gracefully: no new appends, those in flight
 // drain, the WALs close, the lease is revoked (its channels move at once),
@@ -268,7 +269,21 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		"backend", cfg.Chosen(), "pchannels", len(pl.PChannels()))
 	fmt.Printf("walnode %s serving on %s\n", p.id, n.Addr())
 
-	<-ctx.Done()
+	// SIGHUP reloads the policy: a token revoked, a principal added,
+	// without a restart (which would move the node's channels).
+	reload := make(chan os.Signal, 1)
+	if policy != nil {
+		signal.Notify(reload, syscall.SIGHUP)
+		defer signal.Stop(reload)
+	}
+	for waiting := true; waiting; {
+		select {
+		case <-ctx.Done():
+			waiting = false
+		case <-reload:
+			reloadPolicy(p.authz, n, logger)
+		}
+	}
 	logger.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), p.shutdownTimeout)
 	defer cancel()
@@ -278,6 +293,25 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		err = errors.CombineErrors(err, cerr)
 	}
 	return err
+}
+
+// reloadPolicy reads the policy file again and gives it to the node. A
+// file that does not load leaves the policy in force as it was, and says
+// why: the node never serves without one.
+func reloadPolicy(path string, n *node.Node, logger *slog.Logger) {
+	pc, err := authz.Load(path)
+	var policy *authz.Policy
+	if err == nil {
+		policy, err = authz.Compile(pc)
+	}
+	if err == nil {
+		err = n.SetPolicy(policy)
+	}
+	if err != nil {
+		logger.Error("policy not reloaded: the previous one stays in force", "policy", path, "error", err.Error())
+		return
+	}
+	logger.Info("policy reloaded", "policy", path, "principals", len(pc.Principals), "roles", len(pc.Roles))
 }
 
 // backendConfig is the configuration file, or what the shortcut flags say.

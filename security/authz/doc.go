@@ -37,7 +37,10 @@
 //	authz: policy.yaml:14: principals.billing.tokens[0]: a token in plain text; the file holds only its hash (walctl token create prints the line to put here)
 //
 // and a node given a policy it cannot load does not start: nothing fails
-// open.
+// open. walnode reloads the file on SIGHUP (Guard.SetPolicy): a token is
+// revoked, or a principal added, from the next request on, without a
+// restart; a file that does not load then leaves the previous policy in
+// force and the log says why.
 //
 // # Actions
 //

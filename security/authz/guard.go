@@ -6,15 +6,18 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Guard enforces a policy: it authenticates requests and decides them,
-// and logs and counts every refusal (package doc, "Audit").
+// and logs and counts every refusal (package doc, "Audit"). Its policy
+// can be replaced while it serves (SetPolicy): each request is decided
+// whole by the policy current when it arrived.
 type Guard struct {
-	policy  *Policy
+	policy  atomic.Pointer[Policy]
 	log     *slog.Logger
 	reg     prometheus.Registerer
 	refused *prometheus.CounterVec
@@ -34,10 +37,11 @@ func NewGuard(policy *Policy, o GuardOptions) (*Guard, error) {
 	if policy == nil {
 		return nil, errors.New("authz: a guard needs a policy")
 	}
-	g := &Guard{policy: policy, log: o.Logger, reg: o.Registerer,
+	g := &Guard{log: o.Logger, reg: o.Registerer,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "authz",
 			Name: "refused_total", Help: "Requests refused by authorization, by action and reason (no_credentials, bad_credentials, no_grant)."},
 			[]string{"action", "reason"})}
+	g.policy.Store(policy)
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -67,14 +71,27 @@ func (g *Guard) Close() {
 	}
 }
 
-// Policy is the guard's policy.
-func (g *Guard) Policy() *Policy { return g.policy }
+// Policy is the guard's current policy.
+func (g *Guard) Policy() *Policy { return g.policy.Load() }
+
+// SetPolicy replaces the guard's policy (a reload): requests that arrive
+// from now on are authenticated and decided by it; those already
+// authenticated keep the grants they were given. A revoked token is
+// refused from its next request. A nil policy is refused: authorization
+// cannot be turned off while serving.
+func (g *Guard) SetPolicy(p *Policy) error {
+	if p == nil {
+		return errors.New("authz: a guard needs a policy")
+	}
+	g.policy.Store(p)
+	return nil
+}
 
 // Authenticate wraps next so that every request's context carries its
 // authentication (for Check). It refuses nothing itself.
 func (g *Guard) Authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(g.policy.WithAuthentication(r.Context(), r)))
+		next.ServeHTTP(w, r.WithContext(g.policy.Load().WithAuthentication(r.Context(), r)))
 	})
 }
 
