@@ -1,0 +1,28 @@
+package chainread
+
+import (
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/adaptor"
+)
+
+// Sentinel errors, checked with errors.Is. A start in a dropped segment,
+// or a sealed segment whose data is gone, is walimpls.ErrPositionGone; a
+// start after the chain's last segment is chain.ErrUnknownSegment; a
+// chain that does not validate is chain.ErrInvalid.
+var (
+	// ErrTimeTickOrder ends a scanner that would deliver a timetick at or
+	// below one it delivered, or above its sealed segment's
+	// Seal.TimeTick: the chain breaks the rule that timeticks grow across
+	// seals, and the scanner stops rather than deliver out of order.
+	ErrTimeTickOrder = errors.New("chainread: timeticks out of order across the chain")
+	// ErrNoOpener means the Openers have no opener for a segment's backend.
+	ErrNoOpener = errors.New("chainread: no opener for the segment's backend")
+	// ErrNoResumePosition is returned by CheckpointOf for a message that a
+	// chainread scanner did not deliver.
+	ErrNoResumePosition = errors.New("chainread: message carries no chain resume position")
+)
+
+// errCorruptCheckpoint is adaptor.ErrCorruptCheckpoint: one sentinel for
+// a checkpoint string that does not decode, whichever package read it.
+var errCorruptCheckpoint = adaptor.ErrCorruptCheckpoint

@@ -1,0 +1,210 @@
+package chainread
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Openers gives the opener of a segment's backend. The Reader never
+// closes what it returns: the caller owns the openers.
+type Openers interface {
+	// Opener returns the opener of b (by its Name; Kind and Params are
+	// what the chain recorded, for an Openers that checks them), or an
+	// error matching ErrNoOpener.
+	Opener(b chain.Backend) (walimpls.Opener, error)
+}
+
+// OpenerMap is Openers from a map of backend entry names (chain.Backend.Name)
+// to their openers.
+type OpenerMap map[string]walimpls.Opener
+
+// Opener implements Openers.
+func (m OpenerMap) Opener(b chain.Backend) (walimpls.Opener, error) {
+	if o, ok := m[b.Name]; ok && o != nil {
+		return o, nil
+	}
+	return nil, errors.Wrapf(ErrNoOpener, "backend %q (kind %s, channel %s)", b.Name, b.Kind, b.Channel)
+}
+
+// Config is what a Reader reads.
+type Config struct {
+	// Chain is the channel's chain; it must validate.
+	Chain chain.Chain
+	// Openers opens each segment's backend.
+	Openers Openers
+	// Options are each segment's WAL options; ReadOnly is forced. The
+	// zero value takes the adaptor's defaults.
+	Options adaptor.Options
+}
+
+// Reader starts scanners over one chain.
+type Reader struct {
+	cfg Config
+}
+
+// New checks cfg and returns a Reader.
+func New(cfg Config) (*Reader, error) {
+	if cfg.Openers == nil {
+		return nil, errors.Wrap(ErrNoOpener, "chainread: nil Openers")
+	}
+	if err := cfg.Chain.Validate(); err != nil {
+		return nil, errors.Wrap(err, "chainread")
+	}
+	cfg.Chain = cfg.Chain.Clone()
+	cfg.Options.ReadOnly = true
+	if err := cfg.Options.Validate(); err != nil {
+		return nil, errors.Wrap(err, "chainread")
+	}
+	return &Reader{cfg: cfg}, nil
+}
+
+// Chain returns the chain the Reader reads.
+func (r *Reader) Chain() chain.Chain { return r.cfg.Chain.Clone() }
+
+// ReadOption configures a scanner.
+type ReadOption struct {
+	// Name identifies the scanner in logs and metrics.
+	Name string
+	// DeliverPolicy says where to start; the zero value is DeliverAll.
+	DeliverPolicy DeliverPolicy
+	// Filter selects what is delivered, in every segment (adaptor.Filter).
+	Filter adaptor.Filter
+}
+
+type startKind uint8
+
+const (
+	startAll startKind = iota
+	startLatest
+	startFrom
+	startAfter
+	startFromTT
+	startCheckpoint
+)
+
+// DeliverPolicy says where a scanner starts in the chain.
+type DeliverPolicy struct {
+	kind startKind
+	pos  chain.Position
+	tt   uint64
+}
+
+// DeliverAll starts at the first message still kept in the first kept
+// segment.
+func DeliverAll() DeliverPolicy { return DeliverPolicy{kind: startAll} }
+
+// DeliverLatest delivers only messages appended to the last segment after
+// Read returns.
+func DeliverLatest() DeliverPolicy { return DeliverPolicy{kind: startLatest} }
+
+// DeliverStartFrom starts at p, inclusive.
+func DeliverStartFrom(p chain.Position) DeliverPolicy {
+	return DeliverPolicy{kind: startFrom, pos: p}
+}
+
+// DeliverStartAfter starts right after p.
+func DeliverStartAfter(p chain.Position) DeliverPolicy {
+	return DeliverPolicy{kind: startAfter, pos: p}
+}
+
+// DeliverFromTimeTick delivers every kept message whose timetick is at or
+// above tt, starting in the first segment that may hold it.
+func DeliverFromTimeTick(tt uint64) DeliverPolicy {
+	return DeliverPolicy{kind: startFromTT, tt: tt}
+}
+
+// DeliverAfter starts right after a checkpoint: at its position, delivering
+// only messages with a higher timetick. The zero checkpoint is DeliverAll.
+func DeliverAfter(c Checkpoint) DeliverPolicy {
+	if c.IsZero() {
+		return DeliverAll()
+	}
+	return DeliverPolicy{kind: startCheckpoint, pos: c.Position, tt: c.TimeTick}
+}
+
+func (p DeliverPolicy) String() string {
+	switch p.kind {
+	case startAll:
+		return "all"
+	case startLatest:
+		return "latest"
+	case startFrom:
+		return "start-from(" + p.pos.String() + ")"
+	case startAfter:
+		return "start-after(" + p.pos.String() + ")"
+	case startFromTT:
+		return "from-timetick"
+	}
+	return "after(" + Checkpoint{Position: p.pos, TimeTick: p.tt}.Marshal() + ")"
+}
+
+// firstSegment decides where a scanner of policy p starts in c: the index
+// of the first segment it reads. A position in a dropped segment is
+// walimpls.ErrPositionGone, one after the last chain.ErrUnknownSegment.
+// Pure logic.
+func firstSegment(c chain.Chain, p DeliverPolicy) (uint64, error) {
+	switch p.kind {
+	case startAll:
+		return c.First(), nil
+	case startLatest:
+		return c.Last().Index, nil
+	case startFromTT:
+		for _, s := range c.Segments {
+			if s.Seal == nil || s.Seal.TimeTick >= p.tt {
+				return s.Index, nil
+			}
+		}
+		return c.Last().Index, nil
+	}
+	if err := p.pos.Validate(); err != nil || p.pos.IsZero() {
+		return 0, errors.Wrapf(walimpls.ErrInvalidPosition, "chainread: start %s: %v", p, err)
+	}
+	s, err := c.Locate(p.pos)
+	if err != nil {
+		return 0, err
+	}
+	return s.Index, nil
+}
+
+// segmentPolicy decides how the scanner reads segment s of policy p: where
+// the segment's scanner starts (decode turns the start's backend ID into
+// the segment backend's ID) and what it filters. first says whether s is
+// where the scanner started. Pure logic but for decode.
+func segmentPolicy(p DeliverPolicy, f adaptor.Filter, first bool, decode func(string) (adaptor.DeliverPolicy, error)) (adaptor.DeliverPolicy, adaptor.Filter, error) {
+	if !first {
+		switch p.kind {
+		case startFromTT:
+			return adaptor.DeliverFromTimeTick(p.tt), f, nil
+		case startCheckpoint:
+			f.TimeTickAbove = max(f.TimeTickAbove, p.tt)
+		}
+		return adaptor.DeliverAll(), f, nil
+	}
+	switch p.kind {
+	case startAll:
+		return adaptor.DeliverAll(), f, nil
+	case startLatest:
+		return adaptor.DeliverLatest(), f, nil
+	case startFromTT:
+		return adaptor.DeliverFromTimeTick(p.tt), f, nil
+	}
+	dp, err := decode(p.pos.ID)
+	return dp, f, err
+}
+
+// Read starts a scanner that delivers one message per receive. ctx bounds
+// the start (the first segment's open); the scanner outlives it.
+func (r *Reader) Read(ctx context.Context, opt ReadOption) (adaptor.Scanner, error) {
+	return r.start(ctx, opt, false)
+}
+
+// ReadBatches starts a scanner that delivers what Read's does, several
+// messages per receive.
+func (r *Reader) ReadBatches(ctx context.Context, opt ReadOption) (adaptor.BatchScanner, error) {
+	return r.start(ctx, opt, true)
+}

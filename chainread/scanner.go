@@ -1,0 +1,322 @@
+package chainread
+
+import (
+	"context"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// errStopped is what run's loops return once the scanner was stopped: its
+// Run's reason says why it ended (nil after Close).
+var errStopped = errors.New("chainread: scanner stopped")
+
+// scanner is a chain scanner. Its goroutine (run) owns everything but the
+// Run and the output channels' receiving ends.
+type scanner struct {
+	*lifecycle.Run
+	r   *Reader
+	opt ReadOption
+
+	// One of them is set: out for Read, batches for ReadBatches.
+	out     chan message.Immutable
+	batches chan []message.Immutable
+
+	// Owned by run.
+	lastTT uint64 // the highest timetick delivered
+	// lc caches the last resume position wrapped: consecutive messages
+	// often share it, and wrapping allocates.
+	lcIn, lcOut message.ID
+}
+
+var (
+	_ adaptor.Scanner      = (*scanner)(nil)
+	_ adaptor.BatchScanner = (*scanner)(nil)
+)
+
+func (s *scanner) Chan() <-chan message.Immutable      { return s.out }
+func (s *scanner) Batches() <-chan []message.Immutable { return s.batches }
+
+// segmentScan is one segment being read: its WAL (read-only) and the
+// adaptor scanner over it.
+type segmentScan struct {
+	seg chain.Segment
+	wal adaptor.WAL
+	in  adaptor.BatchScanner
+}
+
+func (ss *segmentScan) close() {
+	_ = ss.in.Close()
+	_ = ss.wal.Close()
+}
+
+func (r *Reader) start(ctx context.Context, opt ReadOption, batches bool) (*scanner, error) {
+	c := r.cfg.Chain
+	first, err := firstSegment(c, opt.DeliverPolicy)
+	if err != nil {
+		return nil, errors.Wrapf(err, "chainread: read %s", c.Channel)
+	}
+	s := &scanner{r: r, opt: opt}
+	seg, _ := c.Segment(first)
+	ss, err := s.open(ctx, seg, true)
+	if err != nil {
+		return nil, err
+	}
+	if batches {
+		s.batches = make(chan []message.Immutable)
+	} else {
+		s.out = make(chan message.Immutable)
+	}
+	s.Run = lifecycle.NewRun()
+	go s.run(first, ss)
+	return s, nil
+}
+
+// open opens segment seg for reading: its WAL, read-only, and a scanner
+// from where the policy starts (first) or from its beginning. It returns
+// nil for a sealed segment that delivers nothing.
+func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool) (ss *segmentScan, err error) {
+	c := s.r.cfg.Chain
+	defer func() {
+		if err != nil {
+			err = errors.Wrapf(err, "chainread: chain %s: segment %d on %s", c.Channel, seg.Index, seg.Backend)
+		}
+	}()
+	if seg.Seal != nil && seg.Seal.End == "" {
+		return nil, nil
+	}
+	opener, err := s.r.cfg.Openers.Opener(seg.Backend)
+	if err != nil {
+		return nil, err
+	}
+	policy, filter, err := segmentPolicy(s.opt.DeliverPolicy, s.opt.Filter, first, func(id string) (adaptor.DeliverPolicy, error) {
+		bid, err := opener.UnmarshalID(id)
+		if err != nil {
+			return adaptor.DeliverPolicy{}, errors.Wrapf(err, "start %s", s.opt.DeliverPolicy)
+		}
+		switch s.opt.DeliverPolicy.kind {
+		case startFrom:
+			return adaptor.DeliverStartFrom(bid), nil
+		case startAfter:
+			return adaptor.DeliverStartAfter(bid), nil
+		}
+		return adaptor.DeliverAfter(adaptor.Checkpoint{Position: bid, TimeTick: s.opt.DeliverPolicy.tt}), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	raw, err := opener.Open(ctx, walimpls.Channel{Name: seg.Backend.Channel, Term: seg.FirstTerm, Mode: walimpls.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	var until message.ID
+	if seg.Seal != nil {
+		if until, err = sealEnd(ctx, opener, raw, seg); err != nil {
+			_ = raw.Close()
+			return nil, err
+		}
+	}
+	pre := &preopened{Opener: opener, impl: raw}
+	w, err := adaptor.Open(ctx, pre, adaptor.Channel{Name: seg.Backend.Channel, Term: seg.FirstTerm}, s.r.cfg.Options)
+	if err != nil {
+		if !pre.used {
+			_ = raw.Close()
+		}
+		return nil, err
+	}
+	in, err := w.ReadBatches(ctx, adaptor.ReadOption{Name: s.opt.Name, DeliverPolicy: policy, Filter: filter, Until: until})
+	if err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return &segmentScan{seg: seg, wal: w, in: in}, nil
+}
+
+// sealEnd decodes a sealed segment's End and checks that its backend
+// still holds it: a segment whose data was deleted (or lost) is
+// walimpls.ErrPositionGone, never a wait for a message that will not come.
+func sealEnd(ctx context.Context, opener walimpls.Opener, raw walimpls.WALImpl, seg chain.Segment) (message.ID, error) {
+	end, err := opener.UnmarshalID(seg.Seal.End)
+	if err != nil {
+		return message.ID{}, errors.Wrapf(err, "seal end %q", seg.Seal.End)
+	}
+	last, err := raw.Last(ctx)
+	if err != nil {
+		return message.ID{}, errors.Wrap(err, "the end of the sealed segment's log")
+	}
+	if last.IsZero() || last.LT(end) {
+		lastText := "nothing"
+		if !last.IsZero() {
+			lastText = last.Marshal()
+		}
+		return message.ID{}, errors.Wrapf(walimpls.ErrPositionGone,
+			"the backend holds %s, the seal ends at %s: the segment's data is gone", lastText, seg.Seal.End)
+	}
+	return end, nil
+}
+
+// preopened is an Opener whose Open hands over a WAL opened already: the
+// scanner reads the sealed segment's Last on it before the adaptor opens
+// it, and the segment is opened once.
+type preopened struct {
+	walimpls.Opener
+	impl walimpls.WALImpl
+	used bool
+}
+
+func (p *preopened) Open(context.Context, walimpls.Channel) (walimpls.WALImpl, error) {
+	if p.used {
+		return nil, errors.AssertionFailedf("chainread: a preopened WAL opened twice")
+	}
+	p.used = true
+	return p.impl, nil
+}
+
+// run is the scanner's goroutine: it reads the segments from first on,
+// one open at a time, until it is stopped or fails.
+func (s *scanner) run(first uint64, ss *segmentScan) {
+	err := s.readSegments(first, ss)
+	if errors.Is(err, errStopped) {
+		err = nil // the stop's reason
+	}
+	s.End(err)
+	if s.batches != nil {
+		close(s.batches)
+	} else {
+		close(s.out)
+	}
+}
+
+func (s *scanner) readSegments(first uint64, ss *segmentScan) error {
+	c := s.r.cfg.Chain
+	if prev, ok := c.Segment(first - 1); ok && first > 0 {
+		s.lastTT = prev.Seal.TimeTick
+	}
+	for i := first; ; i++ {
+		seg, ok := c.Segment(i)
+		if !ok {
+			// Validate makes the last segment unsealed: not reached.
+			return errors.AssertionFailedf("chainread: chain %s has no segment %d after a sealed one", c.Channel, i)
+		}
+		if i != first {
+			var err error
+			if ss, err = s.open(s.Context(), seg, false); err != nil {
+				if s.Stopped() {
+					return errStopped
+				}
+				return err
+			}
+		}
+		if ss != nil {
+			err := s.drain(ss)
+			ss.close()
+			if err != nil {
+				return err
+			}
+		}
+		if seg.Seal == nil {
+			return errors.Wrapf(walimpls.ErrClosed, "chainread: chain %s: the scanner of the last segment %d ended", c.Channel, i)
+		}
+		// The next segment's timeticks are above the seal's (its writer's
+		// floor), whatever this one delivered.
+		s.lastTT = max(s.lastTT, seg.Seal.TimeTick)
+	}
+}
+
+// drain hands the consumer what segment ss delivers, until its scanner
+// ends (nil: a sealed segment read to its End) or fails.
+func (s *scanner) drain(ss *segmentScan) error {
+	stop := s.Stopping()
+	for {
+		var batch []message.Immutable
+		var ok bool
+		select {
+		case batch, ok = <-ss.in.Batches():
+		case <-stop:
+			return errStopped
+		}
+		if !ok {
+			if err := ss.in.Error(); err != nil {
+				return errors.Wrapf(err, "chainread: chain %s: segment %d", s.r.cfg.Chain.Channel, ss.seg.Index)
+			}
+			return nil
+		}
+		n, err := s.wrap(ss.seg, batch)
+		if n > 0 && !s.send(batch[:n]) {
+			return errStopped
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// wrap turns the IDs of a batch of segment seg into chain IDs and checks
+// the timeticks. It returns how many messages may be delivered: all, or
+// those before the first whose timetick breaks the order, with
+// ErrTimeTickOrder.
+func (s *scanner) wrap(seg chain.Segment, batch []message.Immutable) (int, error) {
+	for i, m := range batch {
+		if tt, ok := m.TimeTick(); ok {
+			if tt <= s.lastTT || seg.Seal != nil && tt > seg.Seal.TimeTick {
+				return i, s.orderError(seg, m, tt)
+			}
+			s.lastTT = tt
+		}
+		lc := m.LastConfirmed()
+		if lc.IsZero() {
+			lc = message.ID{}
+		} else if s.lcIn.IsZero() || !lc.EQ(s.lcIn) {
+			s.lcIn, s.lcOut = lc, newID(seg.Index, lc)
+			lc = s.lcOut
+		} else {
+			lc = s.lcOut
+		}
+		batch[i] = message.NewImmutable(m.Message, newID(seg.Index, m.ID())).WithLastConfirmed(lc)
+	}
+	return len(batch), nil
+}
+
+func (s *scanner) orderError(seg chain.Segment, m message.Immutable, tt uint64) error {
+	c := s.r.cfg.Chain
+	if tt <= s.lastTT {
+		return errors.Wrapf(ErrTimeTickOrder,
+			"chainread: chain %s: segment %d's message %s has timetick %d, at or below %d delivered before it or recorded by the previous seal (did the segment's writer take the seal's timetick as its floor?)",
+			c.Channel, seg.Index, m.ID().Marshal(), tt, s.lastTT)
+	}
+	return errors.Wrapf(ErrTimeTickOrder,
+		"chainread: chain %s: segment %d's message %s has timetick %d, above its seal's %d",
+		c.Channel, seg.Index, m.ID().Marshal(), tt, seg.Seal.TimeTick)
+}
+
+// send hands a batch to the consumer; false when the scanner was stopped
+// first.
+func (s *scanner) send(batch []message.Immutable) bool {
+	stop := s.Stopping()
+	if s.batches != nil {
+		select {
+		case s.batches <- batch:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+	for _, m := range batch {
+		select {
+		case s.out <- m:
+			continue
+		default:
+		}
+		select {
+		case s.out <- m:
+		case <-stop:
+			return false
+		}
+	}
+	return true
+}
