@@ -3,7 +3,9 @@ package selector
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -12,6 +14,7 @@ import (
 	"github.com/streamwal/streamwal/meta/boltstore"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/security/tlsconf"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 )
@@ -32,15 +35,53 @@ const (
 //	  prefix: /streamwal/          # etcd: namespace of every key
 //	  dialTimeout: 5s              # etcd
 //	  username: ""                 # etcd
-//	  password: ""                 # etcd
+//	  password: ""                 # etcd (better: passwordFile)
+//	  passwordFile: ""             # etcd: a file holding the password
+//	  caFile: ""                   # etcd over TLS (https endpoints): the CA bundle that verifies etcd
+//	  certFile: ""                 # etcd over TLS: a client certificate etcd accepts
+//	  keyFile: ""                  #   and its key
 type MetaConfig struct {
-	Store       string        `yaml:"store"`
-	Path        string        `yaml:"path"`
-	Endpoints   []string      `yaml:"endpoints"`
-	Prefix      string        `yaml:"prefix"`
-	DialTimeout time.Duration `yaml:"dialTimeout"`
-	Username    string        `yaml:"username"`
-	Password    string        `yaml:"password"`
+	Store        string        `yaml:"store"`
+	Path         string        `yaml:"path"`
+	Endpoints    []string      `yaml:"endpoints"`
+	Prefix       string        `yaml:"prefix"`
+	DialTimeout  time.Duration `yaml:"dialTimeout"`
+	Username     string        `yaml:"username"`
+	Password     string        `yaml:"password"`
+	PasswordFile string        `yaml:"passwordFile"`
+	CAFile       string        `yaml:"caFile"`
+	CertFile     string        `yaml:"certFile"`
+	KeyFile      string        `yaml:"keyFile"`
+}
+
+// etcdConfig is how OpenMeta dials etcd: TLS when an endpoint is https or
+// a TLS file is named, the password from passwordFile when given.
+func (mc MetaConfig) etcdConfig() (etcdstore.Config, error) {
+	cfg := etcdstore.Config{Endpoints: mc.Endpoints, DialTimeout: mc.DialTimeout, Username: mc.Username, Password: mc.Password}
+	if mc.PasswordFile != "" {
+		if mc.Password != "" {
+			return cfg, errors.New("meta: password and passwordFile: give one")
+		}
+		b, err := os.ReadFile(mc.PasswordFile)
+		if err != nil {
+			return cfg, errors.Wrapf(err, "meta.passwordFile")
+		}
+		cfg.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	tc := tlsconf.Config{CAFile: mc.CAFile, CertFile: mc.CertFile, KeyFile: mc.KeyFile,
+		Names: tlsconf.Names{CAFile: "meta.caFile", CertFile: "meta.certFile", KeyFile: "meta.keyFile"}}
+	https := tc.Enabled()
+	for _, ep := range mc.Endpoints {
+		https = https || strings.HasPrefix(ep, "https://")
+	}
+	if https {
+		t, _, err := tc.Client()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.TLS = t
+	}
+	return cfg, nil
 }
 
 // Meta decodes the "meta" section, strictly, with its defaults.
@@ -87,7 +128,11 @@ func OpenMeta(ctx context.Context, c Config) (meta.Store, error) {
 		}
 		return s, nil
 	}
-	cli, err := etcdstore.Dial(ctx, etcdstore.Config{Endpoints: mc.Endpoints, DialTimeout: mc.DialTimeout, Username: mc.Username, Password: mc.Password})
+	ecfg, err := mc.etcdConfig()
+	if err != nil {
+		return nil, errors.WithStack(fmt.Errorf("selector: %w: %w", err, walimpls.ErrInvalidConfig))
+	}
+	cli, err := etcdstore.Dial(ctx, ecfg)
 	if err != nil {
 		return nil, errors.Wrap(err, "selector: meta: dial etcd")
 	}

@@ -3,6 +3,7 @@ package selector_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/meta/boltstore"
 	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/selector"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -133,4 +135,40 @@ func TestOpenMetaEtcd(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v", string(kv.Value))
 	require.NoError(t, s.Close(), "closes the client it dialed too")
+}
+
+// The meta section reaches an etcd that requires mutual TLS with the files
+// it names; a file it cannot use is refused naming its key.
+func TestOpenMetaEtcdTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certs.NewCA(certs.Request{})
+	require.NoError(t, err)
+	require.NoError(t, certs.Write(dir, certs.CACert, certs.CAKey, ca.Pair, false))
+	for _, c := range []struct {
+		name string
+		kind certs.Kind
+	}{{"etcd", certs.Node}, {"app", certs.Client}} {
+		pair, err := ca.Issue(certs.Request{CommonName: c.name, Kind: c.kind, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+		require.NoError(t, err)
+		require.NoError(t, certs.Write(dir, c.name+".crt", c.name+".key", pair, false))
+	}
+	f := func(name string) string { return filepath.Join(dir, name) }
+	srv := etcdtest.StartWith(t, etcdtest.Options{TLS: &etcdtest.TLSFiles{CertFile: f("etcd.crt"), KeyFile: f("etcd.key"), ClientCAFile: f(certs.CACert)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := selector.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  prefix: /sel/\n  caFile: %s\n  certFile: %s\n  keyFile: %s\n",
+		srv.Endpoints()[0], f(certs.CACert), f("app.crt"), f("app.key"))))
+	require.NoError(t, err)
+	s, err := selector.OpenMeta(ctx, cfg)
+	require.NoError(t, err)
+	_, err = s.Put(ctx, "k", []byte("v"), 0)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	cfg, err = selector.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  caFile: %s\n  certFile: %s\n  keyFile: %s\n",
+		srv.Endpoints()[0], f(certs.CACert), f("app.crt"), f("etcd.key"))))
+	require.NoError(t, err)
+	_, err = selector.OpenMeta(ctx, cfg)
+	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "meta.keyFile "+f("etcd.key")+": not the key of the certificate meta.certFile "+f("app.crt"))
 }

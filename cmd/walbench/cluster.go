@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/meta/etcdstore"
+	"github.com/streamwal/streamwal/security/tlsconf"
 )
 
 // runCluster is the cluster mode: appenders through the client against the
@@ -27,16 +29,29 @@ func runCluster(ctx context.Context, p params, out, errOut io.Writer) error {
 	b := &bench{p: p, out: out, errOut: errOut, backend: "cluster", target: p.cluster,
 		verifyMsg: "every channel is read back through the client to check each acknowledged record arrives once, in each appender's order"}
 	c := &connector{timeout: p.connectTimeout, errOut: errOut}
+	ecfg := etcdstore.Config{Endpoints: strings.Split(p.cluster, ",")}
+	var nodeTLS *tls.Config
+	if p.ca != "" || p.cert != "" || p.key != "" {
+		var err error
+		nodeTLS, _, err = tlsconf.Config{CAFile: p.ca, CertFile: p.cert, KeyFile: p.key,
+			Names: tlsconf.Names{CAFile: "-ca", CertFile: "-cert", KeyFile: "-key"}}.Client()
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(p.cluster, "https://") {
+			ecfg.TLS = nodeTLS
+		}
+	}
 	var cli *clientv3.Client
 	err := c.wait(ctx, "etcd at "+p.cluster, "answer", true, func(ctx context.Context) (err error) {
-		cli, err = etcdstore.Dial(ctx, etcdstore.Config{Endpoints: strings.Split(p.cluster, ",")})
+		cli, err = etcdstore.Dial(ctx, ecfg)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	cl, err := client.New(ctx, client.Config{Etcd: cli, Root: p.root})
+	cl, err := client.New(ctx, client.Config{Etcd: cli, Root: p.root, TLS: nodeTLS})
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,9 @@ type params struct {
 	json           bool
 	cluster        string // etcd endpoints of a running cluster: cluster mode
 	root           string
+	// ca, cert and key reach a cluster that serves TLS (its nodes, and its
+	// etcd when the endpoints are https).
+	ca, cert, key string
 
 	// progressEvery is the period of the progress lines (0: a second;
 	// negative: none); terminal says stderr is a terminal (one line
@@ -95,6 +98,9 @@ func main() {
 	flag.BoolVar(&p.json, "json", false, "print the summary as one JSON object (progress still goes to stderr)")
 	flag.StringVar(&p.cluster, "cluster", "", "etcd endpoints of a running cluster: append through the client to its walnodes instead")
 	flag.StringVar(&p.root, "root", "", "the cluster's root in etcd (cluster mode; default the cluster default)")
+	flag.StringVar(&p.ca, "ca", "", "cluster mode over TLS: the PEM CA bundle that verifies the nodes (and https etcd)")
+	flag.StringVar(&p.cert, "cert", "", "cluster mode over TLS: a PEM client certificate (walctl certs create-client)")
+	flag.StringVar(&p.key, "key", "", "the PEM private key of -cert")
 	flag.Parse()
 	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		p.terminal = true

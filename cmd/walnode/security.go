@@ -30,6 +30,13 @@ func (p params) check() error {
 	if p.tlsClientCA != "" && p.tlsCert == "" {
 		return errors.New("-tls-client-ca needs -tls-cert and -tls-key: mutual TLS is TLS")
 	}
+	if p.tlsCert != "" && p.tlsClientCA == "" && p.etcd == "" && !loopback(p.etcdListen) {
+		// TLS hides the traffic, but any client could still write the
+		// cluster's keys: the embedded member knows its peers only by
+		// their certificates.
+		return errors.Newf("-etcd-listen %s is not a loopback address and the embedded etcd member would take any client: "+
+			"give -tls-client-ca so that it requires certificates of that CA", p.etcdListen)
+	}
 	if p.insecure || p.tlsCert != "" {
 		return nil
 	}
