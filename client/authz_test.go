@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/client"
@@ -81,4 +82,41 @@ principals:
 	require.Equal(t, []string{"m1"}, got)
 	err = w.Read(ctx, "orders", client.ReadOptions{UntilCaughtUp: true}, func(*streamwalv1.Delivered) error { return nil })
 	require.True(t, errors.Is(err, client.ErrRefused), "%v", err)
+}
+
+// startNodeWith starts a node of cfg on the memory backend mem until tb
+// ends.
+func startNodeWith(tb testing.TB, cli *clientv3.Client, mem *memory.Cluster, cfg node.Config) *node.Node {
+	o, err := memory.New(context.Background(), memory.Config{Cluster: mem})
+	require.NoError(tb, err)
+	cfg.SessionTTL, cfg.Backend = 2*time.Second, "memory"
+	n, err := node.New(cli, o, cfg)
+	require.NoError(tb, err)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	require.NoError(tb, n.Start(ctx))
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		require.NoError(tb, n.Shutdown(ctx))
+		_ = o.Close()
+	})
+	return n
+}
+
+// benchPolicy grants principal append on channel's prefix (a decision by
+// binary search) among 10,000 other prefixes.
+func benchPolicy(tb testing.TB, principal, channel string) *authz.Policy {
+	c := authz.Config{
+		Roles:      map[string][]authz.Grant{"bench": {{Actions: []authz.Action{authz.ActionAppend}, Channels: []string{channel[:len(channel)-1] + "*"}}}},
+		Principals: map[string]authz.Binding{principal: {Roles: []string{"bench", "others"}}},
+	}
+	var others []string
+	for i := range 10_000 {
+		others = append(others, fmt.Sprintf("tenant-%05d-*", i))
+	}
+	c.Roles["others"] = []authz.Grant{{Actions: []authz.Action{authz.ActionAppend, authz.ActionRead}, Channels: others}}
+	p, err := authz.Compile(c)
+	require.NoError(tb, err)
+	return p
 }

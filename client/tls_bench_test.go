@@ -13,18 +13,22 @@ import (
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/etcdtest"
+	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/security/tlsconf"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
 // BenchmarkAppendTLS compares appends through the client to a node serving
-// mutual TLS with appends to a node serving plaintext, in the same process
+// mutual TLS, and to one serving mutual TLS with authorization on (a policy
+// of 10,000 channel prefixes besides the grant; the principal is the
+// client certificate's CN), with appends to a node serving plaintext, in
+// the same process
 // on the same in-memory backend (so the transport is most of the cost: a
 // conservative ratio). Rounds alternate between the two so drift of the
 // machine hits both; it reports each mode's throughput and p99, and the
-// ratios TLS ÷ plaintext as the median of the rounds' (goal: throughput
-// ≥ 0.85, p99 ≤ 1.2). The plaintext client speaks HTTP/1.1 (a connection
+// ratios TLS ÷ plaintext and TLS with authorization ÷ plaintext (authz-*)
+// as the median of the rounds' (goal: throughput ≥ 0.85, p99 ≤ 1.2). The plaintext client speaks HTTP/1.1 (a connection
 // per appender in flight), the TLS one HTTP/2 (streams on one connection):
 // what each gets by default.
 //
@@ -49,8 +53,10 @@ func BenchmarkAppendTLS(b *testing.B) {
 	mem := memory.NewCluster()
 	startTLSNode(b, cli, l.Root, mem, "plain", nil)
 	startTLSNode(b, cli, l.Root, mem, "secure", server)
+	startNodeWith(b, cli, mem, node.Config{ID: "authz", Root: l.Root, TLS: server, Authz: benchPolicy(b, "bench", "bench-authz")})
 	assign(b, cli, l, "bench-plain", "plain", 1)
 	assign(b, cli, l, "bench-secure", "secure", 1)
+	assign(b, cli, l, "bench-authz", "authz", 1)
 
 	mtls := p.client(tlsconf.Config{CAFile: p.path("ca.crt"), CertFile: cliCert, KeyFile: cliKey})
 	modes := []struct {
@@ -60,7 +66,8 @@ func BenchmarkAppendTLS(b *testing.B) {
 		lat           []time.Duration
 		elapsed       time.Duration
 		tput, p99     []float64 // per round
-	}{{name: "plaintext", channel: "bench-plain"}, {name: "mtls", channel: "bench-secure", tls: mtls}}
+	}{{name: "plaintext", channel: "bench-plain"}, {name: "mtls", channel: "bench-secure", tls: mtls},
+		{name: "mtls+authz", channel: "bench-authz", tls: mtls}}
 	for i := range modes {
 		m := &modes[i]
 		m.cl, err = client.New(ctx, client.Config{Etcd: cli, Root: l.Root, TLS: m.tls})
@@ -117,22 +124,31 @@ func BenchmarkAppendTLS(b *testing.B) {
 	}
 	plainTput, plainP99 := stats(0)
 	tlsTput, tlsP99 := stats(1)
+	authzTput, authzP99 := stats(2)
 	b.ReportMetric(plainTput, "plain-appends/s")
 	b.ReportMetric(tlsTput, "mtls-appends/s")
 	b.ReportMetric(float64(plainP99.Microseconds()), "plain-p99-µs")
 	b.ReportMetric(float64(tlsP99.Microseconds()), "mtls-p99-µs")
+	b.ReportMetric(authzTput, "authz-appends/s")
+	b.ReportMetric(float64(authzP99.Microseconds()), "authz-p99-µs")
 	// The ratios of each round's pair, and their median: a burst of load
 	// from elsewhere on the machine hits one round, not the figure.
-	var tputRatios, p99Ratios []float64
+	var tputRatios, p99Ratios, authzTputRatios, authzP99Ratios []float64
 	for r := range modes[0].tput {
 		tputRatios = append(tputRatios, modes[1].tput[r]/modes[0].tput[r])
 		p99Ratios = append(p99Ratios, modes[1].p99[r]/modes[0].p99[r])
+		authzTputRatios = append(authzTputRatios, modes[2].tput[r]/modes[0].tput[r])
+		authzP99Ratios = append(authzP99Ratios, modes[2].p99[r]/modes[0].p99[r])
 	}
 	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	b.ReportMetric(median(tputRatios), "throughput-ratio")
 	b.ReportMetric(median(p99Ratios), "p99-ratio")
+	b.ReportMetric(median(authzTputRatios), "authz-throughput-ratio")
+	b.ReportMetric(median(authzP99Ratios), "authz-p99-ratio")
 	b.Logf("%d appends of %d B each way in %d alternating rounds, %d appenders: plaintext %.0f/s p99 %s; mutual TLS %.0f/s p99 %s; "+
 		"overall throughput ×%.3f, p99 ×%.3f; median of the rounds' ratios: throughput ×%.3f, p99 ×%.3f",
 		len(modes[0].lat), payloadSize, rounds, concurrency, plainTput, plainP99, tlsTput, tlsP99,
 		tlsTput/plainTput, float64(tlsP99)/float64(plainP99), median(tputRatios), median(p99Ratios))
+	b.Logf("mutual TLS and authorization %.0f/s p99 %s: overall throughput ×%.3f, p99 ×%.3f; median of the rounds' ratios: throughput ×%.3f, p99 ×%.3f",
+		authzTput, authzP99, authzTput/plainTput, float64(authzP99)/float64(plainP99), median(authzTputRatios), median(authzP99Ratios))
 }
