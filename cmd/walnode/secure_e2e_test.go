@@ -22,6 +22,7 @@ import (
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/etcdtest"
+	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/security/tlsconf"
 	"github.com/streamwal/streamwal/utility/backoff"
@@ -201,4 +202,67 @@ func secureMetrics(ctx context.Context, t *testing.T, c *e2eCluster, id string, 
 		}
 	}
 	return out
+}
+
+// One walnode process that embeds its etcd member serves it over TLS with
+// its node certificate and requires client certificates of its CA: a
+// client with one reaches etcd and appends; etcd refuses one without.
+func TestSecureEmbeddedEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a walnode process")
+	}
+	dir := certDir(t, []string{"n1"}, []string{"alice"})
+	file := func(name string) string { return filepath.Join(dir, name) }
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	etcdAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	c := &e2eCluster{t: t, root: "/secure-embedded/", etcd: []string{"https://" + etcdAddr}, dir: t.TempDir(), nodes: map[string]*child{}}
+	c.nodes["n1"] = &child{id: "n1", log: filepath.Join(c.dir, "n1.log"), args: []string{
+		"-id", "n1", "-listen", "127.0.0.1:0", "-etcd-listen", etcdAddr, "-root", c.root, "-data", filepath.Join(c.dir, "n1"),
+		"-log-level", "debug", "-tls-cert", file("node.n1.crt"), "-tls-key", file("node.n1.key"), "-tls-client-ca", file(certs.CACert),
+	}}
+	c.start("n1")
+	t.Cleanup(func() {
+		c.stop("n1", syscall.SIGTERM)
+		if t.Failed() {
+			c.dumpLogs()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tlsFor := func(cert bool) *tls.Config {
+		cfg := tlsconf.Config{CAFile: file(certs.CACert)}
+		if cert {
+			cfg.CertFile, cfg.KeyFile = file("client.alice.crt"), file("client.alice.key")
+		}
+		out, _, err := cfg.Client()
+		require.NoError(t, err)
+		return out
+	}
+	// The member starts with the process: wait for it to answer.
+	var ecli *clientv3.Client
+	require.Eventually(t, func() bool {
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
+		defer dcancel()
+		ecli, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tlsFor(true)})
+		return err == nil
+	}, time.Minute, 50*time.Millisecond, "the embedded etcd member never answered over TLS")
+	t.Cleanup(func() { _ = ecli.Close() })
+	cl, err := client.New(ctx, client.Config{Etcd: ecli, Root: c.root, TLS: tlsFor(true)})
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	c.cli, c.view = cl, cl.View()
+	snap := c.waitAssigned(4)
+	for ch := range snap.Assignments {
+		_, err := cl.Append(ctx, ch, client.Message{Payload: []byte("hello")}, client.Options{})
+		require.NoError(t, err)
+	}
+
+	// Without a client certificate etcd refuses, and says so.
+	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer dcancel()
+	_, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tlsFor(false)})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "certificate required")
 }
