@@ -163,8 +163,9 @@
 // An etcd user bound to streamwal-reader can look but not move, drain or
 // rebalance; only streamwal-admin (or root) can write a request, and only
 // streamwal-node (or root) can write an assignment. An operator's etcd
-// user and its node-API principal are separate identities; a client
-// certificate whose CN names both makes them one person. Turning etcd's
+// user and its node-API principal are separate identities, unless both
+// come from one client certificate: etcd over mutual TLS takes the CN as
+// its user, as the node does (users added without a password). Turning etcd's
 // authentication on is the operator's step (etcdctl user add, user
 // grant-role, auth enable; the README has the commands); until it is on,
 // anyone who reaches etcd can do anything.
