@@ -52,7 +52,7 @@ var certsFlags = map[string]flagDef{
 	}},
 }
 
-var certsCommand = &command{name: "certs", args: "create-ca | create-node <name> | create-client <principal>",
+var certsCommand = &command{name: "certs", args: "create-ca|create-node|create-client [<name>]",
 	minArgs: 1, maxArgs: 2, offline: true, flags: []string{"dir", "host", "overwrite", "key-type", "validity"},
 	summary: "make a CA, node and client certificates (PEM files, keys 0600)",
 	detail: `Writes into -dir, never over an existing file unless -overwrite:

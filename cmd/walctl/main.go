@@ -11,6 +11,7 @@
 //	walctl tail <channel>              print a channel's messages, and follow it
 //	walctl token create                a bearer token, and its hash for the policy
 //	walctl etcd-roles                  create the etcd roles that guard the cluster's keys
+//	walctl certs create-ca|create-node|create-client [<name>]   a CA, node and client certificates
 //	walctl help [<command>]            the commands, or one command's flags
 //
 // Flags may come before or after the command and its arguments (after
@@ -19,7 +20,9 @@
 // object per line), -timeout (the bound on a command; tail only has one
 // when given), -token-file (the bearer token for nodes with authorization
 // on), -etcd-user and -etcd-password-file (for etcd with authentication
-// on), and each command's own (walctl help <command>).
+// on), -ca, -cert and -key (TLS to the nodes and to an https etcd, whose
+// own can be given with -etcd-ca, -etcd-cert and -etcd-key), and each
+// command's own (walctl help <command>).
 //
 // Exit status: 0 when the command took effect, 1 when it failed or the
 // cluster refused it (the reason is printed), 2 for a command line walctl
