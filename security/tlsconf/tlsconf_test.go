@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -319,25 +318,4 @@ func TestRotationClientSide(t *testing.T) {
 	require.NoError(t, os.Rename(p.path("ca.crt.new"), p.path("ca.crt")))
 	_, err = get(t, ccfg, addr)
 	require.NoError(t, err)
-}
-
-// The certificates walctl certs writes refuse to overwrite, and keys are
-// private.
-func TestCertFiles(t *testing.T) {
-	p := newPKI(t)
-	pair, err := p.ca.Issue(certs.Request{CommonName: "n1", Kind: certs.Node, DNSNames: []string{"localhost"}})
-	require.NoError(t, err)
-	require.NoError(t, certs.Write(p.dir, "n1.crt", "n1.key", pair, false))
-	fi, err := os.Stat(p.path("n1.key"))
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	err = certs.Write(p.dir, "n1.crt", "n1.key", pair, false)
-	require.ErrorIs(t, err, certs.ErrExists)
-	require.True(t, strings.Contains(err.Error(), "-overwrite"))
-	_, err = certs.NewCA(certs.Request{KeyType: "rsa"})
-	require.ErrorContains(t, err, `unknown key type "rsa"`)
-	ed, err := certs.NewCA(certs.Request{KeyType: certs.Ed25519})
-	require.NoError(t, err)
-	_, err = ed.Issue(certs.Request{CommonName: "n2", Kind: certs.Node})
-	require.ErrorContains(t, err, "needs at least one host")
 }
