@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/node"
+	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/security/tlsconf"
 	"github.com/streamwal/streamwal/walimpls"
@@ -287,4 +289,61 @@ func TestTLSRotation(t *testing.T) {
 	require.True(t, errors.Is(err, client.ErrRefused), "%+v", err)
 	require.Contains(t, err.Error(), "expired certificate")
 	require.Equal(t, []string{"before", "after"}, stored(t, mem, "ch", "after"))
+}
+
+// A node with optional client certificates and authorization takes both
+// kinds of client over TLS: one with a certificate (its CN the principal),
+// one with a token and no certificate; a client with neither is refused by
+// the policy, one with a certificate of another CA by the handshake, and
+// none of their appends is stored.
+func TestTLSCertificateOrToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	token, hash, err := authz.NewToken(nil)
+	require.NoError(t, err)
+	pc, err := authz.Parse(fmt.Appendf(nil, `
+roles:
+  w: [{actions: [append, read], channels: [orders]}]
+principals:
+  alice: {roles: [w]}
+  service: {roles: [w], tokens: [%s]}
+`, hash))
+	require.NoError(t, err)
+	policy, err := authz.Compile(pc)
+	require.NoError(t, err)
+	p := newTestPKI(t)
+	other := newTestPKI(t)
+	nodeCert, nodeKey := p.issue("node", certs.Request{})
+	aliceCert, aliceKey := p.issue("alice", certs.Request{Kind: certs.Client})
+	strangerCert, strangerKey := other.issue("alice", certs.Request{Kind: certs.Client})
+	server, _, err := tlsconf.Config{CertFile: nodeCert, KeyFile: nodeKey, ClientCAFile: p.path("ca.crt"), ClientCertOptional: true}.Server()
+	require.NoError(t, err)
+	cli := etcdtest.Client(t, srv.Endpoints())
+	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
+	require.NoError(t, err)
+	mem := memory.NewCluster()
+	startNodeWith(t, cli, mem, node.Config{ID: "a", Root: l.Root, TLS: server, Authz: policy})
+	assign(t, cli, l, "orders", "a", 1)
+	as := func(cfg tlsconf.Config, token string) *client.Client {
+		c, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root, TLS: p.client(cfg), Token: token})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return c
+	}
+	ca := tlsconf.Config{CAFile: p.path("ca.crt")}
+	_, err = as(tlsconf.Config{CAFile: p.path("ca.crt"), CertFile: aliceCert, KeyFile: aliceKey}, "").
+		Append(ctx, "orders", client.Message{Payload: []byte("by-certificate")}, client.Options{})
+	require.NoError(t, err)
+	_, err = as(ca, token).Append(ctx, "orders", client.Message{Payload: []byte("by-token")}, client.Options{})
+	require.NoError(t, err)
+	_, err = as(ca, "").Append(ctx, "orders", client.Message{Payload: []byte("anonymous")}, client.Options{})
+	require.True(t, errors.Is(err, client.ErrRefused), "%v", err)
+	require.Contains(t, err.Error(), "unauthenticated")
+	_, err = as(tlsconf.Config{CAFile: p.path("ca.crt"), CertFile: strangerCert, KeyFile: strangerKey}, "").
+		Append(ctx, "orders", client.Message{Payload: []byte("stranger")}, client.Options{})
+	require.True(t, errors.Is(err, client.ErrRefused), "%v", err)
+	require.Contains(t, err.Error(), "unknown certificate authority")
+	_, err = as(ca, token).Append(ctx, "orders", client.Message{Payload: []byte("last")}, client.Options{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"by-certificate", "by-token", "last"}, stored(t, mem, "orders", "last"))
 }

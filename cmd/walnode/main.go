@@ -84,6 +84,7 @@ type params struct {
 // security are the flags of TLS and credentials.
 type security struct {
 	tlsCert, tlsKey, tlsClientCA, tlsCA string
+	tlsClientCertOptional               bool
 	insecure                            bool
 	etcdCA, etcdCert, etcdKey           string
 	etcdUser, etcdPasswordFile          string
@@ -130,6 +131,7 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.tlsCert, "tls-cert", "", "PEM certificate the API (and the embedded etcd member) serves with: TLS on (walctl certs create-node)")
 	fs.StringVar(&p.tlsKey, "tls-key", "", "PEM private key of -tls-cert")
 	fs.StringVar(&p.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates of these CAs (mutual TLS)")
+	fs.BoolVar(&p.tlsClientCertOptional, "tls-client-cert-optional", false, "with -tls-client-ca and -authz: let clients without a certificate connect (a bearer token authenticates them)")
 	fs.StringVar(&p.tlsCA, "tls-ca", "", "PEM CA bundle that verifies the other nodes (default -tls-client-ca)")
 	fs.BoolVar(&p.insecure, "insecure", false, "serve plaintext on a non-loopback address: anyone who reaches the port can append and read")
 	fs.StringVar(&p.etcdCA, "etcd-ca", "", "PEM CA bundle that verifies etcd (default -tls-ca) when the -etcd endpoints are https")

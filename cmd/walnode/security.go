@@ -30,6 +30,11 @@ func (p params) check() error {
 	if p.tlsClientCA != "" && p.tlsCert == "" {
 		return errors.New("-tls-client-ca needs -tls-cert and -tls-key: mutual TLS is TLS")
 	}
+	if p.tlsClientCertOptional && (p.tlsClientCA == "" || p.authz == "") {
+		// Without a policy a client without a certificate could do
+		// anything: that is no mutual TLS.
+		return errors.New("-tls-client-cert-optional needs -tls-client-ca and -authz: clients without a certificate are refused by the policy unless a token names them")
+	}
 	if p.tlsCert != "" && p.tlsClientCA == "" && p.etcd == "" && !loopback(p.etcdListen) {
 		// TLS hides the traffic, but any client could still write the
 		// cluster's keys: the embedded member knows its peers only by
@@ -80,7 +85,7 @@ func (p params) tlsConfigs(logger *slog.Logger) (tlsConfigs, error) {
 	var out tlsConfigs
 	if p.tlsCert != "" {
 		server, _, err := tlsconf.Config{CertFile: p.tlsCert, KeyFile: p.tlsKey, ClientCAFile: p.tlsClientCA,
-			Names: apiNames, Logger: logger}.Server()
+			ClientCertOptional: p.tlsClientCertOptional, Names: apiNames, Logger: logger}.Server()
 		if err != nil {
 			return out, errors.Wrap(err, "walnode")
 		}

@@ -29,6 +29,7 @@ func TestPlaintextOnNetworkRefused(t *testing.T) {
 		{[]string{"-insecure", "-tls-cert", "c", "-tls-key", "k"}, "-insecure and -tls-cert contradict each other"},
 		{[]string{"-tls-cert", "c"}, "-tls-cert c is given without -tls-key"},
 		{[]string{"-tls-client-ca", "ca"}, "-tls-client-ca needs -tls-cert and -tls-key"},
+		{[]string{"-tls-cert", "c", "-tls-key", "k", "-tls-client-ca", "ca", "-tls-client-cert-optional"}, "-tls-client-cert-optional needs -tls-client-ca and -authz"},
 		{[]string{"-tls-cert", "c", "-tls-key", "k", "-etcd-listen", "0.0.0.0:2379"}, "the embedded etcd member would take any client: give -tls-client-ca"},
 	} {
 		_, _, err := parseFlags(c.args)
@@ -42,6 +43,7 @@ func TestPlaintextOnNetworkRefused(t *testing.T) {
 		{"-listen", "0.0.0.0:7070", "-insecure"},
 		{"-listen", "0.0.0.0:7070", "-tls-cert", "c", "-tls-key", "k", "-tls-client-ca", "ca", "-etcd-listen", "0.0.0.0:2379"},
 		{"-listen", "0.0.0.0:7070", "-tls-cert", "c", "-tls-key", "k"},
+		{"-tls-cert", "c", "-tls-key", "k", "-tls-client-ca", "ca", "-tls-client-cert-optional", "-authz", "policy.yaml"},
 		{"-listen", "0.0.0.0:7070", "-etcd", "http://10.0.0.1:2379", "-etcd-listen", "0.0.0.0:2379", "-insecure"},
 	} {
 		_, _, err := parseFlags(args)

@@ -30,6 +30,12 @@ type Config struct {
 	// certificates must chain to: set, the server requires and verifies a
 	// client certificate on every connection (mutual TLS).
 	ClientCAFile string
+	// ClientCertOptional, with ClientCAFile, lets clients connect without
+	// a certificate; a certificate one presents is still verified against
+	// ClientCAFile. For servers that authenticate such clients otherwise
+	// (a bearer token) and refuse what they do not authorize: without
+	// that, it is no mutual TLS.
+	ClientCertOptional bool
 	// ServerName, on a client, is the name the server's certificate must
 	// carry; empty is the host the client dials.
 	ServerName string
@@ -70,6 +76,8 @@ func (c Config) Validate() error {
 		return errors.Wrapf(ErrInvalid, "%s %s is given without %s", n.CertFile, c.CertFile, n.KeyFile)
 	case c.KeyFile != "" && c.CertFile == "":
 		return errors.Wrapf(ErrInvalid, "%s %s is given without %s", n.KeyFile, c.KeyFile, n.CertFile)
+	case c.ClientCertOptional && c.ClientCAFile == "":
+		return errors.Wrapf(ErrInvalid, "optional client certificates without %s", n.ClientCAFile)
 	}
 	return nil
 }
@@ -128,6 +136,9 @@ func (c Config) Server() (*tls.Config, *Source, error) {
 		}
 		src.clientCA = ca
 		base.ClientAuth = tls.RequireAndVerifyClientCert
+		if c.ClientCertOptional {
+			base.ClientAuth = tls.VerifyClientCertIfGiven
+		}
 		pool := ca.get()
 		base.ClientCAs = pool
 		perPool := &derived{pool: pool, cfg: base.Clone()}

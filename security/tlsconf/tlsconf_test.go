@@ -319,3 +319,19 @@ func TestRotationClientSide(t *testing.T) {
 	_, err = get(t, ccfg, addr)
 	require.NoError(t, err)
 }
+
+// With optional client certificates a client without one connects, and
+// one with a certificate of another CA is still refused.
+func TestClientCertOptional(t *testing.T) {
+	p := newPKI(t)
+	other := newPKI(t)
+	cert, key := p.issue("node", certs.Request{})
+	strangerCert, strangerKey := other.issue("mallory", certs.Request{Kind: certs.Client})
+	addr := serve(t, serverConfig(t, tlsconf.Config{CertFile: cert, KeyFile: key, ClientCAFile: p.path("ca.crt"), ClientCertOptional: true}))
+	_, err := get(t, clientConfig(t, tlsconf.Config{CAFile: p.path("ca.crt")}), addr)
+	require.NoError(t, err)
+	stranger := clientConfig(t, tlsconf.Config{CAFile: p.path("ca.crt"), CertFile: strangerCert, KeyFile: strangerKey})
+	require.ErrorContains(t, tlsconf.Probe(context.Background(), addr, stranger, 5*time.Second), "unknown certificate authority")
+	_, _, err = tlsconf.Config{CertFile: cert, KeyFile: key, ClientCertOptional: true}.Server()
+	require.ErrorIs(t, err, tlsconf.ErrInvalid)
+}
