@@ -102,3 +102,62 @@ func (c *ctl) etcdRoles(ctx context.Context) error {
 	}
 	return nil
 }
+
+// policy runs "walctl policy <file> [<principal> <action> <channel>]".
+func (c *ctl) policy(args []string) error {
+	pc, err := authz.Load(args[0])
+	if err != nil {
+		return err
+	}
+	p, err := authz.Compile(pc)
+	if err != nil {
+		return err
+	}
+	switch len(args) {
+	case 1:
+		tokens := 0
+		for _, b := range pc.Principals {
+			tokens += len(b.Tokens)
+		}
+		if c.json {
+			return json.NewEncoder(c.out).Encode(map[string]int{"roles": len(pc.Roles), "principals": len(pc.Principals), "tokens": tokens})
+		}
+		_, err := fmt.Fprintf(c.out, "%s: %d roles, %d principals, %d token hashes\n", args[0], len(pc.Roles), len(pc.Principals), tokens)
+		return err
+	case 4:
+	default:
+		return errors.New("policy: give the file alone, or the file, a principal, an action and a channel")
+	}
+	principal, action, channel := args[1], authz.Action(args[2]), args[3]
+	switch action {
+	case authz.ActionAppend, authz.ActionRead, authz.ActionAdmin:
+	default:
+		return errors.Newf("policy: unknown action %q (append, read or admin)", args[2])
+	}
+	if channel == "*" {
+		channel = "" // every channel
+	}
+	pr := p.Principal(principal)
+	allowed := pr.Allows(action, channel)
+	if c.json {
+		if err := json.NewEncoder(c.out).Encode(map[string]any{"principal": principal, "action": action, "channel": args[3], "allowed": allowed}); err != nil {
+			return err
+		}
+	} else {
+		verdict := "allowed"
+		if !allowed {
+			verdict = "denied"
+		}
+		if _, err := fmt.Fprintf(c.out, "%s: %s %s %s\n", verdict, principal, action, args[3]); err != nil {
+			return err
+		}
+	}
+	if !allowed {
+		why := "no grant"
+		if !pr.Known() {
+			why = "the policy does not name the principal"
+		}
+		return errors.Newf("policy: %s may not %s %s: %s", principal, action, args[3], why)
+	}
+	return nil
+}

@@ -196,3 +196,44 @@ func TestTokenCreate(t *testing.T) {
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, errOut.String(), "-etcd-user needs -etcd-password-file")
 }
+
+// walctl policy checks a file as walnode loads it, and answers one
+// decision.
+func TestPolicyCommand(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	walctl := func(args ...string) result {
+		var out, errOut strings.Builder
+		code := run(ctx, args, env{in: strings.NewReader(""), out: &out, errOut: &errOut})
+		return result{code: code, out: out.String(), errOut: errOut.String()}
+	}
+	good := secretFile(t, "roles:\n  w: [{actions: [append], channels: [\"orders-*\"]}]\n  r: [{actions: [read], channels: [\"*\"]}]\n"+
+		"principals:\n  alice: {roles: [w]}\n  bob: {roles: [r], tokens: ["+authz.HashToken("x")+"]}\n")
+	r := walctl("policy", good)
+	require.Equal(t, exitOK, r.code, "%s", r)
+	require.Contains(t, r.out, "2 roles, 2 principals, 1 token hashes")
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"alice", "append", "orders-1"}, exitOK, "allowed: alice append orders-1"},
+		{[]string{"alice", "append", "other"}, exitFailed, "denied: alice append other"},
+		{[]string{"alice", "read", "orders-1"}, exitFailed, "denied"},
+		{[]string{"bob", "read", "*"}, exitOK, "allowed: bob read *"},
+		{[]string{"carol", "read", "x"}, exitFailed, "denied"},
+	} {
+		r := walctl(append([]string{"policy", good}, tc.args...)...)
+		require.Equal(t, tc.code, r.code, "%v: %s", tc.args, r)
+		require.Contains(t, r.out, tc.out, "%v", tc.args)
+	}
+	r = walctl("policy", good, "carol", "read", "x")
+	require.Contains(t, r.errOut, "the policy does not name the principal")
+	r = walctl("policy", good, "alice", "write", "x")
+	require.Equal(t, exitFailed, r.code)
+	require.Contains(t, r.errOut, `unknown action "write"`)
+	bad := secretFile(t, "principals:\n  a: {roles: [nope]}\n")
+	r = walctl("policy", bad)
+	require.Equal(t, exitFailed, r.code, "%s", r)
+	require.Contains(t, r.errOut, bad+`:2: principals.a.roles[0]: unknown role "nope"`)
+}

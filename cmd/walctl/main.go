@@ -10,6 +10,7 @@
 //	walctl append <channel> [msg...]   append the arguments, or stdin's lines
 //	walctl tail <channel>              print a channel's messages, and follow it
 //	walctl token create                a bearer token, and its hash for the policy
+//	walctl policy <file> [<p> <a> <ch>] check a policy file, or one decision of it
 //	walctl etcd-roles                  create the etcd roles that guard the cluster's keys
 //	walctl certs create-ca|create-node|create-client [<name>]   a CA, node and client certificates
 //	walctl help [<command>]            the commands, or one command's flags
@@ -211,6 +212,14 @@ it is shown this once and stored nowhere) and, on the second, the hash to
 list under the principal's tokens in the node's -authz policy. Needs no
 cluster.`,
 		run: func(_ context.Context, c *ctl, args []string) error { return c.tokenCreate(args[0]) }},
+	{name: "policy", args: "<file> [<principal> <action> <channel>]", minArgs: 1, maxArgs: 4, offline: true,
+		summary: "check a node's -authz policy file, or whether it lets a principal do an action on a channel",
+		detail: `With the file only: loads it as walnode would and prints what it holds,
+or every problem with its line and key path (exit 1). With a principal, an
+action (append, read, admin) and a channel ("" or "*" for every channel,
+as Status needs): prints allowed or denied, exit 0 or 1. Needs no
+cluster.`,
+		run: func(_ context.Context, c *ctl, args []string) error { return c.policy(args) }},
 	{name: "etcd-roles",
 		summary: "create the etcd roles that guard the cluster's keys (node, admin, reader)",
 		detail: `Creates streamwal-node (readwrite on the root and its pool's keys),
