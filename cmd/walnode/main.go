@@ -214,6 +214,9 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := sec.register(reg); err != nil {
+		return err
+	}
 	opener, err := selector.Build(ctx, cfg, selector.Deps{Logger: logger, Registerer: reg})
 	if err != nil {
 		return err

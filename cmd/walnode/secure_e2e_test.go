@@ -127,6 +127,9 @@ func TestSecureCluster(t *testing.T) {
 		}
 		return false
 	}, time.Minute, 20*time.Millisecond, "no leader holds liveness streams to both nodes")
+	m := secureMetrics(ctx, t, c, "n1", tlsFor("alice"))
+	require.Equal(t, 0.0, m["streamwal_tls_reload_failing"])
+	require.Greater(t, m["streamwal_tls_certificate_not_after_seconds"], float64(time.Now().Unix()))
 
 	appendAll := func(tag string) {
 		for _, ch := range channels {

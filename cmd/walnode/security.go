@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamwal/streamwal/security/tlsconf"
 )
@@ -77,6 +78,39 @@ type tlsConfigs struct {
 	server *tls.Config // the API
 	peers  *tls.Config // the coordinator's liveness streams to the nodes
 	etcd   *tls.Config // every etcd connection
+	// serverFiles are the API's certificate and client CA, for metrics.
+	serverFiles *tlsconf.Source
+}
+
+// register exposes the API certificate's expiry and whether replaced files
+// failed to load (the node then serves the last good ones), so that an
+// alert can fire before a certificate expires or when a rotation broke.
+func (t tlsConfigs) register(reg prometheus.Registerer) error {
+	if t.serverFiles == nil {
+		return nil
+	}
+	src := t.serverFiles
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "streamwal", Subsystem: "tls", Name: "certificate_not_after_seconds",
+			Help: "When the certificate the API serves expires (Unix time)."}, func() float64 {
+			if c := src.Certificate(); c != nil {
+				return float64(c.NotAfter.Unix())
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "streamwal", Subsystem: "tls", Name: "reload_failing",
+			Help: "1 while the API's replaced certificate, key or client CA files cannot be used (the last good ones are served)."}, func() float64 {
+			if src.Err() != nil {
+				return 1
+			}
+			return 0
+		}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return errors.Wrap(err, "walnode: tls metrics")
+		}
+	}
+	return nil
 }
 
 // tlsConfigs reads the files the flags name; an unusable file stops the
@@ -84,7 +118,7 @@ type tlsConfigs struct {
 func (p params) tlsConfigs(logger *slog.Logger) (tlsConfigs, error) {
 	var out tlsConfigs
 	if p.tlsCert != "" {
-		server, _, err := tlsconf.Config{CertFile: p.tlsCert, KeyFile: p.tlsKey, ClientCAFile: p.tlsClientCA,
+		server, files, err := tlsconf.Config{CertFile: p.tlsCert, KeyFile: p.tlsKey, ClientCAFile: p.tlsClientCA,
 			ClientCertOptional: p.tlsClientCertOptional, Names: apiNames, Logger: logger}.Server()
 		if err != nil {
 			return out, errors.Wrap(err, "walnode")
@@ -99,7 +133,7 @@ func (p params) tlsConfigs(logger *slog.Logger) (tlsConfigs, error) {
 		if err != nil {
 			return out, errors.Wrap(err, "walnode")
 		}
-		out.server, out.peers = server, peers
+		out.server, out.peers, out.serverFiles = server, peers, files
 	}
 	// etcd: TLS when its endpoints are https (or the embedded member
 	// serves TLS), with the node's own files unless -etcd-* say otherwise.
