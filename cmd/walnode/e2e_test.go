@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -202,6 +203,36 @@ func (c *e2eCluster) waitAssigned(n int) cluster.Snapshot {
 	})
 	require.NoError(c.t, err, "channels never all assigned")
 	return s
+}
+
+// ensureOwns makes node own a channel, when it owns none, by a planned move
+// of one from the node that owns the most, and waits until node serves it.
+func (c *e2eCluster) ensureOwns(ctx context.Context, node string) {
+	t := c.t
+	s, _ := c.view.Snapshot()
+	count := map[string]int{}
+	for _, a := range s.Assignments {
+		count[a.Value.Node]++
+	}
+	if count[node] > 0 {
+		return
+	}
+	var pick string
+	for _, ch := range slices.Sorted(maps.Keys(s.Assignments)) {
+		if pick == "" || count[s.Assignments[ch].Value.Node] > count[s.Assignments[pick].Value.Node] {
+			pick = ch
+		}
+	}
+	require.NotEmpty(t, pick, "no channel to move")
+	layout, err := cluster.NewLayout(c.root)
+	require.NoError(t, err)
+	_, err = c.ecli.Put(ctx, layout.Move(pick), string(cluster.Encode(cluster.MoveRequest{To: node})))
+	require.NoError(t, err)
+	_, err = c.view.WaitFor(ctx, func(s cluster.Snapshot) bool {
+		a := s.Assignments[pick].Value
+		return a.Node == node && a.State == cluster.Assigned
+	})
+	require.NoErrorf(t, err, "%s never moved to %s", pick, node)
 }
 
 // ack is one acknowledged append.
@@ -622,15 +653,17 @@ func TestStalledOwner(t *testing.T) {
 	leader := c.waitMetric(ctx, func(m map[string]float64) bool {
 		return m["streamwal_coordinator_leader"] == 1 && m["streamwal_coordinator_liveness_streams"] == 3
 	})
-	snap, _ := c.view.Snapshot()
+	// Both victims must own a channel: a node that registered well before
+	// the others got them all.
 	var follower string
-	for _, a := range snap.Assignments {
-		if a.Value.Node != leader {
-			follower = a.Value.Node
+	for id := range c.nodes {
+		if id != leader {
+			follower = id
 			break
 		}
 	}
-	require.NotEmpty(t, follower, "every channel is on the leader")
+	c.ensureOwns(ctx, leader)
+	c.ensureOwns(ctx, follower)
 
 	for _, victim := range []string{follower, leader} {
 		before, err := cluster.Load(ctx, ecli, layout, nil)
