@@ -70,7 +70,11 @@
 //     ErrFenced (a *FencedError) and store or remove nothing; so does every
 //     later call. Its scanners and Last keep working: a stale owner may
 //     still read.
-//   - ReadOnly opens fence nobody, whatever their term.
+//   - ReadOnly opens fence nobody, whatever their term, and create
+//     nothing: a ReadOnly open of a channel that does not exist (never
+//     opened ReadWrite, or deleted) fails with ErrNoChannel, so that a
+//     reader never brings a deleted channel back (a Kafka or Pulsar topic
+//     a broker would create on use, say).
 //
 // A backend without fencing (Capabilities.Fencing false) accepts every open
 // and every append; readers are then protected by the adaptor's log-level

@@ -36,6 +36,10 @@ var (
 	ErrUnrecoverable = errors.New("wal backend failed unrecoverably")
 	// ErrInvalidConfig means a backend's configuration does not validate.
 	ErrInvalidConfig = errors.New("invalid wal backend config")
+	// ErrNoChannel is a ReadOnly open of a channel that does not exist
+	// (never opened ReadWrite, or deleted): a reader creates nothing, so
+	// that it never brings a deleted channel back.
+	ErrNoChannel = errors.New("no such channel")
 )
 
 // FencedError details why a writer is fenced. It matches ErrFenced.

@@ -31,7 +31,9 @@ type Opener interface {
 	// Open opens a channel's WAL. Where the backend can fence, a ReadWrite
 	// open at term T fences every earlier ReadWrite WAL of the channel with a
 	// term ≤ T (the later claim wins), and an open below the channel's highest
-	// term is ErrFenced and changes nothing.
+	// term is ErrFenced and changes nothing. A ReadOnly open creates
+	// nothing: one of a channel that does not exist (never opened
+	// ReadWrite, or deleted) is ErrNoChannel.
 	Open(ctx context.Context, ch Channel) (WALImpl, error)
 	// Capabilities declares what this backend can do.
 	Capabilities() Capabilities

@@ -75,6 +75,8 @@
 //	                     goroutine left by 20 concurrent scanners
 //	ScannerOutlivesReadContext  a scanner lives on after Read's context ends
 //	ReadOnly             Append/Truncate are ErrReadOnly; RO fences nobody
+//	ReadOnlyCreatesNothing  a read-only open of a channel never opened, or
+//	                     deleted, is ErrNoChannel; the name opens again empty
 //	Context              cancelled Open/Append/Read/Truncate/Last return
 //	                     promptly
 //	ParallelChannels     three channels in parallel do not interfere

@@ -284,3 +284,35 @@ func testContext(t *testing.T, e *env) {
 	msgs := simpleMessages(t, "ctx-after", 2)
 	e.appendAll(w, msgs)
 }
+
+// testReadOnlyCreatesNothing checks that a ReadOnly open never creates a
+// channel: one of a name never opened ReadWrite, or of a deleted channel,
+// is ErrNoChannel, and the name then opens ReadWrite as a new, empty
+// channel at any term.
+func testReadOnlyCreatesNothing(t *testing.T, e *env) {
+	name := channelName("rocreate")
+	_, err := e.tryOpen(e.opener(), name, 0, walimpls.ReadOnly)
+	require.ErrorIs(t, err, walimpls.ErrNoChannel, "a read-only open of a channel never opened")
+
+	o := e.opener()
+	w := e.open(o, name, 3, walimpls.ReadWrite)
+	e.appendAll(w, simpleMessages(t, "rocreate", 2))
+	// On o, whose Delete finishes it: readers of other openers are the
+	// caller's to stop before a Delete (see Deleting a channel).
+	ro := e.open(o, name, 0, walimpls.ReadOnly)
+	last, err := e.last(ro)
+	require.NoError(t, err)
+	require.False(t, last.IsZero(), "a read-only open of an existing channel sees its messages")
+
+	require.NoError(t, e.do("Delete", func(ctx context.Context) error { return o.Delete(ctx, name) }))
+	_, err = e.tryOpen(e.opener(), name, 0, walimpls.ReadOnly)
+	require.ErrorIs(t, err, walimpls.ErrNoChannel, "a read-only open of a deleted channel")
+	_, err = e.tryOpen(e.opener(), name, 7, walimpls.ReadOnly)
+	require.ErrorIs(t, err, walimpls.ErrNoChannel, "a read-only open of a deleted channel, again")
+
+	// Nothing was brought back: the name opens as a new channel.
+	w2 := e.open(e.opener(), name, 1, walimpls.ReadWrite)
+	last, err = e.last(w2)
+	require.NoError(t, err)
+	require.True(t, last.IsZero(), "the deleted channel came back: Last is %s", last)
+}

@@ -110,6 +110,7 @@ var parts = []struct {
 	{"ScannerContract", testScannerContract},
 	{"ScannerOutlivesReadContext", testScannerOutlivesReadContext},
 	{"ReadOnly", testReadOnly},
+	{"ReadOnlyCreatesNothing", testReadOnlyCreatesNothing},
 	{"Context", testContext},
 	{"ParallelChannels", testParallelChannels},
 	{"Fencing", testFencing},

@@ -67,7 +67,8 @@ var breakages = []struct {
 	{"shared-log", []string{"ParallelChannels"}},
 	{"close-is-noop", []string{"Lifecycle"}},
 	{"opener-close-keeps-wals", []string{"OpenerClose"}},
-	{"readonly-writes", []string{"ReadOnly"}},
+	{"readonly-writes", []string{"ReadOnly", "ReadOnlyCreatesNothing"}},
+	{"readonly-creates", []string{"ReadOnlyCreatesNothing"}},
 	{"ignore-context", []string{"Context"}},
 	{"leak-scanner-goroutine", []string{"ScannerContract"}},
 	{"chan-never-closes", []string{"ScannerContract"}},
@@ -308,6 +309,14 @@ func (o *brokenOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.
 		}
 	case "readonly-writes":
 		ch.Mode = walimpls.ReadWrite
+	case "readonly-creates":
+		if ch.Mode == walimpls.ReadOnly && ch.Validate() == nil {
+			// Like a broker that creates a topic on use: the channel
+			// exists (empty) from now on.
+			if w, err := o.Opener.Open(ctx, walimpls.Channel{Name: ch.Name, Term: 0}); err == nil {
+				_ = w.Close()
+			}
+		}
 	}
 	if ch.Validate() == nil {
 		n := o.names

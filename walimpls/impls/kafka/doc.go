@@ -264,8 +264,9 @@
 // cannot reach is not waited for; a ReadWrite open that still finds the
 // dying topic sees the deletion marker, waits for the topic to go (up to
 // CreateTimeout, at most three times) and creates a new one. A ReadOnly
-// open reads no claims: one that finds the dying topic reads the deleted
-// channel until the topic goes. Scanners of other nodes are the caller's
+// open reads no claims and creates no topic: one that finds the dying
+// topic reads the deleted channel until the topic goes, one that finds
+// none is walimpls.ErrNoChannel. Scanners of other nodes are the caller's
 // to stop first; a scanner whose topic is gone or re-created ends with
 // ErrPositionGone.
 //

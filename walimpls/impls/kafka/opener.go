@@ -214,7 +214,13 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 	topic := o.cfg.topicName(ch.Name)
 	var w *wal
 	for attempt := 0; w == nil; attempt++ {
-		id, err := o.ensureTopic(ctx, topic)
+		var id topicID
+		var err error
+		if ch.Mode == walimpls.ReadWrite {
+			id, err = o.ensureTopic(ctx, topic)
+		} else {
+			id, err = o.existingTopic(ctx, topic, ch.Name)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -339,6 +345,40 @@ func (o *Opener) ensureTopic(ctx context.Context, topic string) (topicID, error)
 			o.log.Debug("topic exists already (created elsewhere)", "topic", topic)
 		}
 		return errRetry // re-read the metadata until the partitions have leaders
+	})
+	if err != nil {
+		return topicID{}, err
+	}
+	o.noteTopicID(topic, id)
+	return id, nil
+}
+
+// existingTopic returns the ID of topic, the topic of a channel opened
+// ReadOnly, and creates nothing: a topic that does not exist (a channel
+// never opened ReadWrite, or deleted) is walimpls.ErrNoChannel, so that a
+// reader never brings a deleted channel back. A topic that exists but is
+// not ready yet (no leader) is waited for, up to CreateTimeout.
+func (o *Opener) existingTopic(ctx context.Context, topic, channel string) (topicID, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.CreateTimeout)
+	defer cancel()
+	var id topicID
+	err := retry(ctx, func() error {
+		td, err := o.freshTopic(ctx, topic)
+		switch {
+		case err != nil:
+			return err
+		case !td.exists:
+			return errPermanent{errors.Wrapf(walimpls.ErrNoChannel, "kafka: open channel %q read-only: topic %q does not exist", channel, topic)}
+		case td.err != nil:
+			return td.err
+		}
+		for n, p := range td.parts {
+			if n < 2 && (p.err != nil || p.leader < 0) {
+				return errRetry
+			}
+		}
+		id = td.id
+		return nil
 	})
 	if err != nil {
 		return topicID{}, err

@@ -436,8 +436,9 @@
 //   - A channel defined in the journal (it had a ReadWrite open) gets a
 //     delete frame with its id and name, synced before the deletion takes
 //     effect, whatever the sync policy, like term and truncate frames. A
-//     channel never defined (only ReadOnly opens) has nothing on disk and
-//     needs no frame.
+//     channel never defined has nothing on disk and needs no frame (a
+//     ReadOnly open of it is walimpls.ErrNoChannel and creates nothing,
+//     also in memory).
 //   - From the moment it is framed the channel is out of the store. Every
 //     later record of its writers is refused with a *walimpls.FencedError
 //     with Deleted set, and nothing is framed: an append framed before the

@@ -308,6 +308,28 @@ func (s *Store) channel(name string) (*channel, error) {
 	return ch, nil
 }
 
+// definedChannel returns the channel of a ReadOnly open: one a ReadWrite
+// open defined, and not deleted since. It creates nothing: any other name
+// is walimpls.ErrNoChannel.
+func (s *Store) definedChannel(name string) (*channel, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errors.Wrapf(walimpls.ErrClosed, "local: open %q on a closed store", name)
+	}
+	ch, ok := s.channels[name]
+	s.mu.Unlock()
+	if ok {
+		ch.mu.RLock()
+		ok = ch.id != 0
+		ch.mu.RUnlock()
+	}
+	if !ok || ch.deleted.Load() {
+		return nil, errors.Wrapf(walimpls.ErrNoChannel, "local: open %q read-only: the channel does not exist", name)
+	}
+	return ch, nil
+}
+
 // segmentFile returns the file of a live segment, or nil once it has been
 // deleted.
 func (s *Store) segmentFile(num uint64) File {
@@ -375,7 +397,13 @@ var errChannelDeleted = errors.New("local: channel deleted under an open")
 // open is one attempt of Open: errChannelDeleted when the channel it found
 // was deleted meanwhile.
 func (o *Opener) open(ctx context.Context, info walimpls.Channel) (walimpls.WALImpl, error) {
-	ch, err := o.s.channel(info.Name)
+	var ch *channel
+	var err error
+	if info.Mode == walimpls.ReadOnly {
+		ch, err = o.s.definedChannel(info.Name)
+	} else {
+		ch, err = o.s.channel(info.Name)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -78,6 +78,14 @@ func (c *Cluster) log(name string) *channelLog {
 	return l
 }
 
+// lookup returns the channel's log, if it exists; it creates nothing.
+func (c *Cluster) lookup(name string) (*channelLog, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.logs[name]
+	return l, ok
+}
+
 // deleteLog removes the channel's log: later opens of the name get a new
 // one, and the WALs and scanners of the removed one are finished.
 func (c *Cluster) deleteLog(name string) {

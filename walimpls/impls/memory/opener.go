@@ -86,7 +86,15 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 	if o.closed {
 		return nil, errors.Wrapf(walimpls.ErrClosed, "memory: open %s on a closed opener", ch)
 	}
-	l := o.cluster.log(ch.Name)
+	var l *channelLog
+	if ch.Mode == walimpls.ReadOnly {
+		var ok bool
+		if l, ok = o.cluster.lookup(ch.Name); !ok {
+			return nil, errors.Wrapf(walimpls.ErrNoChannel, "memory: open %s: the channel does not exist", ch)
+		}
+	} else {
+		l = o.cluster.log(ch.Name)
+	}
 	var claim uint64
 	if ch.Mode == walimpls.ReadWrite {
 		fencing := o.cluster.FencingEnabled()

@@ -280,6 +280,16 @@
 // client reports batch index 0 for a message sent without batching; this
 // backend's producers always batch, so that is exact for what it writes.
 //
+// # Read-only opens
+//
+// A ReadOnly open creates nothing: with Config.TopicExists (or AdminURL)
+// it asks whether the channel's meta topic exists first, and one that does
+// not (a channel never opened ReadWrite, or deleted) is
+// walimpls.ErrNoChannel, before any reader of the topic would make a
+// broker that creates topics on use create it. Without either the backend
+// cannot tell without creating: configure AdminURL, or turn the brokers'
+// topic auto-creation off, where readers may open deleted channels.
+//
 // # Deleting a channel
 //
 // The binary protocol cannot delete a topic, so Opener.Delete needs

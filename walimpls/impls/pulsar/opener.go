@@ -318,6 +318,26 @@ func (o *Opener) forget(w *wal) {
 	o.mu.Unlock()
 }
 
+// mustExist refuses a ReadOnly open of a channel whose meta topic does not
+// exist (never opened ReadWrite, or deleted) with walimpls.ErrNoChannel,
+// before a reader of it would make a broker that creates topics on use
+// create it. Without Config.TopicExists (or AdminURL) it cannot tell, and
+// lets the open go on.
+func (o *Opener) mustExist(ctx context.Context, metaTopic string, ch walimpls.Channel) error {
+	exists := o.cfg.TopicExists
+	if exists == nil {
+		return nil
+	}
+	ok, err := exists(ctx, metaTopic)
+	if err != nil {
+		return errors.Wrapf(err, "pulsar: open %s: does topic %s exist", ch, metaTopic)
+	}
+	if !ok {
+		return errors.Wrapf(walimpls.ErrNoChannel, "pulsar: open %s: the channel does not exist (no topic %s)", ch, metaTopic)
+	}
+	return nil
+}
+
 // Open implements walimpls.Opener. A ReadWrite open claims the term and
 // takes the channel's topic over as the package documentation describes.
 func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
@@ -331,6 +351,11 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 		return nil, err
 	}
 	w := newWAL(o, ch)
+	if ch.Mode == walimpls.ReadOnly {
+		if err := o.mustExist(ctx, w.metaTopic, ch); err != nil {
+			return nil, err
+		}
+	}
 	st, err := o.readMeta(ctx, w.metaTopic, "")
 	if err != nil {
 		return nil, err
