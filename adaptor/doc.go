@@ -134,6 +134,18 @@
 // with DeliverStartFrom(that position) and Filter.TimeTickAbove set to the
 // last delivered timetick.
 //
+// # Sealed logs
+//
+// A log that nothing acknowledged is appended to any more (a sealed
+// segment of a chain: package chain) may end with appends no watermark
+// covers: its writer was fenced before the next one. A scanner given the
+// log's last position (ReadOption.Until) reads up to it and no further,
+// releases what it holds there in timetick order, and ends with a nil
+// Error; package chainread reads chains that way. A writer that continues
+// such a channel on a new log takes the sealed log's highest timetick as
+// its floor (Options.TimeTickFloor), so that timeticks keep increasing
+// across the seal.
+//
 // # Memory
 //
 // The write-ahead buffer (shared by a WAL's tailing scanners) and each
