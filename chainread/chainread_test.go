@@ -194,6 +194,8 @@ func TestPositionsOutsideTheChain(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.Read(ctx, chainread.ReadOption{})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)
+	_, err = b.mem.Open(ctx, walimpls.Channel{Name: "gone", Mode: walimpls.ReadOnly})
+	require.ErrorIs(t, err, walimpls.ErrNoChannel, "the reader brought the deleted segment back")
 	// The chain from segment 1 on, whose segment 1's data is gone too.
 	require.NoError(t, b.local.Delete(ctx, "gone-s1"))
 	r, err = chainread.New(chainread.Config{Chain: pruned, Openers: b.openers})

@@ -48,11 +48,13 @@
 // The Reader opens each segment's backend through Openers, which the
 // caller gives (the opener of each backend entry by its Name: no globals),
 // always ReadOnly, so that a reader never fences a writer and never
-// creates a sealed or deleted segment again. Before it reads a sealed
-// segment it asks the backend for the segment's last message
-// (walimpls.WALImpl.Last): a segment whose data ends before its seal's End
-// (deleted, or a backend that lost it) is walimpls.ErrPositionGone, never
-// a wait for a message that will not come.
+// creates a sealed or deleted segment again (a ReadOnly open of a channel
+// that does not exist is walimpls.ErrNoChannel on every backend, and
+// creates nothing). A sealed segment whose channel is gone, or whose data
+// ends before its seal's End (the backend's Last, asked before reading),
+// is walimpls.ErrPositionGone, never a wait for a message that will not
+// come. The last segment's channel not existing yet (its writer did not
+// open it) is walimpls.ErrNoChannel: read again later.
 //
 // One segment's WAL is open at a time: the scanner opens it when it starts
 // reading the segment and closes it before it opens the next one.

@@ -53,14 +53,19 @@ func newBackends(t testing.TB) *backends {
 		_ = b.nofence.Close()
 		_ = b.local.Close()
 	})
-	b.openers = chainread.OpenerMap{"memory": b.mem, "local": b.local, "nofence": b.nofence}
+	// memory2 and local2 are other entries on the same backends, so that
+	// a chain can move from one to the other (neighbours differ by Name).
+	b.openers = chainread.OpenerMap{"memory": b.mem, "local": b.local, "nofence": b.nofence, "memory2": b.mem, "local2": b.local}
 	return b
 }
 
 func backend(name, channel string) chain.Backend {
 	kind := name
-	if name == "nofence" {
+	switch name {
+	case "nofence", "memory2":
 		kind = "memory"
+	case "local2":
+		kind = "local"
 	}
 	return chain.Backend{Name: name, Kind: kind, Channel: channel}
 }

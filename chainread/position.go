@@ -98,7 +98,7 @@ func CheckpointOf(m message.Immutable) (Checkpoint, error) {
 	}
 	pos, err := PositionOf(lc)
 	if err != nil {
-		return Checkpoint{}, errors.Mark(err, ErrNoResumePosition)
+		return Checkpoint{}, mark(err, ErrNoResumePosition)
 	}
 	tt, ok := m.TimeTick()
 	if !ok {
@@ -144,7 +144,7 @@ func ParseCheckpoint(s string) (Checkpoint, error) {
 	}
 	pos, err := chain.ParsePosition(posText)
 	if err != nil || pos.IsZero() {
-		return Checkpoint{}, errors.Mark(errors.Wrapf(errCorruptCheckpoint, "%q: position: %v", s, err), message.ErrCorruptID)
+		return Checkpoint{}, mark(errors.Wrapf(errCorruptCheckpoint, "%q: position: %v", s, err), message.ErrCorruptID)
 	}
 	return Checkpoint{Position: pos, TimeTick: tt}, nil
 }

@@ -112,6 +112,10 @@ func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool) (ss *
 	}
 	raw, err := opener.Open(ctx, walimpls.Channel{Name: seg.Backend.Channel, Term: seg.FirstTerm, Mode: walimpls.ReadOnly})
 	if err != nil {
+		if seg.Seal != nil && errors.Is(err, walimpls.ErrNoChannel) {
+			// A sealed segment's channel existed: its data is gone.
+			err = mark(errors.Wrap(err, "the sealed segment's data is gone"), walimpls.ErrPositionGone)
+		}
 		return nil, err
 	}
 	var until message.ID
