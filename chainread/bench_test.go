@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chainread"
@@ -19,11 +20,12 @@ const benchScanLog = 100_000
 // BenchmarkScanAcrossSeal: a catch-up scan of benchScanLog messages on a
 // chain of two segments (half on each, the first sealed) against the same
 // number of messages on one segment read by the adaptor itself, in the
-// same op, one after the other. The chain's scan includes opening both
+// same op, one after the other (which goes first alternates). The chain's scan includes opening both
 // segments (read-only WALs, the sealed one's Last). "ratio" is the chain's
 // throughput ÷ the one segment's, read message by message (Chan);
-// "batch-ratio" the same read in slices (Batches). Goal ≥ 0.95. One op is
-// one scan of each; use -benchtime Nx.
+// "batch-ratio" the same read in slices (Batches); "cpu-ratio" the
+// process CPU per message of both (the steadiest on a shared machine).
+// Goal ≥ 0.95. One op is one scan of each; use -benchtime Nx.
 //
 //	go test -run '^$' -bench ScanAcrossSeal -benchtime 10x ./chainread/
 func BenchmarkScanAcrossSeal(b *testing.B) {
@@ -47,13 +49,27 @@ func BenchmarkScanAcrossSeal(b *testing.B) {
 			defer ro.Close()
 			r := two.reader(b)
 
-			var oneTook, twoTook, oneBatch, twoBatch time.Duration
+			var oneTook, twoTook, oneBatch, twoBatch, oneCPU, twoCPU time.Duration
 			b.ResetTimer()
-			for range b.N {
-				oneTook += scanChan(b, func() (adaptor.Scanner, error) { return ro.Read(ctx, adaptor.ReadOption{}) })
-				twoTook += scanChan(b, func() (adaptor.Scanner, error) { return r.Read(ctx, chainread.ReadOption{}) })
-				oneBatch += scanBatches(b, func() (adaptor.BatchScanner, error) { return ro.ReadBatches(ctx, adaptor.ReadOption{}) })
-				twoBatch += scanBatches(b, func() (adaptor.BatchScanner, error) { return r.ReadBatches(ctx, chainread.ReadOption{}) })
+			for i := range b.N {
+				// Alternate which goes first, so that neither always
+				// pays for the other's garbage.
+				rounds := []func(){
+					func() {
+						cpu := cpuTime(b)
+						oneTook += scanChan(b, func() (adaptor.Scanner, error) { return ro.Read(ctx, adaptor.ReadOption{}) })
+						oneBatch += scanBatches(b, func() (adaptor.BatchScanner, error) { return ro.ReadBatches(ctx, adaptor.ReadOption{}) })
+						oneCPU += cpuTime(b) - cpu
+					},
+					func() {
+						cpu := cpuTime(b)
+						twoTook += scanChan(b, func() (adaptor.Scanner, error) { return r.Read(ctx, chainread.ReadOption{}) })
+						twoBatch += scanBatches(b, func() (adaptor.BatchScanner, error) { return r.ReadBatches(ctx, chainread.ReadOption{}) })
+						twoCPU += cpuTime(b) - cpu
+					},
+				}
+				rounds[i%2]()
+				rounds[1-i%2]()
 			}
 			b.StopTimer()
 			n := float64(b.N * benchScanLog)
@@ -61,8 +77,21 @@ func BenchmarkScanAcrossSeal(b *testing.B) {
 			b.ReportMetric(n/twoTook.Seconds(), "two-segments-msgs/s")
 			b.ReportMetric(oneTook.Seconds()/twoTook.Seconds(), "ratio")
 			b.ReportMetric(oneBatch.Seconds()/twoBatch.Seconds(), "batch-ratio")
+			// The process's CPU per message (Chan and Batches together), which
+			// other processes on the machine do not swing as they swing the
+			// wall clock.
+			b.ReportMetric(float64(oneCPU.Nanoseconds())/n/2, "one-cpu-ns/msg")
+			b.ReportMetric(float64(twoCPU.Nanoseconds())/n/2, "two-cpu-ns/msg")
+			b.ReportMetric(oneCPU.Seconds()/twoCPU.Seconds(), "cpu-ratio")
 		})
 	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	require.NoError(b, unix.Getrusage(unix.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func scanChan(b *testing.B, read func() (adaptor.Scanner, error)) time.Duration {
