@@ -14,19 +14,21 @@ import (
 const idBackend = "chain"
 
 // idValue is the message.IDValue of a delivered message: its segment and
-// its ID on the segment's backend.
+// its ID on the segment's backend. IDs hold a pointer to one, so that a
+// scanner allocates those of a batch at once (one slice per batch, not one
+// value per message).
 type idValue struct {
 	segment uint64
 	id      message.ID
 }
 
 // Backend implements message.IDValue.
-func (v idValue) Backend() string { return idBackend }
+func (v *idValue) Backend() string { return idBackend }
 
 // Compare implements message.IDValue: by segment, then by the backend's
 // order (IDs of one segment share a backend).
-func (v idValue) Compare(o message.IDValue) int {
-	ov, ok := o.(idValue)
+func (v *idValue) Compare(o message.IDValue) int {
+	ov, ok := o.(*idValue)
 	if !ok {
 		return 1
 	}
@@ -45,9 +47,9 @@ func (v idValue) Compare(o message.IDValue) int {
 }
 
 // Marshal implements message.IDValue: the chain position's string.
-func (v idValue) Marshal() string { return v.position().String() }
+func (v *idValue) Marshal() string { return v.position().String() }
 
-func (v idValue) position() chain.Position {
+func (v *idValue) position() chain.Position {
 	return chain.Position{Segment: v.segment, ID: v.id.Marshal()}
 }
 
@@ -56,14 +58,14 @@ func newID(segment uint64, id message.ID) message.ID {
 	if id.IsZero() {
 		return message.ID{}
 	}
-	return message.NewID(idValue{segment: segment, id: id})
+	return message.NewID(&idValue{segment: segment, id: id})
 }
 
 // PositionOf returns the chain position of an ID a chainread scanner
 // delivered (a message's ID or LastConfirmed); any other ID is
 // message.ErrIncomparableID.
 func PositionOf(id message.ID) (chain.Position, error) {
-	v, ok := id.Value().(idValue)
+	v, ok := id.Value().(*idValue)
 	if !ok {
 		return chain.Position{}, errors.Wrapf(message.ErrIncomparableID, "chainread: id %s is not a chain id", id)
 	}
@@ -73,7 +75,7 @@ func PositionOf(id message.ID) (chain.Position, error) {
 // BackendID returns the segment and the backend ID of an ID a chainread
 // scanner delivered.
 func BackendID(id message.ID) (segment uint64, backendID message.ID, err error) {
-	v, ok := id.Value().(idValue)
+	v, ok := id.Value().(*idValue)
 	if !ok {
 		return 0, message.ID{}, errors.Wrapf(message.ErrIncomparableID, "chainread: id %s is not a chain id", id)
 	}

@@ -260,30 +260,72 @@ func (s *scanner) drain(ss *segmentScan) error {
 	}
 }
 
-// wrap turns the IDs of a batch of segment seg into chain IDs and checks
-// the timeticks. It returns how many messages may be delivered: all, or
-// those before the first whose timetick breaks the order, with
-// ErrTimeTickOrder.
+// wrap turns the IDs of a batch of segment seg into chain IDs (their
+// values allocated at once) and checks the timeticks. It returns how many
+// messages may be delivered: all, or those before the first whose
+// timetick breaks the order, with ErrTimeTickOrder.
+//
+// Within a segment the adaptor's scanner delivers timeticks in increasing
+// order, so the batch's first timetick is checked against what came
+// before it (the previous batch, the previous seal) and, in a sealed
+// segment, its last against the seal; the messages between are checked
+// only when one of those checks fails, to find the first to hold back.
 func (s *scanner) wrap(seg chain.Segment, batch []message.Immutable) (int, error) {
-	for i, m := range batch {
-		if tt, ok := m.TimeTick(); ok {
-			if tt <= s.lastTT || seg.Seal != nil && tt > seg.Seal.TimeTick {
-				return i, s.orderError(seg, m, tt)
+	if first, last, ok := batchTimeTicks(batch); ok {
+		if first <= s.lastTT || seg.Seal != nil && last > seg.Seal.TimeTick {
+			for i, m := range batch {
+				tt, ok := m.TimeTick()
+				if !ok {
+					continue
+				}
+				if tt <= s.lastTT || seg.Seal != nil && tt > seg.Seal.TimeTick {
+					return s.wrapIDs(seg, batch[:i]), s.orderError(seg, m, tt)
+				}
+				s.lastTT = tt
 			}
-			s.lastTT = tt
 		}
+		s.lastTT = last
+	}
+	return s.wrapIDs(seg, batch), nil
+}
+
+// batchTimeTicks returns the first and last timeticks of a batch; ok is
+// false when no message of it has one.
+func batchTimeTicks(batch []message.Immutable) (first, last uint64, ok bool) {
+	for _, m := range batch {
+		if first, ok = m.TimeTick(); ok {
+			break
+		}
+	}
+	if !ok {
+		return 0, 0, false
+	}
+	for i := len(batch) - 1; i >= 0; i-- {
+		if tt, has := batch[i].TimeTick(); has {
+			return first, tt, true
+		}
+	}
+	return first, first, true
+}
+
+// wrapIDs gives the messages of batch their chain IDs and resume
+// positions, and returns len(batch).
+func (s *scanner) wrapIDs(seg chain.Segment, batch []message.Immutable) int {
+	values := make([]idValue, len(batch))
+	for i, m := range batch {
 		lc := m.LastConfirmed()
-		if lc.IsZero() {
-			lc = message.ID{}
-		} else if s.lcIn.IsZero() || !lc.EQ(s.lcIn) {
+		switch {
+		case lc.IsZero():
+		case !s.lcIn.IsZero() && lc.EQ(s.lcIn):
+			lc = s.lcOut
+		default:
 			s.lcIn, s.lcOut = lc, newID(seg.Index, lc)
 			lc = s.lcOut
-		} else {
-			lc = s.lcOut
 		}
-		batch[i] = message.NewImmutable(m.Message, newID(seg.Index, m.ID())).WithLastConfirmed(lc)
+		values[i] = idValue{segment: seg.Index, id: m.ID()}
+		batch[i] = message.NewImmutable(m.Message, message.NewID(&values[i])).WithLastConfirmed(lc)
 	}
-	return len(batch), nil
+	return len(batch)
 }
 
 func (s *scanner) orderError(seg chain.Segment, m message.Immutable, tt uint64) error {
