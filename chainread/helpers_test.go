@@ -20,7 +20,18 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pulsar-client-go's, as the pulsar backend's tests ignore them
+		// (walimpls/impls/pulsar/main_test.go says why): a producer's
+		// timeout loop that ends up to SendTimeout after Close, and the
+		// reconnect goroutine of a producer the client closed itself
+		// after ProducerFenced (the seals fence the Pulsar writer).
+		goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).failTimeoutMessages"),
+		goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).runEventsLoop.func1"),
+		goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionConsumer).grabConn.func1"),
+	)
+}
 
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -5,12 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
+	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
 )
 
 // withKafka adds a "kafka" entry on an in-process kfake broker.
@@ -70,4 +73,63 @@ func TestCrossesKafka(t *testing.T) {
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)
 	_, err = ko.Open(ctx, walimpls.Channel{Name: "tokafka-s1", Mode: walimpls.ReadOnly})
 	require.ErrorIs(t, err, walimpls.ErrNoChannel, "the reader created the deleted segment's topic again")
+}
+
+// withPulsar adds a "pulsar" entry on an in-process pulsartest broker.
+func withPulsar(t *testing.T, b *backends) walimpls.Opener {
+	br := pulsartest.Start(t, pulsartest.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o, err := pulsar.New(ctx, pulsar.Config{
+		ServiceURL:        br.URL(),
+		OperationTimeout:  10 * time.Second,
+		ConnectionTimeout: 5 * time.Second,
+		TakeOverTimeout:   10 * time.Second,
+		TakeOver:          func(_ context.Context, topic string) error { return br.UnloadTopic(topic) },
+		DeleteTopic: func(_ context.Context, topic string) error {
+			if err := br.DeleteTopic(topic); !errors.Is(err, pulsartest.ErrTopicNotFound) {
+				return err
+			}
+			return nil
+		},
+		TopicExists: func(_ context.Context, topic string) (bool, error) { return br.TopicExists(topic) },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = o.Close() })
+	b.openers["pulsar"] = o
+	return o
+}
+
+// TestFourBackends: memory → Kafka → Pulsar → local, three hops across
+// every backend, read whole and resumed from a checkpoint in each segment.
+func TestFourBackends(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBackends(t)
+	withKafka(t, b)
+	withPulsar(t, b)
+	bl := newChain(t, b, "four", "memory")
+	bl.append(40, 2)
+	bl.migrate("kafka", 2)
+	bl.append(40, 2)
+	bl.migrate("pulsar", 3)
+	bl.append(40, 2)
+	bl.migrate("local", 4)
+	bl.append(40, 2)
+	require.NoError(t, bl.w.Sync(ctx))
+	want := bl.sorted()
+
+	r := bl.reader(t)
+	s, err := r.Read(ctx, chainread.ReadOption{})
+	require.NoError(t, err)
+	all := recv(t, s, len(want))
+	require.NoError(t, s.Close())
+	check(t, want, all)
+	for _, i := range []int{10, 50, 90, 130} {
+		cp, err := chainread.CheckpointOf(all[i])
+		require.NoError(t, err)
+		bs, err := r.ReadBatches(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
+		require.NoError(t, err)
+		check(t, want[i+1:], recvBatches(t, bs, len(want)-i-1))
+		require.NoError(t, bs.Close())
+	}
 }
