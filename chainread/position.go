@@ -53,14 +53,6 @@ func (v *idValue) position() chain.Position {
 	return chain.Position{Segment: v.segment, ID: v.id.Marshal()}
 }
 
-// newID wraps a backend ID of a segment; the zero ID stays zero.
-func newID(segment uint64, id message.ID) message.ID {
-	if id.IsZero() {
-		return message.ID{}
-	}
-	return message.NewID(&idValue{segment: segment, id: id})
-}
-
 // PositionOf returns the chain position of an ID a chainread scanner
 // delivered (a message's ID or LastConfirmed); any other ID is
 // message.ErrIncomparableID.

@@ -311,7 +311,9 @@ func batchTimeTicks(batch []message.Immutable) (first, last uint64, ok bool) {
 // wrapIDs gives the messages of batch their chain IDs and resume
 // positions, and returns len(batch).
 func (s *scanner) wrapIDs(seg chain.Segment, batch []message.Immutable) int {
-	values := make([]idValue, len(batch))
+	// The messages' IDs, then the resume positions that differ from the
+	// one before them.
+	values := make([]idValue, len(batch), 2*len(batch))
 	for i, m := range batch {
 		lc := m.LastConfirmed()
 		switch {
@@ -319,7 +321,8 @@ func (s *scanner) wrapIDs(seg chain.Segment, batch []message.Immutable) int {
 		case !s.lcIn.IsZero() && lc.EQ(s.lcIn):
 			lc = s.lcOut
 		default:
-			s.lcIn, s.lcOut = lc, newID(seg.Index, lc)
+			values = append(values, idValue{segment: seg.Index, id: lc})
+			s.lcIn, s.lcOut = lc, message.NewID(&values[len(values)-1])
 			lc = s.lcOut
 		}
 		values[i] = idValue{segment: seg.Index, id: m.ID()}
