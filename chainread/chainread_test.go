@@ -244,3 +244,31 @@ func drain(t testing.TB, s adaptor.Scanner) []message.Immutable {
 	}
 	return out
 }
+
+// TestLatestAndStartAfter: DeliverLatest delivers only what the last
+// segment's writer appends after Read; DeliverStartAfter a sealed
+// segment's End starts at the next segment.
+func TestLatestAndStartAfter(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBackends(t)
+	bl := newChain(t, b, "latest", "local")
+	bl.append(20, 2)
+	bl.migrate("memory", 2)
+	bl.append(20, 2)
+	require.NoError(t, bl.w.Sync(ctx))
+	r := bl.reader(t)
+
+	s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverLatest()})
+	require.NoError(t, err)
+	defer s.Close()
+	n := len(bl.acked)
+	bl.append(5, 1)
+	require.NoError(t, bl.w.Sync(ctx))
+	check(t, bl.sorted()[n:], recv(t, s, 5))
+
+	end := chain.Position{Segment: 0, ID: bl.c.Segments[0].Seal.End}
+	s2, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartAfter(end)})
+	require.NoError(t, err)
+	defer s2.Close()
+	check(t, bl.sorted()[20:], recv(t, s2, len(bl.acked)-20))
+}
