@@ -174,7 +174,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	mux.HandleFunc(cluster.LivenessPath, n.liveness)
 	n.srv = &http.Server{Handler: n.guarded(mux), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.cfg.TLS,
-		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelInfo)}
+		ErrorLog: newServerLog(n.log, n.metrics.handshakesRefused)}
 	n.accepting.Store(true)
 	n.wg.Add(3)
 	go func() {
@@ -345,7 +345,9 @@ type metrics struct {
 	sessionsLost prometheus.Counter
 	opens        *prometheus.CounterVec
 	dedup        *prometheus.CounterVec
-	collectors   []prometheus.Collector
+	// handshakesRefused counts the API's failed TLS handshakes (tlslog.go).
+	handshakesRefused *prometheus.CounterVec
+	collectors        []prometheus.Collector
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -359,8 +361,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "channel_opens_total", Help: "Channel opens following assignments, by result."}, []string{"result"}),
 		dedup: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
 			Name: "retries_total", Help: "Retried appends, by how they were resolved: memory, log (found an earlier copy), stored."}, []string{"resolved"}),
+		handshakesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
+			Name: "tls_handshakes_refused_total", Help: "TLS handshakes of the API that failed, by reason: no_client_certificate, expired_certificate, unknown_authority, bad_certificate, plaintext_client, closed_by_client, other."}, []string{"reason"}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.sessionsLost, m.opens, m.dedup}
+	m.collectors = []prometheus.Collector{m.requests, m.sessionsLost, m.opens, m.dedup, m.handshakesRefused}
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err

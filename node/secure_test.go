@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/client"
@@ -127,4 +128,68 @@ principals:
 	_, err = as("alice", "").Append(ctx, "orders", client.Message{Payload: []byte("end")}, client.Options{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"from-alice", "end"}, backendPayloads(t, c.mem, "orders", "end"))
+}
+
+// TestRefusedHandshakesCounted: a client turned away in the TLS handshake
+// (no client certificate where one is required, plaintext to the TLS
+// port) never reaches a handler, so net/http only logs it; the node counts
+// each by reason in streamwal_node_tls_handshakes_refused_total.
+func TestRefusedHandshakesCounted(t *testing.T) {
+	c := newTestCluster(t)
+	p := newPKI(t)
+	srv := p.server(t)
+	srv.ClientAuth = tls.RequireAndVerifyClientCert
+	reg := prometheus.NewRegistry()
+	o, err := memory.New(context.Background(), memory.Config{Cluster: c.mem})
+	require.NoError(t, err)
+	n, err := node.New(c.cli, o, node.Config{ID: "n1", Root: c.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory",
+		TLS: srv, Registerer: reg, Gatherer: reg})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	require.NoError(t, n.Start(ctx))
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), testTimeout)
+		defer scancel()
+		require.NoError(t, n.Shutdown(sctx))
+		_ = o.Close()
+	})
+
+	// No client certificate: the server refuses it in the handshake.
+	conn, err := tls.Dial("tcp", n.Addr(), p.client(t, ""))
+	if err == nil {
+		// TLS 1.3: the client learns of the refusal on its first read.
+		_, _ = conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		_, _ = conn.Read(make([]byte, 1))
+		_ = conn.Close()
+	}
+	// Plaintext HTTP to the TLS port.
+	raw, err := net.Dial("tcp", n.Addr())
+	require.NoError(t, err)
+	_, err = raw.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+	require.NoError(t, err)
+	_, _ = raw.Read(make([]byte, 64))
+	_ = raw.Close()
+
+	refused := func(reason string) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "streamwal_node_tls_handshakes_refused_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" && l.GetValue() == reason {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	require.Eventually(t, func() bool {
+		return refused("no_client_certificate") >= 1 && refused("plaintext_client") >= 1
+	}, testTimeout, 5*time.Millisecond, "refusals counted: no certificate %v, plaintext %v",
+		refused("no_client_certificate"), refused("plaintext_client"))
 }
