@@ -59,7 +59,11 @@ func (c *Client) tlsRefusal(ctx context.Context, addr string, err error) error {
 // (it is slow or unreachable; a probe would wait as long).
 func connectionLost(err error) bool {
 	var ne net.Error
-	if connect.CodeOf(err) != connect.CodeUnavailable || errors.Is(err, syscall.ECONNREFUSED) ||
+	// connect reports a request whose write failed (the connection reset
+	// by a server that refused the handshake) as Canceled; the caller's
+	// context is alive whenever this is asked.
+	code := connect.CodeOf(err)
+	if (code != connect.CodeUnavailable && code != connect.CodeCanceled) || errors.Is(err, syscall.ECONNREFUSED) ||
 		(errors.As(err, &ne) && ne.Timeout()) {
 		return false
 	}
