@@ -522,7 +522,12 @@ func TestSharedScannerErrorReachesEveryConsumer(t *testing.T) {
 	// Watermarks often enough for the reader's small reorder budget.
 	w := openWAL(t, o, "pch", adaptor.Options{WatermarkBytes: 8 << 10})
 	vcs := vcNames(4)
-	fill(t, w, vcs, 500)
+	// Ten times more than every buffer between the log and the consumers
+	// can hold (the backend's read-ahead, the adaptor's and the replay's
+	// buffers): the shared scanner is still behind the cut when it comes.
+	// With 500 per vchannel it had sometimes read it all, and went on
+	// waiting at the tail.
+	fill(t, w, vcs, 4000)
 	ro := openWAL(t, o, "pch", adaptor.Options{ReadOnly: true, ScannerBufferBytes: 64 << 10, MaxMessageBytes: 16 << 10, WatermarkBytes: 8 << 10})
 	consumers := make([]vchannel.Consumer, len(vcs))
 	for i, vc := range vcs {
