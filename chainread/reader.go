@@ -2,6 +2,7 @@ package chainread
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/cockroachdb/errors"
 
@@ -161,8 +162,13 @@ func firstSegment(c chain.Chain, p DeliverPolicy) (uint64, error) {
 		}
 		return c.Last().Index, nil
 	}
-	if err := p.pos.Validate(); err != nil || p.pos.IsZero() {
-		return 0, errors.Wrapf(walimpls.ErrInvalidPosition, "chainread: start %s: %v", p, err)
+	if err := p.pos.Validate(); err != nil {
+		// Both causes stay visible to errors.Is (cockroachdb's Wrapf takes
+		// one %w).
+		return 0, errors.WithStack(fmt.Errorf("chainread: start %s: %w: %w", p, err, walimpls.ErrInvalidPosition))
+	}
+	if p.pos.IsZero() {
+		return 0, errors.Wrapf(walimpls.ErrInvalidPosition, "chainread: start %s: an empty position", p)
 	}
 	s, err := c.Locate(p.pos)
 	if err != nil {
