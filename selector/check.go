@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/streamwal/streamwal/internal/configerr"
 	"github.com/streamwal/streamwal/pool"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
@@ -50,21 +51,7 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString("selector: ")
-	switch {
-	case e.File != "" && e.Line > 0:
-		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
-	case e.File != "":
-		b.WriteString(e.File + ": ")
-	case e.Line > 0:
-		fmt.Fprintf(&b, "line %d: ", e.Line)
-	}
-	if e.Path != "" {
-		b.WriteString(e.Path + ": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
+	return configerr.Format("selector", e.File, e.Line, e.Path, e.Msg)
 }
 
 // Unwrap returns the cause, if any.

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/streamwal/streamwal/internal/configerr"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -92,21 +93,7 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString("authz: ")
-	switch {
-	case e.File != "" && e.Line > 0:
-		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
-	case e.File != "":
-		b.WriteString(e.File + ": ")
-	case e.Line > 0:
-		fmt.Fprintf(&b, "line %d: ", e.Line)
-	}
-	if e.Path != "" {
-		b.WriteString(e.Path + ": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
+	return configerr.Format("authz", e.File, e.Line, e.Path, e.Msg)
 }
 
 // Is makes a ConfigError match ErrInvalidPolicy.
