@@ -19,12 +19,11 @@ import (
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/etcdtest"
-	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/internal/readback"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/security/tlsconf"
-	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
@@ -92,33 +91,15 @@ func startTLSNode(t testing.TB, cli *clientv3.Client, root string, mem *memory.C
 // stored reads channel's data messages back at the backend, up to and
 // including the one whose payload is last.
 func stored(t *testing.T, mem *memory.Cluster, channel, last string) []string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	o, err := memory.New(ctx, memory.Config{Cluster: mem})
 	require.NoError(t, err)
 	defer func() { _ = o.Close() }()
-	w, err := o.Open(ctx, walimpls.Channel{Name: channel, Mode: walimpls.ReadOnly})
-	require.NoError(t, err)
-	defer func() { _ = w.Close() }()
-	sc, err := w.Read(ctx, walimpls.ReadOption{Name: "check"})
-	require.NoError(t, err)
-	defer func() { _ = sc.Close() }()
-	var out []string
-	for {
-		select {
-		case m, ok := <-sc.Chan():
-			require.True(t, ok, "scanner ended: %v", sc.Error())
-			if m.Kind() != message.KindData {
-				continue
-			}
-			out = append(out, string(m.Payload()))
-			if string(m.Payload()) == last {
-				return out
-			}
-		case <-ctx.Done():
-			t.Fatalf("%s never read back; read %v", last, out)
-		}
-	}
+	got, err := readback.Payloads(ctx, o, channel, last)
+	require.NoError(t, err, "read back so far: %v", got)
+	return got
 }
 
 // Every connection a mutual-TLS node must refuse fails the client at once

@@ -16,10 +16,9 @@ import (
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
 	"github.com/streamwal/streamwal/cluster"
-	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/internal/readback"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/security/authz"
-	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
@@ -226,28 +225,9 @@ func backendPayloads(t *testing.T, mem *memory.Cluster, channel, last string) []
 	o, err := memory.New(ctx, memory.Config{Cluster: mem})
 	require.NoError(t, err)
 	defer func() { _ = o.Close() }()
-	w, err := o.Open(ctx, walimpls.Channel{Name: channel, Mode: walimpls.ReadOnly})
-	require.NoError(t, err)
-	defer func() { _ = w.Close() }()
-	sc, err := w.Read(ctx, walimpls.ReadOption{Name: "check"})
-	require.NoError(t, err)
-	defer func() { _ = sc.Close() }()
-	var got []string
-	for {
-		select {
-		case m, ok := <-sc.Chan():
-			require.True(t, ok, "scanner ended: %v", sc.Error())
-			if m.Kind() != message.KindData {
-				continue
-			}
-			got = append(got, string(m.Payload()))
-			if string(m.Payload()) == last {
-				return got
-			}
-		case <-ctx.Done():
-			t.Fatalf("%q never read back; read %v", last, got)
-		}
-	}
+	got, err := readback.Payloads(ctx, o, channel, last)
+	require.NoError(t, err, "read back so far: %v", got)
+	return got
 }
 
 // SetPolicy replaces a node's policy for the requests that follow; a node
