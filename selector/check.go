@@ -62,15 +62,18 @@ func (e *ConfigError) Is(target error) bool { return target == walimpls.ErrInval
 
 // fileShape is the shape of a configuration file: every key a file may hold
 // at its top level, with the type its section decodes into. Every backend
-// that Registry compiles in has its section here (a test checks it).
+// that Registry compiles in has its section here (a test checks it). The
+// entries of backends are checked by parseEntries, each against its kind.
 type fileShape struct {
-	Backend string        `yaml:"backend"`
-	Meta    MetaConfig    `yaml:"meta"`
-	Pool    pool.Config   `yaml:"pool"`
-	Local   local.Config  `yaml:"local"`
-	Memory  memory.Config `yaml:"memory"`
-	Kafka   kafka.Config  `yaml:"kafka"`
-	Pulsar  pulsar.Config `yaml:"pulsar"`
+	Backend  string               `yaml:"backend"`
+	Backends map[string]yaml.Node `yaml:"backends"`
+	Default  string               `yaml:"default"`
+	Meta     MetaConfig           `yaml:"meta"`
+	Pool     pool.Config          `yaml:"pool"`
+	Local    local.Config         `yaml:"local"`
+	Memory   memory.Config        `yaml:"memory"`
+	Kafka    kafka.Config         `yaml:"kafka"`
+	Pulsar   pulsar.Config        `yaml:"pulsar"`
 }
 
 // checker walks a yaml.Node beside the Go type it is to be decoded into and

@@ -109,7 +109,7 @@ func TestConfigErrors(t *testing.T) {
 	}, {
 		name: "unknown top-level key, no near miss",
 		yaml: "# comment\nbackend: memory\nwhatever: 1\n",
-		want: []problem{{3, "whatever", "unknown key (known keys: backend, kafka, local, memory, meta, pool, pulsar)"}},
+		want: []problem{{3, "whatever", "unknown key (known keys: backend, backends, default, kafka, local, memory, meta, pool, pulsar)"}},
 	}, {
 		name: "unknown nested key on line 4",
 		yaml: "backend: local\nlocal:\n  dir: ./d\n  segmentByte: 1048576\n",

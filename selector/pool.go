@@ -96,12 +96,7 @@ func (c Config) Meta() (MetaConfig, error) {
 	switch mc.Store {
 	case MetaBolt:
 		if mc.Path == "" {
-			dir := DefaultLocalDir
-			var lc local.Config
-			if err := c.decoder(local.Name, nil)(&lc); err == nil && lc.Dir != "" {
-				dir = lc.Dir
-			}
-			mc.Path = filepath.Join(dir, "meta.db")
+			mc.Path = filepath.Join(c.localDir(), "meta.db")
 		}
 	case MetaEtcd:
 		if len(mc.Endpoints) == 0 {
@@ -111,6 +106,28 @@ func (c Config) Meta() (MetaConfig, error) {
 		return MetaConfig{}, c.refused("meta", errors.Newf("store %q is not %s or %s", mc.Store, MetaBolt, MetaEtcd))
 	}
 	return mc, nil
+}
+
+// localDir is the local backend's directory, beside which bolt keeps
+// meta.db by default: in a file without backends, the dir of the local
+// section, whichever backend is chosen; with backends, the dir of the
+// default entry when it is of kind local, else of the entry named local
+// when it is of kind local; else (or when it says none) DefaultLocalDir.
+func (c Config) localDir() string {
+	e := entry{name: local.Name, path: local.Name, node: c.sections[local.Name]}
+	if c.entries != nil {
+		var ok bool
+		if e, ok = c.entries[c.def]; !ok || e.kind != local.Name {
+			if e, ok = c.entries[local.Name]; !ok || e.kind != local.Name {
+				return DefaultLocalDir
+			}
+		}
+	}
+	var lc local.Config
+	if err := c.entryDecoder(e, nil)(&lc); err == nil && lc.Dir != "" {
+		return lc.Dir
+	}
+	return DefaultLocalDir
 }
 
 // OpenMeta opens the metadata store the "meta" section describes. The

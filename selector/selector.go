@@ -42,17 +42,19 @@ package selector
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/streamwal/streamwal/internal/configerr"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
@@ -69,15 +71,22 @@ const DefaultLocalDir = "./streamwal-data"
 
 // Config is the parsed configuration file.
 type Config struct {
-	// Backend names the backend; empty selects DefaultBackend.
+	// Backend is the top-level "backend" value: the backend of a file
+	// without backends (empty selects DefaultBackend), or, beside backends,
+	// the default entry's name. Default says which entry is the default.
 	Backend string `yaml:"backend"`
 	// file is the name of the file the configuration was loaded from.
 	file string
 	// backendNode is the "backend" value, for the line of its errors.
 	backendNode *yaml.Node
-	// sections holds every section, checked by Parse, decoded on demand;
-	// its nodes keep the lines of the original text.
+	// sections holds every top-level section, checked by Parse, decoded on
+	// demand; its nodes keep the lines of the original text.
 	sections map[string]*yaml.Node
+	// entries are the entries of "backends", by name; nil for a file
+	// without backends, whose one entry is the chosen backend's section.
+	entries map[string]entry
+	// def is the default entry's name when entries is set.
+	def string
 }
 
 // Parse reads a YAML configuration and checks it, strictly (see the package
@@ -114,53 +123,95 @@ func parse(file string, data []byte) (Config, error) {
 	}
 	ch := checker{file: file}
 	ch.check(root, reflect.TypeFor[fileShape](), "")
-	if err := ch.err(); err != nil {
-		return Config{}, err
-	}
-	// Checked: this decode resolves merge keys and aliases only.
+	// This decode resolves merge keys and aliases only; it fails only on
+	// what the check reported (a key given twice), or on a file that is
+	// not a mapping.
 	var raw map[string]yaml.Node
 	if err := root.Decode(&raw); err != nil {
+		if err := ch.err(); err != nil {
+			return Config{}, err
+		}
 		return Config{}, &ConfigError{File: file, Line: root.Line, Msg: yamlMessage(err), Err: err}
 	}
+	var backends, def *yaml.Node
 	for k, v := range raw {
-		if k == "backend" {
-			if err := v.Decode(&cfg.Backend); err != nil {
-				return Config{}, &ConfigError{File: file, Line: v.Line, Path: k, Msg: yamlMessage(err), Err: err}
-			}
+		switch k {
+		case "backend":
 			cfg.backendNode = &v
-			continue
+			if err := v.Decode(&cfg.Backend); err != nil && len(ch.errs) == 0 {
+				ch.errs = append(ch.errs, &ConfigError{File: file, Line: v.Line, Path: k, Msg: yamlMessage(err), Err: err})
+			}
+		case "backends":
+			backends = &v
+		case "default":
+			def = &v
+		default:
+			cfg.sections[k] = &v
 		}
-		cfg.sections[k] = &v
+	}
+	cfg.parseEntries(&ch, root, backends, def)
+	// Every problem in the order of the file's lines: the entries' rules
+	// are checked after the walk.
+	slices.SortStableFunc(ch.errs, func(a, b error) int {
+		return cmp.Compare(errLine(a), errLine(b))
+	})
+	if err := ch.err(); err != nil {
+		return Config{}, err
 	}
 	return cfg, nil
 }
 
-// Chosen returns the backend the configuration selects.
-func (c Config) Chosen() string {
+func errLine(err error) int {
+	if ce, ok := err.(*ConfigError); ok {
+		return ce.Line
+	}
+	return 0
+}
+
+// Default returns the name of the default entry: where channels without a
+// chain begin, and what Build builds. For a file without backends it is
+// the backend the file selects (DefaultBackend when it names none).
+func (c Config) Default() string {
+	if c.entries != nil {
+		return c.def
+	}
 	if c.Backend == "" {
 		return DefaultBackend
 	}
 	return c.Backend
 }
 
-// decoder decodes the section name, strictly, straight from its node, so
-// that errors keep the file's lines.
+// Chosen returns the default entry's name, like Default.
+func (c Config) Chosen() string { return c.Default() }
+
+// decoder decodes the top-level section name, strictly, straight from its
+// node, so that errors keep the file's lines.
 func (c Config) decoder(name string, defaults func(any)) walimpls.ConfigDecoder {
+	return c.entryDecoder(entry{name: name, path: name, node: c.sections[name]}, defaults)
+}
+
+// entryDecoder decodes e's settings, strictly, straight from its node: the
+// keys of the type decoded into, and "kind" for an entry of backends.
+func (c Config) entryDecoder(e entry, defaults func(any)) walimpls.ConfigDecoder {
 	return func(into any) error {
 		if defaults != nil {
 			defaults(into)
 		}
-		node, ok := c.sections[name]
-		if !ok {
+		if e.node == nil {
 			return nil
 		}
+		t := reflect.TypeOf(into)
+		if e.inBackends {
+			t = withKind(t)
+		}
 		ch := checker{file: c.file}
-		ch.check(node, reflect.TypeOf(into), name)
+		ch.check(e.node, t, e.path)
 		if err := ch.err(); err != nil {
 			return err
 		}
-		if err := node.Decode(into); err != nil {
-			return &ConfigError{File: c.file, Line: node.Line, Path: name, Msg: yamlMessage(err), Err: err}
+		// Not strict: the check was; "kind" is not into's.
+		if err := e.node.Decode(into); err != nil {
+			return &ConfigError{File: c.file, Line: e.node.Line, Path: e.path, Msg: yamlMessage(err), Err: err}
 		}
 		return nil
 	}
@@ -170,12 +221,16 @@ func (c Config) decoder(name string, defaults func(any)) walimpls.ConfigDecoder 
 // into a ConfigError at the line of the key it names (the section's line
 // when it names none of the keys present), keeping err as the cause.
 func (c Config) refused(name string, err error) error {
-	node := c.sections[name]
-	line, path := 0, name
+	return c.refusedAt(c.sections[name], name, err)
+}
+
+// refusedAt is refused for the settings node at path (nil: none).
+func (c Config) refusedAt(node *yaml.Node, path string, err error) error {
+	line := 0
 	if node != nil {
 		line = node.Line
 		if k := namedKey(resolve(node), err.Error()); k != nil {
-			line, path = k.Line, name+"."+k.Value
+			line, path = k.Line, path+"."+k.Value
 		}
 	}
 	return &ConfigError{File: c.file, Line: line, Path: path, Msg: err.Error(), Err: err}
@@ -271,12 +326,15 @@ type Deps struct {
 // what only one backend has (local's recovery report and further openers
 // on one store, the memory cluster's fault knobs) is reachable without a
 // type assertion. Backend is itself a walimpls.Opener. For a compiled-in
-// backend the field of its name is set; for a backend of the caller's own
+// backend the field of its kind is set; for a backend of the caller's own
 // Registry none is.
 type Backend struct {
 	walimpls.Opener
-	// Name is the backend's name in configuration.
+	// Name is the entry's name in configuration: the backend's name in a
+	// file without backends.
 	Name string
+	// Kind is the registered backend it was built with.
+	Kind string
 
 	Local  *local.Store
 	Memory *memory.Opener
@@ -284,8 +342,8 @@ type Backend struct {
 	Pulsar *pulsar.Opener
 }
 
-func newBackend(name string, o walimpls.Opener) *Backend {
-	b := &Backend{Opener: o, Name: name}
+func newBackend(name, kind string, o walimpls.Opener) *Backend {
+	b := &Backend{Opener: o, Name: name, Kind: kind}
 	switch o := o.(type) {
 	case *local.Store:
 		b.Local = o
@@ -299,22 +357,37 @@ func newBackend(name string, o walimpls.Opener) *Backend {
 	return b
 }
 
-// Build builds the Opener of the backend c selects.
-func Build(ctx context.Context, c Config, d Deps) (*Backend, error) {
-	reg := d.Registry
-	if reg == nil {
-		var err error
-		if reg, err = Registry(nil); err != nil {
-			return nil, err
-		}
+// registry is d.Registry, or Registry(nil).
+func (d Deps) registry() (*walimpls.Registry, error) {
+	if d.Registry != nil {
+		return d.Registry, nil
 	}
-	name := c.Chosen()
-	b, err := reg.Lookup(name)
+	return Registry(nil)
+}
+
+// Build builds the Opener of the default entry (Config.Default): the
+// backend a file without backends selects. See BuildAll for every entry.
+func Build(ctx context.Context, c Config, d Deps) (*Backend, error) {
+	reg, err := d.registry()
 	if err != nil {
-		return nil, c.unknownBackend(name, reg)
+		return nil, err
+	}
+	e, ok := c.entry(c.Default())
+	if !ok {
+		// Parse sets the default of every file with backends.
+		return nil, errors.AssertionFailedf("selector: default entry %q not found", c.Default())
+	}
+	return c.build(ctx, reg, e, d.Logger, d.Registerer)
+}
+
+// build builds entry e's Opener with the builder of its kind in reg.
+func (c Config) build(ctx context.Context, reg *walimpls.Registry, e entry, logger *slog.Logger, registerer prometheus.Registerer) (*Backend, error) {
+	b, err := reg.Lookup(e.kind)
+	if err != nil {
+		return nil, c.unknownBackend(e, reg)
 	}
 	var defaults func(any)
-	if name == local.Name {
+	if e.kind == local.Name {
 		defaults = func(into any) {
 			if lc, ok := into.(*local.Config); ok && lc.Dir == "" {
 				lc.Dir = DefaultLocalDir
@@ -324,40 +397,53 @@ func Build(ctx context.Context, c Config, d Deps) (*Backend, error) {
 	// decodeErr keeps the decoder's own error, which the builder flattens
 	// into its text.
 	var decodeErr error
-	decode := c.decoder(name, defaults)
+	decode := c.entryDecoder(e, defaults)
 	o, err := b.Build(ctx, walimpls.BuildParams{Config: func(into any) error {
 		decodeErr = decode(into)
 		return decodeErr
-	}, Logger: d.Logger, Registerer: d.Registerer})
+	}, Logger: logger, Registerer: registerer})
 	if err != nil {
 		if decodeErr != nil {
 			return nil, decodeErr
 		}
 		if errors.Is(err, walimpls.ErrInvalidConfig) {
-			return nil, c.refused(name, err)
+			if e.node == nil {
+				return nil, &ConfigError{File: c.file, Line: e.line(), Path: e.path, Msg: err.Error(), Err: err}
+			}
+			return nil, c.refusedAt(e.node, e.path, err)
 		}
-		return nil, errors.Wrapf(err, "selector: build %s", name)
+		if !e.inBackends {
+			return nil, errors.Wrapf(err, "selector: build %s", e.name)
+		}
+		return nil, errors.Wrap(err, configerr.Format("selector", c.file, e.line(), e.path, "build"))
 	}
-	return newBackend(name, o), nil
+	if o == nil {
+		return nil, errors.Newf("selector: build %s: backend %s returned no opener", e.name, e.kind)
+	}
+	return newBackend(e.name, e.kind, o), nil
 }
 
-// unknownBackend is the error for a backend name reg does not hold: at the
-// line of the backend key, with a near miss and the registered names.
-func (c Config) unknownBackend(name string, reg *walimpls.Registry) error {
-	where := "selector"
-	switch l := line(c.backendNode); {
-	case c.file != "" && l > 0:
-		where = fmt.Sprintf("selector: %s:%d", c.file, l)
-	case l > 0:
-		where = fmt.Sprintf("selector: line %d", l)
-	}
+// unknownBackend is the error for an entry whose kind reg does not hold:
+// at the line of the backend or kind key, with a near miss and the
+// registered names.
+func (c Config) unknownBackend(e entry, reg *walimpls.Registry) error {
 	hint := ""
-	if s := suggest(name, reg.Names()); strings.HasPrefix(s, " (did you mean") {
+	if s := suggest(e.kind, reg.Names()); strings.HasPrefix(s, " (did you mean") {
 		hint = ": " + strings.TrimSuffix(strings.TrimPrefix(s, " ("), ")")
 	}
 	names := strings.Join(reg.Names(), ", ")
 	if names == "" {
 		names = "none"
 	}
-	return errors.Wrapf(walimpls.ErrUnknownBackend, "%s: backend %q%s (registered: %s)", where, name, hint, names)
+	if !e.inBackends {
+		where := configerr.Format("selector", c.file, line(c.backendNode), "", "")
+		return errors.Wrapf(walimpls.ErrUnknownBackend, "%sbackend %q%s (registered: %s)", where, e.kind, hint, names)
+	}
+	if e.kindNode == nil {
+		where := configerr.Format("selector", c.file, e.line(), e.path, "")
+		return errors.Wrapf(walimpls.ErrUnknownBackend, "%sno kind, and %q is no registered backend%s: add kind: (registered: %s)",
+			where, e.name, hint, names)
+	}
+	where := configerr.Format("selector", c.file, line(e.kindNode), join(e.path, "kind"), "")
+	return errors.Wrapf(walimpls.ErrUnknownBackend, "%sbackend %q%s (registered: %s)", where, e.kind, hint, names)
 }
