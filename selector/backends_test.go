@@ -651,3 +651,19 @@ func TestMetaPathWithBackends(t *testing.T) {
 		require.Equal(t, c.want, mc.Path, c.yaml)
 	}
 }
+
+// The package documentation's and the README's example of backends.
+func TestBackendsDocExample(t *testing.T) {
+	cfg, err := selector.Parse([]byte(`backends:
+  local:                # entry name; when it is a registered backend, it is the kind
+    dir: ./streamwal-data
+  kafka:
+    seedBrokers: [127.0.0.1:9092]
+  kafka-east:           # a second entry of one kind names it in kind:
+    kind: kafka
+    seedBrokers: [10.0.0.1:9092]
+default: local          # where channels without a chain begin
+`))
+	require.NoError(t, err)
+	require.Equal(t, "local", cfg.Default())
+}
