@@ -200,8 +200,9 @@ func (c Config) PoolConfig() (cfg pool.Config, ok bool, err error) {
 }
 
 // OpenPool opens the pool the "pool" section describes (the defaults of
-// pool.Config when there is none) in store, on the chosen backend, whose
-// opener creates missing pchannels when it can. A strategy that is neither
+// pool.Config when there is none) in store, on the default entry (whose
+// name the pool records as its backend) through opener, which creates
+// missing pchannels when it can. A strategy that is neither
 // built in nor in opts.Placers is refused here, at its line.
 func OpenPool(ctx context.Context, c Config, store meta.Store, opener walimpls.Opener, opts pool.Options) (*pool.Pool, error) {
 	cfg, _, err := c.PoolConfig()
