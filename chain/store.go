@@ -203,6 +203,48 @@ func (s *Store) DropFront(ctx context.Context, channel string, last, before uint
 	})
 }
 
+// Remove removes channel's chain, whose segments' data the caller deleted
+// from their backends first (a channel deleted for good). last is the
+// chain's last segment as the caller read it: a chain that moved on since
+// is ErrSegmentMismatch and stays. A chain already gone is not an error.
+func (s *Store) Remove(ctx context.Context, channel string, last uint64) error {
+	for attempt := 1; ; attempt++ {
+		cur, rev, err := s.get(ctx, channel)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case cur.Last().Index != last:
+			return mismatch(cur, last)
+		}
+		err = s.kv.Delete(ctx, Key(channel), rev)
+		switch {
+		case err == nil, errors.Is(err, meta.ErrNotFound):
+			return nil
+		case !errors.Is(err, meta.ErrConflict) || attempt == maxAttempts:
+			return errors.Wrapf(err, "chain %s: remove", channel)
+		}
+	}
+}
+
+// List returns every chain in the store, in channel name order.
+func (s *Store) List(ctx context.Context) ([]Chain, error) {
+	kvs, _, err := s.kv.List(ctx, keyPrefix)
+	if err != nil {
+		return nil, errors.Wrap(err, "chain: list")
+	}
+	out := make([]Chain, 0, len(kvs))
+	for _, kv := range kvs {
+		c, err := Decode(kv.Key, kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // update reads channel's chain, lets change decide on a copy, and writes
 // the copy conditionally on the revision read when change reports it
 // changed something; after a conflict it reads and decides again. It

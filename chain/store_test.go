@@ -278,3 +278,37 @@ func TestStoreKeepsWhatItCannotRead(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreListAndRemove checks that List sees every chain and that Remove
+// removes one only while the caller's last segment is still the last.
+func TestStoreListAndRemove(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func() meta.Store) {
+		ctx, s := testCtx(t), newStore(open())
+		none, err := s.List(ctx)
+		require.NoError(t, err)
+		require.Empty(t, none)
+		for _, ch := range []string{"b", "a"} {
+			_, err := s.Create(ctx, ch, local, 1)
+			require.NoError(t, err)
+		}
+		_, err = s.BeginMigration(ctx, "a", chain.MigrationRequest{Segment: 0, Target: kafka("a-s1"), Term: 2, By: "t"})
+		require.NoError(t, err)
+		_, err = s.Seal(ctx, "a", chain.SealRequest{Segment: 0, Term: 2, End: "4", TimeTick: 9})
+		require.NoError(t, err)
+		all, err := s.List(ctx)
+		require.NoError(t, err)
+		require.Len(t, all, 2)
+		require.Equal(t, "a", all[0].Channel)
+		require.Len(t, all[0].Segments, 2)
+
+		err = s.Remove(ctx, "a", 0)
+		require.True(t, errors.Is(err, chain.ErrSegmentMismatch), "%v", err)
+		require.NoError(t, s.Remove(ctx, "a", 1))
+		require.NoError(t, s.Remove(ctx, "a", 1), "removing what is gone is not an error")
+		_, err = s.Get(ctx, "a")
+		require.True(t, errors.Is(err, chain.ErrNotFound), "%v", err)
+		all, err = s.List(ctx)
+		require.NoError(t, err)
+		require.Len(t, all, 1)
+	})
+}
