@@ -53,6 +53,13 @@ func (v *idValue) position() chain.Position {
 	return chain.Position{Segment: v.segment, ID: v.id.Marshal()}
 }
 
+// IDOf returns the chain ID of backendID, an ID of the backend of the
+// chain's segment: what a writer of the chain returns for its appends,
+// which compares with the IDs scanners of this package deliver.
+func IDOf(segment uint64, backendID message.ID) message.ID {
+	return message.NewID(&idValue{segment: segment, id: backendID})
+}
+
 // PositionOf returns the chain position of an ID a chainread scanner
 // delivered (a message's ID or LastConfirmed); any other ID is
 // message.ErrIncomparableID.
