@@ -41,6 +41,12 @@ type Config struct {
 	// Options are each segment's WAL options; ReadOnly is forced. The
 	// zero value takes the adaptor's defaults.
 	Options adaptor.Options
+	// Writer, when set, is the open writer of the chain's last segment
+	// (its owner's WAL): scanners read the last segment through it instead
+	// of a read-only WAL of their own, so that they see an append as soon
+	// as its writer releases it, without waiting for a watermark in the
+	// log. The Reader never closes it.
+	Writer adaptor.WAL
 }
 
 // Reader starts scanners over one chain.

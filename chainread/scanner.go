@@ -46,13 +46,15 @@ func (s *scanner) Batches() <-chan []message.Immutable { return s.batches }
 // adaptor scanner over it.
 type segmentScan struct {
 	seg chain.Segment
-	wal adaptor.WAL
+	wal adaptor.WAL // nil when reading through Config.Writer
 	in  adaptor.BatchScanner
 }
 
 func (ss *segmentScan) close() {
 	_ = ss.in.Close()
-	_ = ss.wal.Close()
+	if ss.wal != nil {
+		_ = ss.wal.Close()
+	}
 }
 
 func (r *Reader) start(ctx context.Context, opt ReadOption, batches bool) (*scanner, error) {
@@ -109,6 +111,13 @@ func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool) (ss *
 	})
 	if err != nil {
 		return nil, err
+	}
+	if w := s.r.cfg.Writer; w != nil && seg.Seal == nil {
+		in, err := w.ReadBatches(ctx, adaptor.ReadOption{Name: s.opt.Name, DeliverPolicy: policy, Filter: filter})
+		if err != nil {
+			return nil, err
+		}
+		return &segmentScan{seg: seg, in: in}, nil
 	}
 	raw, err := opener.Open(ctx, walimpls.Channel{Name: seg.Backend.Channel, Term: seg.FirstTerm, Mode: walimpls.ReadOnly})
 	if err != nil {

@@ -1,0 +1,167 @@
+package chainwal_test
+
+import (
+	"testing"
+
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// TestMigrateFourBackends moves a live channel memory → Kafka → Pulsar →
+// local through an embedded manager: every acknowledged append is read
+// once, in timetick order, with the ID its append returned, across three
+// seals; a checkpoint taken in segment 0 resumes after the hops.
+func TestMigrateFourBackends(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t)
+	o := e.opener("memory")
+	m := e.manager(o)
+	require.NoError(t, m.Open(ctx, adaptor.Channel{Name: "orders", Term: 1}))
+	var l log
+	hops := []string{"kafka", "pulsar", "local"}
+	for i, to := range append([]string{""}, hops...) {
+		if to != "" {
+			c, err := o.Migrate(ctx, m, "orders", to, "test")
+			require.NoError(t, err)
+			require.Len(t, c.Segments, i+1)
+			require.Equal(t, to, c.Last().Backend.Name)
+			require.Equal(t, chainwal.SegmentChannel("orders", uint64(i)), c.Last().Backend.Channel)
+		}
+		w, err := m.GetAvailableWAL(adaptor.Channel{Name: "orders", Term: int64(i + 1)})
+		require.NoError(t, err)
+		l.appendN(t, w, to, 30, 3)
+	}
+	w, err := m.GetAvailableWAL(adaptor.Channel{Name: "orders", Term: 4})
+	require.NoError(t, err)
+	all := readAll(t, w, &l, adaptor.DeliverAll(), 0)
+	for i, seg := range []uint64{0, 1, 2, 3} {
+		require.Equal(t, seg, segmentOf(t, all[30*i].ID()))
+	}
+
+	// A checkpoint of segment 0 (its string as a consumer stored it)
+	// resumes after three hops.
+	cp, err := adaptor.CheckpointOf(all[10])
+	require.NoError(t, err)
+	parsed, err := w.ParseCheckpoint(cp.Marshal())
+	require.NoError(t, err)
+	readAll(t, w, &l, adaptor.DeliverAfter(parsed), 11)
+	id, err := w.ParseID(all[70].ID().Marshal())
+	require.NoError(t, err)
+	readAll(t, w, &l, adaptor.DeliverStartFrom(id), 70)
+	readAll(t, w, &l, adaptor.DeliverFromTimeTick(l.sorted()[45].res.TimeTick), 45)
+
+	// Migrating to where the channel is, or to an entry the configuration
+	// lacks, is refused and changes nothing.
+	_, err = o.Migrate(ctx, m, "orders", "local", "test")
+	require.True(t, errors.Is(err, chain.ErrSameBackend), "%v", err)
+	_, err = o.Migrate(ctx, m, "orders", "kafka-west", "test")
+	require.True(t, errors.Is(err, chainwal.ErrUnknownBackend), "%v", err)
+	w, err = m.GetAvailableWAL(adaptor.Channel{Name: "orders", Term: 4})
+	require.NoError(t, err)
+	l.appendN(t, w, "after", 5, 1)
+	readAll(t, w, &l, adaptor.DeliverAll(), 0)
+}
+
+// TestZombieWriter: a writer of the old segment that was not closed (a
+// node that lost its channel and did not notice) gets nothing
+// acknowledged after the seal, and nothing it sends is delivered.
+func TestZombieWriter(t *testing.T) {
+	for _, from := range []string{"memory", "local", "kafka", "pulsar"} {
+		t.Run(from, func(t *testing.T) {
+			ctx := testCtx(t)
+			to := "memory"
+			if from == "memory" {
+				to = "local"
+			}
+			e := newEnv(t, from, to)
+			o := e.opener(from)
+			zombie, err := o.Open(ctx, adaptor.Channel{Name: "z", Term: 1})
+			require.NoError(t, err)
+			defer zombie.Close()
+			var l log
+			l.appendN(t, zombie, "before", 20, 2)
+
+			_, err = o.BeginMigration(ctx, "z", to, 2, "test")
+			require.NoError(t, err)
+			// Another process opens the chain at the migration's term.
+			w, err := e.opener(from).Open(ctx, adaptor.Channel{Name: "z", Term: 2})
+			require.NoError(t, err)
+			defer w.Close()
+
+			for i := range 5 {
+				m := payload(t, "zombie", i)
+				_, err := zombie.Append(ctx, m)
+				require.Error(t, err, "the zombie's append %d was acknowledged after the seal", i)
+			}
+			l.appendN(t, w, "after", 20, 2)
+			readAll(t, w, &l, adaptor.DeliverAll(), 0)
+			c, err := e.store.Get(ctx, "z")
+			require.NoError(t, err)
+			require.NotNil(t, c.Segments[0].Seal)
+			require.Equal(t, int64(2), c.Segments[0].Seal.Term)
+		})
+	}
+}
+
+// TestFinishHalfDone: a migration interrupted after each of its steps is
+// finished by the next open at its term or above, by another process, and
+// converges to one chain with nothing lost.
+func TestFinishHalfDone(t *testing.T) {
+	for _, step := range []string{"intent", "fenced", "sealed"} {
+		t.Run(step, func(t *testing.T) {
+			ctx := testCtx(t)
+			e := newEnv(t, "local", "kafka")
+			o := e.opener("local")
+			w, err := o.Open(ctx, adaptor.Channel{Name: "h", Term: 1})
+			require.NoError(t, err)
+			var l log
+			l.appendN(t, w, "s0", 20, 2)
+			c, err := o.BeginMigration(ctx, "h", "kafka", 3, "test")
+			require.NoError(t, err)
+			switch step {
+			case "fenced":
+				lo := e.b.Entry("local")
+				_, err := adaptor.FenceEnd(ctx, lo, adaptor.Channel{Name: "h", Term: 3}, 0, adaptor.Options{})
+				require.NoError(t, err)
+			case "sealed":
+				lo := e.b.Entry("local")
+				end, err := adaptor.FenceEnd(ctx, lo, adaptor.Channel{Name: "h", Term: 3}, 0, adaptor.Options{})
+				require.NoError(t, err)
+				c, err = e.store.Seal(ctx, "h", chain.SealRequest{Segment: 0, Term: 3, End: end.Last.Marshal(), TimeTick: end.TimeTick})
+				require.NoError(t, err)
+				require.Len(t, c.Segments, 2)
+			}
+			require.NoError(t, w.Close())
+
+			// An open below the migration's term still opens the old
+			// segment while it is not sealed (the migration fences it
+			// later), and is refused once it is.
+			w2, err := e.opener("local").Open(ctx, adaptor.Channel{Name: "h", Term: 2})
+			if step == "sealed" {
+				require.ErrorIs(t, err, walimpls.ErrFenced)
+			} else if step == "fenced" {
+				require.ErrorIs(t, err, walimpls.ErrFenced, "the fence at term 3 refuses term 2 on the old segment")
+			} else {
+				require.NoError(t, err)
+				l.appendN(t, w2, "t2", 5, 1)
+				require.NoError(t, w2.Close())
+			}
+
+			w3, err := e.opener("local").Open(ctx, adaptor.Channel{Name: "h", Term: 4})
+			require.NoError(t, err)
+			defer w3.Close()
+			c, err = e.store.Get(ctx, "h")
+			require.NoError(t, err)
+			require.Len(t, c.Segments, 2)
+			require.Nil(t, c.Pending)
+			require.Equal(t, "kafka", c.Last().Backend.Name)
+			l.appendN(t, w3, "s1", 20, 2)
+			readAll(t, w3, &l, adaptor.DeliverAll(), 0)
+		})
+	}
+}

@@ -1,0 +1,201 @@
+package chainwal_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/internal/backendstest"
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/meta"
+	"github.com/streamwal/streamwal/meta/boltstore"
+	"github.com/streamwal/streamwal/walmanager"
+)
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// env is a node's view of the backends and its chain store.
+type env struct {
+	t     testing.TB
+	b     *backendstest.Backends
+	kv    meta.Store
+	store *chain.Store
+}
+
+func newEnv(t testing.TB, kinds ...string) *env {
+	kv, err := boltstore.Open(filepath.Join(t.TempDir(), "meta.db"), boltstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = kv.Close() })
+	return &env{t: t, b: backendstest.Start(t, kinds...), kv: kv, store: chain.NewStore(kv, chain.Options{})}
+}
+
+// opener is a chainwal.Opener of e (another one is another process on the
+// same data), new channels beginning on def.
+func (e *env) opener(def string) *chainwal.Opener {
+	d, err := e.b.Describe(def)
+	require.NoError(e.t, err)
+	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: e.b, Default: d, Describe: e.b.Describe,
+		WAL: adaptor.Options{TimeTickInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}})
+	require.NoError(e.t, err)
+	return o
+}
+
+func (e *env) manager(o *chainwal.Opener) *walmanager.Manager {
+	m, err := walmanager.New(o, walmanager.Options{Deleter: o, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = m.Close(context.Background()) })
+	return m
+}
+
+// acked is an acknowledged append.
+type acked struct {
+	res     adaptor.AppendResult
+	payload string
+}
+
+// log is what a test's appenders had acknowledged.
+type log struct {
+	mu    sync.Mutex
+	acked []acked
+}
+
+func (l *log) add(r adaptor.AppendResult, p string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.acked = append(l.acked, acked{res: r, payload: p})
+}
+
+// sorted returns the acknowledged appends in timetick order.
+func (l *log) sorted() []acked {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := append([]acked(nil), l.acked...)
+	sort.Slice(out, func(i, j int) bool { return out[i].res.TimeTick < out[j].res.TimeTick })
+	return out
+}
+
+// appendN appends n messages to w, named prefix/i, from writers
+// goroutines, each a mix of Append, AppendAsync and AppendBatch.
+func (l *log) appendN(t testing.TB, w adaptor.WAL, prefix string, n, writers int) {
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < n; i += writers {
+				p := fmt.Sprintf("%s/%d", prefix, i)
+				m, err := message.New([]byte(p), nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				switch i % 3 {
+				case 0:
+					r, err := w.Append(ctx, m)
+					if err != nil {
+						errs <- err
+						return
+					}
+					l.add(r, p)
+				case 1:
+					done := make(chan error, 1)
+					w.AppendAsync(ctx, m, func(r adaptor.AppendResult, err error) {
+						if err == nil {
+							l.add(r, p)
+						}
+						done <- err
+					})
+					if err := <-done; err != nil {
+						errs <- err
+						return
+					}
+				default:
+					rs, err := w.AppendBatch(ctx, []message.Message{m})
+					if err != nil {
+						errs <- err
+						return
+					}
+					l.add(rs[0], p)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// recv takes n messages from s, failing on a watchdog.
+func recv(t testing.TB, s adaptor.Scanner, n int) []message.Immutable {
+	t.Helper()
+	var out []message.Immutable
+	timer := time.NewTimer(60 * time.Second)
+	defer timer.Stop()
+	for len(out) < n {
+		select {
+		case m, ok := <-s.Chan():
+			require.Truef(t, ok, "the scanner ended after %d of %d: %v", len(out), n, s.Error())
+			out = append(out, m)
+		case <-timer.C:
+			require.FailNowf(t, "watchdog", "%d of %d", len(out), n)
+		}
+	}
+	return out
+}
+
+// check compares what a scanner delivered with the acknowledged appends
+// it should deliver, in timetick order: exactly those, once, with the IDs
+// their appends returned.
+func check(t testing.TB, want []acked, got []message.Immutable) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i, m := range got {
+		require.Equalf(t, want[i].payload, string(m.Payload()), "message %d", i)
+		tt, _ := m.TimeTick()
+		require.Equal(t, want[i].res.TimeTick, tt)
+		require.Truef(t, want[i].res.ID.EQ(m.ID()), "message %d: delivered at %s, acknowledged at %s", i, m.ID(), want[i].res.ID)
+	}
+}
+
+// readAll reads w from the start up to what l acknowledged.
+func readAll(t testing.TB, w adaptor.WAL, l *log, policy adaptor.DeliverPolicy, skip int) []message.Immutable {
+	t.Helper()
+	s, err := w.Read(testCtx(t), adaptor.ReadOption{DeliverPolicy: policy})
+	require.NoError(t, err)
+	defer s.Close()
+	want := l.sorted()[skip:]
+	got := recv(t, s, len(want))
+	check(t, want, got)
+	return got
+}
+
+func segmentOf(t testing.TB, id message.ID) uint64 {
+	p, err := chainread.PositionOf(id)
+	require.NoError(t, err)
+	return p.Segment
+}
+
+func payload(t testing.TB, prefix string, i int) message.Message {
+	m, err := message.New([]byte(fmt.Sprintf("%s/%d", prefix, i)), nil)
+	require.NoError(t, err)
+	return m
+}

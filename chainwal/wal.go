@@ -1,0 +1,204 @@
+package chainwal
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// wal is a channel's chain open at a term: appends go to the last
+// segment's writer (seg), reads cross the chain.
+type wal struct {
+	o      *Opener
+	ch     adaptor.Channel
+	seg    adaptor.WAL
+	index  uint64          // the last segment's index
+	opener walimpls.Opener // the last segment's backend
+
+	mu       sync.Mutex
+	c        chain.Chain // as this WAL knows it: changed by pruning
+	reader   *chainread.Reader
+	scanners map[closer]struct{}
+	closed   bool
+}
+
+type closer interface{ Close() error }
+
+var (
+	_ adaptor.WAL           = (*wal)(nil)
+	_ adaptor.AsyncAnswerer = (*wal)(nil)
+)
+
+func newWAL(o *Opener, ch adaptor.Channel, c chain.Chain, seg adaptor.WAL, opener walimpls.Opener) (*wal, error) {
+	w := &wal{o: o, ch: ch, seg: seg, index: c.Last().Index, opener: opener, scanners: map[closer]struct{}{}}
+	if err := w.setChain(c); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// setChain makes c the chain reads start from. Called with mu held, or
+// before w is shared.
+func (w *wal) setChain(c chain.Chain) error {
+	opts := w.o.cfg.WAL
+	opts.TimeTickFloor = 0
+	opts.ReadOnly = true
+	cfg := chainread.Config{Chain: c, Openers: w.o.cfg.Openers, Options: opts, Writer: w.seg}
+	r, err := chainread.New(cfg)
+	if err != nil {
+		return errors.Wrapf(err, "chainwal: %s", c.Channel)
+	}
+	w.c, w.reader = c, r
+	return nil
+}
+
+func (w *wal) Channel() adaptor.Channel   { return w.ch }
+func (w *wal) Available() <-chan struct{} { return w.seg.Available() }
+func (w *wal) Err() error                 { return w.seg.Err() }
+
+func (w *wal) wrap(r adaptor.AppendResult) adaptor.AppendResult {
+	if !r.ID.IsZero() {
+		r.ID = chainread.IDOf(w.index, r.ID)
+	}
+	return r
+}
+
+// Append implements adaptor.WAL.
+func (w *wal) Append(ctx context.Context, m message.Message) (adaptor.AppendResult, error) {
+	r, err := w.seg.Append(ctx, m)
+	return w.wrap(r), err
+}
+
+// AppendAsync implements adaptor.WAL.
+func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(adaptor.AppendResult, error)) {
+	w.seg.AppendAsync(ctx, m, func(r adaptor.AppendResult, err error) {
+		if cb != nil {
+			cb(w.wrap(r), err)
+		}
+	})
+}
+
+// AnswerAsync implements adaptor.AsyncAnswerer: on the segment writer's
+// callback goroutine.
+func (w *wal) AnswerAsync(cb func(adaptor.AppendResult, error), r adaptor.AppendResult, err error) {
+	adaptor.AnswerAsync(w.seg, cb, r, err)
+}
+
+// AppendBatch implements adaptor.WAL.
+func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]adaptor.AppendResult, error) {
+	rs, err := w.seg.AppendBatch(ctx, msgs)
+	for i := range rs {
+		rs[i] = w.wrap(rs[i])
+	}
+	return rs, err
+}
+
+// Sync implements adaptor.WAL.
+func (w *wal) Sync(ctx context.Context) error { return w.seg.Sync(ctx) }
+
+// Tail implements adaptor.WAL.
+func (w *wal) Tail(ctx context.Context) (adaptor.Checkpoint, error) {
+	cp, err := w.seg.Tail(ctx)
+	if err == nil && !cp.Position.IsZero() {
+		cp.Position = chainread.IDOf(w.index, cp.Position)
+	}
+	return cp, err
+}
+
+// Read implements adaptor.WAL.
+func (w *wal) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error) {
+	ro, r, err := w.readOption(opt)
+	if err != nil {
+		return nil, err
+	}
+	s, err := r.Read(ctx, ro)
+	if err != nil {
+		return nil, err
+	}
+	return track(w, s)
+}
+
+// ReadBatches implements adaptor.WAL.
+func (w *wal) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
+	ro, r, err := w.readOption(opt)
+	if err != nil {
+		return nil, err
+	}
+	s, err := r.ReadBatches(ctx, ro)
+	if err != nil {
+		return nil, err
+	}
+	return track(w, s)
+}
+
+// readOption translates opt into the chain reader's, with the reader of
+// the chain as w knows it.
+func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainread.Reader, error) {
+	w.mu.Lock()
+	r, closed := w.reader, w.closed
+	w.mu.Unlock()
+	if closed {
+		return chainread.ReadOption{}, nil, errors.Wrapf(walimpls.ErrClosed, "chainwal: read %s", w.ch.Name)
+	}
+	if !opt.Until.IsZero() {
+		return chainread.ReadOption{}, nil, errors.Wrapf(adaptor.ErrInvalidOptions, "chainwal: read %s: Until is for one segment's log, not a chain", w.ch.Name)
+	}
+	ro := chainread.ReadOption{Name: opt.Name, Filter: opt.Filter}
+	spec := opt.DeliverPolicy.Spec()
+	var pos chain.Position
+	if spec.Kind == adaptor.KindStartFrom || spec.Kind == adaptor.KindStartAfter || spec.Kind == adaptor.KindAfter {
+		var err error
+		if pos, err = positionOf(spec.ID); err != nil {
+			return chainread.ReadOption{}, nil, errors.Wrapf(err, "chainwal: read %s", w.ch.Name)
+		}
+	}
+	switch spec.Kind {
+	case adaptor.KindAll:
+		ro.DeliverPolicy = chainread.DeliverAll()
+	case adaptor.KindLatest:
+		ro.DeliverPolicy = chainread.DeliverLatest()
+	case adaptor.KindStartFrom:
+		ro.DeliverPolicy = chainread.DeliverStartFrom(pos)
+	case adaptor.KindStartAfter:
+		ro.DeliverPolicy = chainread.DeliverStartAfter(pos)
+	case adaptor.KindFromTimeTick:
+		ro.DeliverPolicy = chainread.DeliverFromTimeTick(spec.TimeTick)
+	case adaptor.KindAfter:
+		ro.DeliverPolicy = chainread.DeliverAfter(chainread.Checkpoint{Position: pos, TimeTick: spec.TimeTick})
+	}
+	return ro, r, nil
+}
+
+// positionOf is the chain position of id: a chain ID's own, or segment 0
+// for a bare backend ID (what a reader held before the channel had a
+// chain).
+func positionOf(id message.ID) (chain.Position, error) {
+	if p, err := chainread.PositionOf(id); err == nil {
+		return p, nil
+	}
+	if id.IsZero() {
+		return chain.Position{}, errors.Wrap(walimpls.ErrInvalidPosition, "an empty position")
+	}
+	return chain.Position{Segment: 0, ID: id.Marshal()}, nil
+}
+
+// track registers s so that Close stops it; a scanner started as w closes
+// is stopped at once.
+func track[S closer](w *wal, s S) (S, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		_ = s.Close()
+		var zero S
+		return zero, errors.Wrapf(walimpls.ErrClosed, "chainwal: read %s", w.ch.Name)
+	}
+	w.scanners[s] = struct{}{}
+	return s, nil
+}
