@@ -152,8 +152,8 @@ func (w *wal) Close() error {
 // kept for the position's sake, compared as a string.
 type goneID string
 
-func (g goneID) Backend() string  { return "pruned" }
-func (g goneID) Marshal() string  { return string(g) }
+func (g goneID) Backend() string { return "pruned" }
+func (g goneID) Marshal() string { return string(g) }
 func (g goneID) Compare(o message.IDValue) int {
 	og, ok := o.(goneID)
 	if !ok {
