@@ -156,7 +156,11 @@ func recv(t testing.TB, s adaptor.Scanner, n int) []message.Immutable {
 			require.Truef(t, ok, "the scanner ended after %d of %d: %v", len(out), n, s.Error())
 			out = append(out, m)
 		case <-timer.C:
-			require.FailNowf(t, "watchdog", "%d of %d", len(out), n)
+			last := "none"
+			if len(out) > 0 {
+				last = fmt.Sprintf("%q at %s", out[len(out)-1].Payload(), out[len(out)-1].ID())
+			}
+			require.FailNowf(t, "watchdog", "%d of %d, the last %s", len(out), n, last)
 		}
 	}
 	return out
