@@ -139,3 +139,18 @@ func (o *Opener) Delete(ctx context.Context, channel string) error {
 	}
 	return o.cfg.Store.Remove(ctx, channel, c.Last().Index)
 }
+
+// OffDefault returns the chains whose writable segment is not on the
+// default backend entry: channels a configuration change did not move
+// (a node never moves a channel because its default changed), for the
+// node to report.
+func (o *Opener) OffDefault(ctx context.Context) ([]chain.Chain, error) {
+	all, err := o.cfg.Store.List(ctx)
+	if err != nil {
+		return nil, errors.Wrap(err, "chainwal: list chains")
+	}
+	return slices.DeleteFunc(all, func(c chain.Chain) bool { return c.Last().Backend.Name == o.cfg.Default.Name }), nil
+}
+
+// Default returns the backend entry new channels begin on.
+func (o *Opener) Default() string { return o.cfg.Default.Name }

@@ -43,6 +43,10 @@ type Config struct {
 	FollowInterval time.Duration
 	// Logger logs migration steps; nil discards.
 	Logger *slog.Logger
+	// OpenSegment opens the writer of channel's last segment (segment names
+	// its backend channel and the term); nil is adaptor.Open. A node
+	// passes its own to time the open's phases.
+	OpenSegment func(ctx context.Context, channel string, opener walimpls.Opener, segment adaptor.Channel, opts adaptor.Options) (adaptor.WAL, error)
 }
 
 // Validate reports what is missing or wrong.
@@ -82,6 +86,11 @@ func New(cfg Config) (*Opener, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.OpenSegment == nil {
+		cfg.OpenSegment = func(ctx context.Context, _ string, opener walimpls.Opener, segment adaptor.Channel, opts adaptor.Options) (adaptor.WAL, error) {
+			return adaptor.Open(ctx, opener, segment, opts)
+		}
+	}
 	return &Opener{cfg: cfg, log: log}, nil
 }
 
@@ -118,7 +127,7 @@ func (o *Opener) Open(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, err
 	}
 	opts := o.cfg.WAL
 	opts.TimeTickFloor = max(opts.TimeTickFloor, floorOf(c))
-	seg, err := adaptor.Open(ctx, opener, adaptor.Channel{Name: last.Backend.Channel, Term: ch.Term}, opts)
+	seg, err := o.cfg.OpenSegment(ctx, ch.Name, opener, adaptor.Channel{Name: last.Backend.Channel, Term: ch.Term}, opts)
 	if err != nil {
 		return nil, errors.Wrapf(err, "chainwal: open %s at term %d: segment %d on %s", ch.Name, ch.Term, last.Index, last.Backend)
 	}
@@ -171,6 +180,7 @@ func (o *Opener) seal(ctx context.Context, c chain.Chain) (chain.Chain, error) {
 	floor := floorOf(c)
 	opts := o.cfg.WAL
 	opts.TimeTickFloor = 0
+	opts.Metrics = nil // the sealing open is not the segment's writer
 	end, err := adaptor.FenceEnd(ctx, opener, adaptor.Channel{Name: last.Backend.Channel, Term: p.Term}, floor, opts)
 	if err != nil {
 		return chain.Chain{}, where(err, "chainwal: %s: fence segment %d on %s for the %s", c.Channel, last.Index, last.Backend, p)

@@ -50,6 +50,10 @@ func (w *wal) setChain(c chain.Chain) error {
 	opts := w.o.cfg.WAL
 	opts.TimeTickFloor = 0
 	opts.ReadOnly = true
+	// A reader's WAL of a sealed segment is short-lived and would share
+	// the writer's metric series (a segment 0 has the channel's name):
+	// readers record none.
+	opts.Metrics = nil
 	cfg := chainread.Config{Chain: c, Openers: w.o.cfg.Openers, Options: opts, Writer: w.seg}
 	r, err := chainread.New(cfg)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/security/authz"
 )
@@ -58,6 +59,15 @@ type Config struct {
 	// Gatherer serves /metrics; required with a Registerer of your own
 	// (usually the same *prometheus.Registry).
 	Gatherer prometheus.Gatherer
+	// Chains, when set, opens every channel as a chain of segments
+	// (package chainwal): channels can then move between backends
+	// (walctl migrate), and the node reports those whose last segment is
+	// not on Chains.Default. Its WAL, Logger and OpenSegment are the
+	// node's own (WAL above); the rest is the caller's: the chain store
+	// (the cluster's meta store), the backends' openers by entry name, the
+	// default entry and Describe. Nil opens every channel on the backend
+	// opener given to New, as before chains.
+	Chains *chainwal.Config
 	// Authz, when set, turns authorization on: every request the policy
 	// does not grant is refused (package authz, "Enforcement"). Nil
 	// serves everyone, as a node on loopback does by default.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
+	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/utility/backoff"
@@ -31,6 +33,7 @@ type Node struct {
 	cfg     Config
 	cli     *clientv3.Client
 	opener  walimpls.Opener
+	chains  *chainwal.Opener // nil without Config.Chains
 	layout  cluster.Layout
 	log     *slog.Logger
 	mgr     *walmanager.Manager
@@ -119,9 +122,20 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 			return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
 		}
 	}
-	n.mgr, err = walmanager.New(walmanager.WALOpenerFunc(func(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, error) {
-		return n.phases.openWAL(ctx, opener, ch, walOpts)
-	}), walmanager.Options{Logger: n.log, Registerer: cfg.Registerer, Deleter: opener})
+	var walOpener walmanager.WALOpener = walmanager.WALOpenerFunc(func(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, error) {
+		return n.phases.openWAL(ctx, ch.Name, opener, ch, walOpts)
+	})
+	var deleter walmanager.ChannelDeleter = opener
+	if cfg.Chains != nil {
+		cc := *cfg.Chains
+		cc.WAL, cc.Logger, cc.OpenSegment = walOpts, n.log, n.phases.openWAL
+		if n.chains, err = chainwal.New(cc); err != nil {
+			m.unregister()
+			return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
+		}
+		walOpener, deleter = n.chains, n.chains
+	}
+	n.mgr, err = walmanager.New(walOpener, walmanager.Options{Logger: n.log, Registerer: cfg.Registerer, Deleter: deleter})
 	if err != nil {
 		return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
 	}
@@ -190,7 +204,32 @@ func (n *Node) Start(ctx context.Context) error {
 	go n.keepSession()
 	go n.follow()
 	n.log.Info("node started", "addr", n.addr, "backend", n.cfg.Backend, "tls", n.cfg.TLS != nil)
+	n.reportOffDefault(ctx)
 	return nil
+}
+
+// reportOffDefault says which channels are on a backend entry other than
+// the default: a changed default never moves a channel (walctl migrate
+// does), and an operator who changed it should see what stayed.
+func (n *Node) reportOffDefault(ctx context.Context) {
+	if n.chains == nil {
+		return
+	}
+	off, err := n.chains.OffDefault(ctx)
+	if err != nil {
+		n.log.Warn("could not list the channels' chains", "error", err)
+		return
+	}
+	n.metrics.offDefault.Set(float64(len(off)))
+	if len(off) == 0 {
+		return
+	}
+	where := make([]string, 0, len(off))
+	for _, c := range off {
+		where = append(where, c.Channel+" on "+c.Last().Backend.Name)
+	}
+	n.log.Warn("channels stay on a backend that is not the default; move them with walctl migrate <channel> "+n.chains.Default(),
+		"default", n.chains.Default(), "count", len(off), "channels", strings.Join(where, ", "))
 }
 
 // Addr is where the node serves its API.
@@ -347,7 +386,10 @@ type metrics struct {
 	dedup        *prometheus.CounterVec
 	// handshakesRefused counts the API's failed TLS handshakes (tlslog.go).
 	handshakesRefused *prometheus.CounterVec
-	collectors        []prometheus.Collector
+	// offDefault is how many channels were on a backend other than the
+	// default when the node started (Config.Chains).
+	offDefault prometheus.Gauge
+	collectors []prometheus.Collector
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -363,8 +405,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "retries_total", Help: "Retried appends, by how they were resolved: memory, log (found an earlier copy), stored."}, []string{"resolved"}),
 		handshakesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
 			Name: "tls_handshakes_refused_total", Help: "TLS handshakes of the API that failed, by reason: no_client_certificate, expired_certificate, unknown_authority, bad_certificate, plaintext_client, closed_by_client, other."}, []string{"reason"}),
+		offDefault: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "streamwal", Subsystem: "node",
+			Name: "channels_off_default", Help: "Channels whose writable segment is on a backend entry other than the default, when the node started (walctl migrate moves them)."}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.sessionsLost, m.opens, m.dedup, m.handshakesRefused}
+	m.collectors = []prometheus.Collector{m.requests, m.sessionsLost, m.opens, m.dedup, m.handshakesRefused, m.offDefault}
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -57,7 +57,9 @@ func (p *phases) collectors() []prometheus.Collector {
 
 // openWAL opens a channel's WAL through adaptor.Open, timing the
 // backend's open, and wraps it to time its first append.
-func (p *phases) openWAL(ctx context.Context, opener walimpls.Opener, ch adaptor.Channel, opts adaptor.Options) (adaptor.WAL, error) {
+// channel is the channel's name in the cluster, which ch (the backend
+// channel) shares unless the channel is a chain past its first segment.
+func (p *phases) openWAL(ctx context.Context, channel string, opener walimpls.Opener, ch adaptor.Channel, opts adaptor.Options) (adaptor.WAL, error) {
 	timed := &timedOpener{Opener: opener}
 	w, err := adaptor.Open(ctx, timed, ch, opts)
 	if err != nil {
@@ -65,7 +67,7 @@ func (p *phases) openWAL(ctx context.Context, opener walimpls.Opener, ch adaptor
 	}
 	ready := time.Now()
 	p.mu.Lock()
-	p.opens[ch.Name] = openTimes{term: ch.Term, fenced: timed.fenced, ready: ready}
+	p.opens[channel] = openTimes{term: ch.Term, fenced: timed.fenced, ready: ready}
 	p.mu.Unlock()
 	fw := &firstAppendWAL{WAL: w, ready: ready, observe: p.firstAppend}
 	fw.pending.Store(true)
