@@ -35,6 +35,12 @@ type Backend struct {
 	// that do not exist yet. It may be nil for backends that need nothing
 	// created (local, memory).
 	Opener walimpls.Opener
+	// Chained says the pchannels are chains of segments (package
+	// chainwal), each recording the backends it lives on: Name is only
+	// where new pchannels begin, and a pool recorded on another backend is
+	// not a mismatch (its record is kept as it is), so that a node whose
+	// default backend changed still opens the pool.
+	Chained bool
 }
 
 // Options tunes a Pool; the zero value is ready to use.
@@ -185,6 +191,9 @@ func (p *Pool) ensureConfig(ctx context.Context) (int, error) {
 		var got configValue
 		if err := decode(key, kv.Value, &got, func() int { return got.V }); err != nil {
 			return 0, err
+		}
+		if p.backend.Chained {
+			want.Backend = got.Backend
 		}
 		switch {
 		case got.Backend != want.Backend:

@@ -235,6 +235,13 @@ func TestGrowShrinkAndMismatch(t *testing.T) {
 		require.Contains(t, err.Error(), `"g-"`)
 		_, err = pool.Open(ctx, stores(), pool.Backend{Name: "kafka"}, pool.Config{Size: 5, Prefix: "g-"}, pool.Options{})
 		require.ErrorIs(t, err, pool.ErrConfigMismatch)
+		// Chained pchannels record their own backends: a node whose
+		// default changed opens the pool, whose record stays.
+		chained, err := pool.Open(ctx, stores(), pool.Backend{Name: "kafka", Chained: true}, pool.Config{Size: 5, Prefix: "g-"}, pool.Options{})
+		require.NoError(t, err)
+		require.NoError(t, chained.Close())
+		_, err = pool.Open(ctx, stores(), pool.Backend{Name: "kafka"}, pool.Config{Size: 5, Prefix: "g-"}, pool.Options{})
+		require.ErrorIs(t, err, pool.ErrConfigMismatch, "the chained open rewrote the pool's backend")
 	})
 }
 

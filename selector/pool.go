@@ -205,11 +205,22 @@ func (c Config) PoolConfig() (cfg pool.Config, ok bool, err error) {
 // missing pchannels when it can. A strategy that is neither
 // built in nor in opts.Placers is refused here, at its line.
 func OpenPool(ctx context.Context, c Config, store meta.Store, opener walimpls.Opener, opts pool.Options) (*pool.Pool, error) {
+	return openPool(ctx, c, store, pool.Backend{Name: c.Chosen(), Opener: opener}, opts)
+}
+
+// OpenChainedPool is OpenPool for a node whose channels are chains
+// (pool.Backend.Chained): the default entry is where new pchannels begin,
+// and a pool recorded on another entry still opens.
+func OpenChainedPool(ctx context.Context, c Config, store meta.Store, opener walimpls.Opener, opts pool.Options) (*pool.Pool, error) {
+	return openPool(ctx, c, store, pool.Backend{Name: c.Chosen(), Opener: opener, Chained: true}, opts)
+}
+
+func openPool(ctx context.Context, c Config, store meta.Store, b pool.Backend, opts pool.Options) (*pool.Pool, error) {
 	cfg, _, err := c.PoolConfig()
 	if err != nil {
 		return nil, err
 	}
-	p, err := pool.Open(ctx, store, pool.Backend{Name: c.Chosen(), Opener: opener}, cfg, opts)
+	p, err := pool.Open(ctx, store, b, cfg, opts)
 	if errors.Is(err, pool.ErrInvalidConfig) {
 		return nil, c.refused("pool", err)
 	}

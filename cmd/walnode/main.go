@@ -58,6 +58,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/coordinator"
 	"github.com/streamwal/streamwal/meta/etcdstore"
@@ -73,6 +75,7 @@ type params struct {
 	authz                 string
 	etcd, etcdListen      string
 	devKafka, kafka       string
+	defaultBackend        string
 	root                  string
 	sessionTTL            time.Duration
 	shutdownTimeout       time.Duration
@@ -123,6 +126,7 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd member")
 	fs.StringVar(&p.devKafka, "dev-kafka", "", "run an in-memory Kafka-protocol broker (kfake) on this address and use it (for trying only)")
 	fs.StringVar(&p.kafka, "kafka", "", "use the Kafka backend on these seed brokers, comma-separated (a shortcut for -config)")
+	fs.StringVar(&p.defaultBackend, "default", "", "with -kafka or -dev-kafka: the backend new channels begin on, kafka (the default) or local; both are configured, so walctl migrate moves channels between them")
 	fs.StringVar(&p.root, "root", cluster.DefaultRoot, "the cluster's root in etcd")
 	fs.DurationVar(&p.sessionTTL, "session-ttl", 10*time.Second, "lease TTL: how long after this node stops the coordinator moves its channels")
 	fs.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown")
@@ -217,17 +221,28 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	if err := sec.register(reg); err != nil {
 		return err
 	}
-	opener, err := selector.Build(ctx, cfg, selector.Deps{Logger: logger, Registerer: reg})
+	// Every configured backend is built: a channel's chain may have
+	// segments on any of them (walctl migrate), and reads cross them all.
+	backends, err := selector.BuildAll(ctx, cfg, selector.Deps{Logger: logger, Registerer: reg})
 	if err != nil {
 		return err
 	}
-	closers = append(closers, func() { _ = opener.Close() })
+	closers = append(closers, func() { _ = backends.Close() })
+	opener, _ := backends.Entry(backends.Default())
+	def, err := backends.Describe(backends.Default())
+	if err != nil {
+		return err
+	}
 	store, err := etcdstore.New(cli, etcdstore.Options{Prefix: strings.TrimSuffix(p.root, "/") + "-meta/"})
 	if err != nil {
 		return errors.Wrap(err, "walnode: meta store")
 	}
 	closers = append(closers, func() { _ = store.Close() })
-	pl, err := selector.OpenPool(ctx, cfg, store, opener, pool.Options{Logger: logger})
+	chains := chain.NewStore(store, chain.Options{CheckBackend: func(_ context.Context, b chain.Backend) error {
+		_, err := backends.Opener(b) // this node can open it, and its entry agrees
+		return err
+	}})
+	pl, err := selector.OpenChainedPool(ctx, cfg, store, opener, pool.Options{Logger: logger})
 	if errors.Is(err, pool.ErrConfigMismatch) {
 		where := fmt.Sprintf("the cluster's etcd at %s, under -root %s", strings.Join(endpoints, ","), p.root)
 		if p.etcd == "" {
@@ -243,7 +258,8 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	closers = append(closers, func() { _ = pl.Close() })
 
 	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root, TLS: sec.server,
-		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy})
+		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
+		Chains: &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe}})
 	if err != nil {
 		return err
 	}
@@ -322,6 +338,9 @@ func reloadPolicy(path string, n *node.Node, logger *slog.Logger) {
 // backendConfig is the configuration file, or what the shortcut flags say.
 func backendConfig(p params) (selector.Config, error) {
 	if p.config != "" {
+		if p.defaultBackend != "" {
+			return selector.Config{}, errors.New("-default with -config: name the default entry in the file (default:)")
+		}
 		// Load, not Parse: its errors name the file beside the line.
 		return selector.Load(p.config)
 	}
@@ -332,8 +351,18 @@ func backendConfig(p params) (selector.Config, error) {
 		if len(brokers) == 0 {
 			brokers = []string{p.devKafka}
 		}
-		// A short metadata age: topic creation waits on refreshed metadata.
-		text = fmt.Sprintf("backend: kafka\nkafka:\n  seedBrokers: [%s]\n  metadataMinAge: 100ms\npool:\n  size: 6\n  prefix: pch-\n", strings.Join(brokers, ", "))
+		def := p.defaultBackend
+		if def == "" {
+			def = "kafka"
+		}
+		// Both backends, side by side: channels begin on the default and
+		// move with walctl migrate. A short metadata age: topic creation
+		// waits on refreshed metadata. The pool is the same whichever is
+		// the default, so that the default can change.
+		text = fmt.Sprintf("backends:\n  kafka:\n    seedBrokers: [%s]\n    metadataMinAge: 100ms\n  local:\n    dir: %q\ndefault: %s\npool:\n  size: 6\n  prefix: pch-\n",
+			strings.Join(brokers, ", "), filepath.Join(p.data, "wal"), def)
+	case p.defaultBackend != "" && p.defaultBackend != "local":
+		return selector.Config{}, errors.Newf("-default %s: without -kafka or -dev-kafka only the local backend is configured (or give -config)", p.defaultBackend)
 	default:
 		text = fmt.Sprintf("backend: local\nlocal:\n  dir: %q\npool:\n  size: 4\n", filepath.Join(p.data, "wal"))
 	}
