@@ -75,11 +75,13 @@ func cutover(b *testing.B, m *walmanager.Manager, channel string, step func()) t
 				return
 			default:
 			}
+			served := false
 			for t := term; t <= term+1; t++ {
 				w, err := m.GetAvailableWAL(adaptor.Channel{Name: channel, Term: t})
 				if err != nil {
 					continue
 				}
+				served = true
 				if _, err := w.Append(ctx, msg); err == nil && t == term+1 {
 					select {
 					case acked <- time.Now():
@@ -87,6 +89,12 @@ func cutover(b *testing.B, m *walmanager.Manager, channel string, step func()) t
 					}
 					return
 				}
+			}
+			if !served {
+				// No WAL at either term (the cutover is under way): back
+				// off as a client would, instead of spinning on a core the
+				// cutover needs.
+				time.Sleep(100 * time.Microsecond)
 			}
 		}
 	}()
