@@ -121,6 +121,7 @@ func (w *wal) prune(ctx context.Context, index uint64) error {
 			return errors.Wrapf(err, "chainwal: prune %s: delete segment %d on %s", w.ch.Name, s.Index, s.Backend)
 		}
 	}
+	w.o.after(StepPruneDeleted, w.ch.Name)
 	next, err := w.o.cfg.Store.DropFront(ctx, w.ch.Name, w.index, index)
 	if err != nil {
 		return errors.Wrapf(err, "chainwal: prune %s", w.ch.Name)

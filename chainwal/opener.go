@@ -47,6 +47,38 @@ type Config struct {
 	// its backend channel and the term); nil is adaptor.Open. A node
 	// passes its own to time the open's phases.
 	OpenSegment func(ctx context.Context, channel string, opener walimpls.Opener, segment adaptor.Channel, opts adaptor.Options) (adaptor.WAL, error)
+	// AfterStep, when set, is called after each step of a migration or a
+	// prune this Opener takes, with the channel's name: for crash tests
+	// (walnode's -crash-after kills the process there) and tracing. It
+	// must not block.
+	AfterStep func(step Step, channel string)
+}
+
+// Step names a point between two steps of a migration or a prune, where a
+// crash leaves the work half-done for the next open to finish.
+type Step string
+
+// The steps AfterStep sees.
+const (
+	// StepFenced: the last segment is fenced at the migration's term and
+	// its end read; the seal is not recorded.
+	StepFenced Step = "fenced"
+	// StepSealed: the seal and the new segment are recorded; the new
+	// segment is not opened.
+	StepSealed Step = "sealed"
+	// StepOpened: the new segment's writer is open; nothing is appended
+	// to it yet.
+	StepOpened Step = "opened"
+	// StepPruneDeleted: the pruned segments' data is deleted; they are
+	// still in the chain.
+	StepPruneDeleted Step = "prune-deleted"
+)
+
+// after calls AfterStep.
+func (o *Opener) after(step Step, channel string) {
+	if o.cfg.AfterStep != nil {
+		o.cfg.AfterStep(step, channel)
+	}
 }
 
 // Validate reports what is missing or wrong.
@@ -136,6 +168,9 @@ func (o *Opener) Open(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, err
 		_ = seg.Close()
 		return nil, err
 	}
+	if last.FirstTerm == ch.Term && last.Index > 0 {
+		o.after(StepOpened, ch.Name)
+	}
 	return w, nil
 }
 
@@ -185,6 +220,7 @@ func (o *Opener) seal(ctx context.Context, c chain.Chain) (chain.Chain, error) {
 	if err != nil {
 		return chain.Chain{}, where(err, "chainwal: %s: fence segment %d on %s for the %s", c.Channel, last.Index, last.Backend, p)
 	}
+	o.after(StepFenced, c.Channel)
 	req := chain.SealRequest{Segment: last.Index, Term: p.Term, TimeTick: end.TimeTick}
 	if !end.Last.IsZero() {
 		req.End = end.Last.Marshal()
@@ -193,6 +229,7 @@ func (o *Opener) seal(ctx context.Context, c chain.Chain) (chain.Chain, error) {
 	if err != nil {
 		return chain.Chain{}, where(err, "chainwal: %s: record the seal of segment %d for the %s", c.Channel, last.Index, p)
 	}
+	o.after(StepSealed, c.Channel)
 	o.log.Info("segment sealed", "channel", c.Channel, "segment", last.Index, "backend", last.Backend.String(),
 		"term", p.Term, "end", req.End, "timetick", req.TimeTick, "next", sealed.Last().Backend.String(), "took", time.Since(start))
 	return sealed, nil

@@ -76,6 +76,7 @@ type params struct {
 	etcd, etcdListen      string
 	devKafka, kafka       string
 	defaultBackend        string
+	crashAfter            string
 	root                  string
 	sessionTTL            time.Duration
 	shutdownTimeout       time.Duration
@@ -127,6 +128,7 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.devKafka, "dev-kafka", "", "run an in-memory Kafka-protocol broker (kfake) on this address and use it (for trying only)")
 	fs.StringVar(&p.kafka, "kafka", "", "use the Kafka backend on these seed brokers, comma-separated (a shortcut for -config)")
 	fs.StringVar(&p.defaultBackend, "default", "", "with -kafka or -dev-kafka: the backend new channels begin on, kafka (the default) or local; both are configured, so walctl migrate moves channels between them")
+	fs.StringVar(&p.crashAfter, "crash-after", "", "for crash tests only: SIGKILL this process right after the named step of a migration or prune (fenced, sealed, opened, prune-deleted)")
 	fs.StringVar(&p.root, "root", cluster.DefaultRoot, "the cluster's root in etcd")
 	fs.DurationVar(&p.sessionTTL, "session-ttl", 10*time.Second, "lease TTL: how long after this node stops the coordinator moves its channels")
 	fs.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown")
@@ -259,7 +261,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 
 	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root, TLS: sec.server,
 		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
-		Chains: &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe}})
+		Chains: &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe, AfterStep: crashAfter(p.crashAfter, logger)}})
 	if err != nil {
 		return err
 	}
@@ -314,6 +316,20 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		err = errors.CombineErrors(err, cerr)
 	}
 	return err
+}
+
+// crashAfter is the AfterStep of -crash-after: it kills the process, as
+// kill -9 would, right after step.
+func crashAfter(step string, logger *slog.Logger) func(chainwal.Step, string) {
+	if step == "" {
+		return nil
+	}
+	return func(s chainwal.Step, channel string) {
+		if string(s) == step {
+			logger.Warn("-crash-after: killing this process", "step", step, "channel", channel)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}
 }
 
 // reloadPolicy reads the policy file again and gives it to the node. A
