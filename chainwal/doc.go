@@ -53,10 +53,13 @@
 //
 // # Truncation and pruning
 //
-// Truncate(upTo) in the last segment truncates it on its backend. One in
-// an earlier segment prunes: every segment wholly before upTo's has its
+// Truncate(upTo) prunes first: every segment wholly before upTo's has its
 // data deleted on its backend (deleting what is gone is not an error) and
-// is then dropped from the chain (chain.Store.DropFront); upTo's own
-// segment is kept whole. Delete (walmanager.ChannelDeleter) deletes every
-// kept segment's data, then the chain.
+// is then dropped from the chain (chain.Store.DropFront). Then, when upTo
+// is in the last segment, that segment is truncated on its backend; a
+// sealed segment is kept whole until a later truncation passes it. So the
+// pool's pruner (package pool), which truncates each pchannel's WAL at
+// the earliest checkpoint of its vchannels, prunes segments as it goes.
+// Delete (walmanager.ChannelDeleter) deletes every kept segment's data,
+// then the chain.
 package chainwal

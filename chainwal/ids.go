@@ -78,17 +78,20 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 	if err != nil {
 		return errors.Wrapf(err, "chainwal: truncate %s", w.ch.Name)
 	}
-	if p.Segment == w.index {
-		_, bid, err := w.backendID(upTo)
-		if err != nil {
-			return err
-		}
-		return w.seg.Truncate(ctx, bid)
-	}
 	if p.Segment > w.index {
 		return errors.Wrapf(chain.ErrUnknownSegment, "chainwal: truncate %s: position %s is after the last segment %d", w.ch.Name, p, w.index)
 	}
-	return w.prune(ctx, p.Segment)
+	if err := w.prune(ctx, p.Segment); err != nil {
+		return err
+	}
+	if p.Segment < w.index {
+		return nil // a sealed segment is kept whole until it is passed
+	}
+	_, bid, err := w.backendID(upTo)
+	if err != nil {
+		return err
+	}
+	return w.seg.Truncate(ctx, bid)
 }
 
 // backendID is the segment and backend ID of a chain ID, or of a bare
