@@ -52,7 +52,7 @@ func TestMigrateFourBackends(t *testing.T) {
 	readAll(t, w, &l, adaptor.DeliverAfter(parsed), 11)
 	id, err := w.ParseID(all[70].ID().Marshal())
 	require.NoError(t, err)
-	readAll(t, w, &l, adaptor.DeliverStartFrom(id), 70)
+	readFrom(t, w, &l, id)
 	readAll(t, w, &l, adaptor.DeliverFromTimeTick(l.sorted()[45].res.TimeTick), 45)
 
 	// Migrating to where the channel is, or to an entry the configuration

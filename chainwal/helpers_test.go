@@ -180,13 +180,33 @@ func check(t testing.TB, want []acked, got []message.Immutable) {
 	}
 }
 
-// readAll reads w from the start up to what l acknowledged.
+// readAll reads w with policy and checks it delivers what l acknowledged,
+// in timetick order, but for the first skip.
 func readAll(t testing.TB, w adaptor.WAL, l *log, policy adaptor.DeliverPolicy, skip int) []message.Immutable {
+	t.Helper()
+	return readWant(t, w, policy, l.sorted()[skip:])
+}
+
+// readFrom reads w from position id (inclusive) and checks it delivers
+// what l acknowledged at or after id, in timetick order: a position
+// starts in the log's order, which concurrent appenders make differ from
+// the timeticks' within a segment.
+func readFrom(t testing.TB, w adaptor.WAL, l *log, id message.ID) []message.Immutable {
+	t.Helper()
+	var want []acked
+	for _, a := range l.sorted() {
+		if id.LTE(a.res.ID) {
+			want = append(want, a)
+		}
+	}
+	return readWant(t, w, adaptor.DeliverStartFrom(id), want)
+}
+
+func readWant(t testing.TB, w adaptor.WAL, policy adaptor.DeliverPolicy, want []acked) []message.Immutable {
 	t.Helper()
 	s, err := w.Read(testCtx(t), adaptor.ReadOption{DeliverPolicy: policy})
 	require.NoError(t, err)
 	defer s.Close()
-	want := l.sorted()[skip:]
 	got := recv(t, s, len(want))
 	check(t, want, got)
 	return got
