@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/meta/boltstore"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -94,6 +96,9 @@ type builder struct {
 	c     chain.Chain
 	w     adaptor.WAL // the last segment's writer
 	acked []acked     // every acknowledged append, in append order
+	// store, when set (withStore), records every migration as a driver
+	// does: its intent before the fence, its seal after.
+	store *chain.Store
 }
 
 type acked struct {
@@ -119,6 +124,19 @@ func newChain(t testing.TB, b *backends, channel, name string) *builder {
 }
 
 func (bl *builder) last() chain.Segment { return bl.c.Last() }
+
+// withStore records the chain in a chain.Store over a bbolt file, from
+// now on: its first segment now, each migration as it happens.
+func (bl *builder) withStore() *chain.Store {
+	kv, err := boltstore.Open(filepath.Join(bl.t.TempDir(), "meta.db"), boltstore.Options{})
+	require.NoError(bl.t, err)
+	bl.t.Cleanup(func() { _ = kv.Close() })
+	require.Len(bl.t, bl.c.Segments, 1, "withStore starts with the chain's first segment")
+	bl.store = chain.NewStore(kv, chain.Options{Now: func() time.Time { return at }})
+	_, err = bl.store.Create(testCtx(bl.t), bl.c.Channel, bl.c.Segments[0].Backend, bl.c.Segments[0].FirstTerm)
+	require.NoError(bl.t, err)
+	return bl.store
+}
 
 func (bl *builder) openWriter(floor uint64) {
 	seg := bl.last()
@@ -166,6 +184,11 @@ func (bl *builder) append(n, writers int) {
 func (bl *builder) migrate(name string, term int64) {
 	ctx := testCtx(bl.t)
 	seg := bl.last()
+	ch := fmt.Sprintf("%s-s%d", bl.c.Channel, seg.Index+1)
+	if bl.store != nil {
+		_, err := bl.store.BeginMigration(ctx, bl.c.Channel, chain.MigrationRequest{Segment: seg.Index, Target: backend(name, ch), Term: term, By: "test"})
+		require.NoError(bl.t, err)
+	}
 	o, err := bl.b.openers.Opener(seg.Backend)
 	require.NoError(bl.t, err)
 	sealer, err := o.Open(ctx, walimpls.Channel{Name: seg.Backend.Channel, Term: term})
@@ -182,7 +205,10 @@ func (bl *builder) migrate(name string, term int64) {
 	}
 	require.NoError(bl.t, sealer.Close())
 	bl.c.Segments[len(bl.c.Segments)-1].Seal = seal
-	ch := fmt.Sprintf("%s-s%d", bl.c.Channel, seg.Index+1)
+	if bl.store != nil {
+		_, err := bl.store.Seal(ctx, bl.c.Channel, chain.SealRequest{Segment: seg.Index, Term: term, End: seal.End, TimeTick: seal.TimeTick})
+		require.NoError(bl.t, err)
+	}
 	bl.c.Segments = append(bl.c.Segments, chain.Segment{Index: seg.Index + 1, Backend: backend(name, ch), FirstTerm: term, Created: at})
 	require.NoError(bl.t, bl.c.Validate())
 	bl.openWriter(seal.TimeTick)

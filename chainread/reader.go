@@ -3,8 +3,11 @@ package chainread
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
@@ -32,45 +35,100 @@ func (m OpenerMap) Opener(b chain.Backend) (walimpls.Opener, error) {
 	return nil, errors.Wrapf(ErrNoOpener, "backend %q (kind %s, channel %s)", b.Name, b.Kind, b.Channel)
 }
 
-// Config is what a Reader reads.
+// DefaultFollowInterval is Config.FollowInterval's default.
+const DefaultFollowInterval = 250 * time.Millisecond
+
+// Config is what a Reader reads. The zero value of every field but Chain
+// and Openers is valid.
 type Config struct {
 	// Chain is the channel's chain; it must validate.
 	Chain chain.Chain
 	// Openers opens each segment's backend.
 	Openers Openers
 	// Options are each segment's WAL options; ReadOnly is forced. The
-	// zero value takes the adaptor's defaults.
+	// zero value takes the adaptor's defaults. Its Logger also receives
+	// the scanners' own logs.
 	Options adaptor.Options
 	// Writer, when set, is the open writer of the chain's last segment
 	// (its owner's WAL): scanners read the last segment through it instead
 	// of a read-only WAL of their own, so that they see an append as soon
 	// as its writer releases it, without waiting for a watermark in the
-	// log. The Reader never closes it.
+	// log. Only the segment that is last in Chain is read through it: a
+	// segment a scanner learns of later (Follow) is read through a
+	// read-only WAL. The Reader never closes it.
 	Writer adaptor.WAL
+	// Follow, when set, returns the channel's chain as it is now, for
+	// example func(ctx context.Context) (chain.Chain, error) { return
+	// store.Get(ctx, channel) }. A scanner that follows the last segment
+	// live asks it every FollowInterval, and learns from it that the
+	// segment was sealed (a migration): it then delivers the segment up
+	// to its seal's End and goes on with the next segments (see the
+	// package documentation). It is called on the scanner's goroutine,
+	// with a context that the scanner's Close cancels, and the scanner
+	// delivers nothing while it waits: it should answer promptly. Nil
+	// keeps a scanner on the chain it started with: a seal recorded after
+	// it started is never learned.
+	Follow func(ctx context.Context) (chain.Chain, error)
+	// FollowInterval is how often a scanner following the last segment
+	// live asks Follow; default DefaultFollowInterval (250ms). It is how
+	// long, at most, a scanner goes on waiting on a segment sealed under
+	// it before it reads the segment's rest and moves to the next: the
+	// delay a migration adds to live delivery. Each live scanner reads
+	// the store once per interval (four reads a second at the default):
+	// lower it for quicker hops, raise it when many scanners share a
+	// store.
+	FollowInterval time.Duration
+	// Clock schedules the asks of Follow; default the real clock. Tests
+	// give a clockwork.FakeClock and advance it instead of sleeping.
+	Clock clockwork.Clock
+}
+
+// Validate reports a Config New refuses.
+func (c Config) Validate() error {
+	if c.Openers == nil {
+		return errors.Wrap(ErrNoOpener, "chainread: nil Openers")
+	}
+	if err := c.Chain.Validate(); err != nil {
+		return errors.Wrap(err, "chainread")
+	}
+	if c.FollowInterval < 0 {
+		return errors.Newf("chainread: FollowInterval is negative (%s)", c.FollowInterval)
+	}
+	c.Options.ReadOnly = true
+	if err := c.Options.Validate(); err != nil {
+		return errors.Wrap(err, "chainread")
+	}
+	return nil
 }
 
 // Reader starts scanners over one chain.
 type Reader struct {
 	cfg Config
+	log *slog.Logger
 }
 
 // New checks cfg and returns a Reader.
 func New(cfg Config) (*Reader, error) {
-	if cfg.Openers == nil {
-		return nil, errors.Wrap(ErrNoOpener, "chainread: nil Openers")
-	}
-	if err := cfg.Chain.Validate(); err != nil {
-		return nil, errors.Wrap(err, "chainread")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	cfg.Chain = cfg.Chain.Clone()
 	cfg.Options.ReadOnly = true
-	if err := cfg.Options.Validate(); err != nil {
-		return nil, errors.Wrap(err, "chainread")
+	if cfg.FollowInterval == 0 {
+		cfg.FollowInterval = DefaultFollowInterval
 	}
-	return &Reader{cfg: cfg}, nil
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	log := cfg.Options.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Reader{cfg: cfg, log: log.With("channel", cfg.Chain.Channel)}, nil
 }
 
-// Chain returns the chain the Reader reads.
+// Chain returns the chain the Reader was given. Scanners that learn later
+// chains (Config.Follow) keep them to themselves: this one does not change.
 func (r *Reader) Chain() chain.Chain { return r.cfg.Chain.Clone() }
 
 // ReadOption configures a scanner.

@@ -2,6 +2,8 @@ package chainread
 
 import (
 	"context"
+	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/errors"
 
@@ -22,16 +24,21 @@ type scanner struct {
 	*lifecycle.Run
 	r   *Reader
 	opt ReadOption
+	log *slog.Logger
 
 	// One of them is set: out for Read, batches for ReadBatches.
 	out     chan message.Immutable
 	batches chan []message.Immutable
 
 	// Owned by run.
-	lastTT uint64 // the highest timetick delivered
+	chain  chain.Chain // the chain as the scanner knows it: Read's, then what Follow told
+	lastTT uint64      // the highest timetick delivered
 	// lc caches the last resume position wrapped: consecutive messages
 	// often share it, and wrapping allocates.
 	lcIn, lcOut message.ID
+	// followErr is the last Follow error logged, so that a store that
+	// stays unreachable is logged once, not once per interval.
+	followErr string
 }
 
 var (
@@ -42,12 +49,20 @@ var (
 func (s *scanner) Chan() <-chan message.Immutable      { return s.out }
 func (s *scanner) Batches() <-chan []message.Immutable { return s.batches }
 
+// segmentStart is where a segment's adaptor scanner starts and what it
+// filters.
+type segmentStart struct {
+	policy adaptor.DeliverPolicy
+	filter adaptor.Filter
+}
+
 // segmentScan is one segment being read: its WAL (read-only) and the
-// adaptor scanner over it.
+// adaptor scanner over it, started at start.
 type segmentScan struct {
-	seg chain.Segment
-	wal adaptor.WAL // nil when reading through Config.Writer
-	in  adaptor.BatchScanner
+	seg   chain.Segment
+	wal   adaptor.WAL // nil when reading through Config.Writer
+	in    adaptor.BatchScanner
+	start segmentStart
 }
 
 func (ss *segmentScan) close() {
@@ -59,13 +74,29 @@ func (ss *segmentScan) close() {
 
 func (r *Reader) start(ctx context.Context, opt ReadOption, batches bool) (*scanner, error) {
 	c := r.cfg.Chain
+	if r.cfg.Follow != nil && startsLater(c, opt.DeliverPolicy) {
+		now, err := r.cfg.Follow(ctx)
+		if err == nil {
+			err = now.Validate()
+		}
+		if err != nil {
+			return nil, errors.Wrapf(err, "chainread: read %s: follow the chain", c.Channel)
+		}
+		if now.Channel != c.Channel {
+			return nil, errors.Wrapf(ErrChainChanged, "chainread: read %s: Follow returned the chain of %s", c.Channel, now.Channel)
+		}
+		c = now
+	}
 	first, err := firstSegment(c, opt.DeliverPolicy)
 	if err != nil {
 		return nil, errors.Wrapf(err, "chainread: read %s", c.Channel)
 	}
-	s := &scanner{r: r, opt: opt}
+	s := &scanner{r: r, opt: opt, chain: c, log: r.log}
+	if opt.Name != "" {
+		s.log = s.log.With("scanner", opt.Name)
+	}
 	seg, _ := c.Segment(first)
-	ss, err := s.open(ctx, seg, true)
+	ss, err := s.open(ctx, seg, true, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -79,14 +110,28 @@ func (r *Reader) start(ctx context.Context, opt ReadOption, batches bool) (*scan
 	return s, nil
 }
 
+// startsLater reports whether a scanner of policy p must start on the chain
+// as it is now, not c, the Reader's: DeliverLatest (segments sealed since
+// c hold nothing "latest"), and a start in a segment after c's last (one
+// added since). Pure logic.
+func startsLater(c chain.Chain, p DeliverPolicy) bool {
+	switch p.kind {
+	case startLatest:
+		return true
+	case startFrom, startAfter, startCheckpoint:
+		return p.pos.Segment > c.Last().Index
+	}
+	return false
+}
+
 // open opens segment seg for reading: its WAL, read-only, and a scanner
-// from where the policy starts (first) or from its beginning. It returns
-// nil for a sealed segment that delivers nothing.
-func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool) (ss *segmentScan, err error) {
-	c := s.r.cfg.Chain
+// from restart when set, else from where the policy starts (first) or
+// from its beginning. It returns nil for a sealed segment that delivers
+// nothing.
+func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool, restart *segmentStart) (ss *segmentScan, err error) {
 	defer func() {
 		if err != nil {
-			err = errors.Wrapf(err, "chainread: chain %s: segment %d on %s", c.Channel, seg.Index, seg.Backend)
+			err = errors.Wrapf(err, "chainread: chain %s: segment %d on %s", s.chain.Channel, seg.Index, seg.Backend)
 		}
 	}()
 	if seg.Seal != nil && seg.Seal.End == "" {
@@ -96,6 +141,76 @@ func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool) (ss *
 	if err != nil {
 		return nil, err
 	}
+	var start segmentStart
+	if restart != nil {
+		start = *restart
+	} else if start, err = s.segmentStart(opener, first); err != nil {
+		return nil, err
+	}
+	// The writer of the Reader's last segment reads that segment while it
+	// is unsealed; not one learned of later.
+	writer := s.r.cfg.Writer
+	if seg.Seal != nil || seg.Index != s.r.cfg.Chain.Last().Index {
+		writer = nil
+	}
+	// A scanner that may learn this segment's seal, and restart it, must
+	// know where "latest" was: right after the last message stored now.
+	latest := seg.Seal == nil && restart == nil && first && s.opt.DeliverPolicy.kind == startLatest && s.r.cfg.Follow != nil
+	if writer != nil && !latest {
+		return s.readWriter(ctx, writer, seg, start)
+	}
+	raw, err := opener.Open(ctx, walimpls.Channel{Name: seg.Backend.Channel, Term: seg.FirstTerm, Mode: walimpls.ReadOnly})
+	if err != nil {
+		if seg.Seal != nil && errors.Is(err, walimpls.ErrNoChannel) {
+			// A sealed segment's channel existed: its data is gone.
+			err = mark(errors.Wrap(err, "the sealed segment's data is gone"), walimpls.ErrPositionGone)
+		}
+		return nil, err
+	}
+	var until message.ID
+	switch {
+	case seg.Seal != nil:
+		until, err = sealEnd(ctx, opener, raw, seg)
+	case latest:
+		start.policy, err = latestStart(ctx, raw)
+	}
+	if err != nil || writer != nil {
+		// With a writer, raw was opened only to read where its log ends.
+		_ = raw.Close()
+		if err != nil {
+			return nil, err
+		}
+		return s.readWriter(ctx, writer, seg, start)
+	}
+	pre := &preopened{Opener: opener, impl: raw}
+	w, err := adaptor.Open(ctx, pre, adaptor.Channel{Name: seg.Backend.Channel, Term: seg.FirstTerm}, s.r.cfg.Options)
+	if err != nil {
+		if !pre.used {
+			_ = raw.Close()
+		}
+		return nil, err
+	}
+	in, err := w.ReadBatches(ctx, adaptor.ReadOption{Name: s.opt.Name, DeliverPolicy: start.policy, Filter: start.filter, Until: until})
+	if err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return &segmentScan{seg: seg, wal: w, in: in, start: start}, nil
+}
+
+// readWriter reads segment seg, the last, through its writer w
+// (Config.Writer) from start.
+func (s *scanner) readWriter(ctx context.Context, w adaptor.WAL, seg chain.Segment, start segmentStart) (*segmentScan, error) {
+	in, err := w.ReadBatches(ctx, adaptor.ReadOption{Name: s.opt.Name, DeliverPolicy: start.policy, Filter: start.filter})
+	if err != nil {
+		return nil, err
+	}
+	return &segmentScan{seg: seg, in: in, start: start}, nil
+}
+
+// segmentStart decides where the scanner's policy starts in a segment of
+// opener's backend (first: the segment where the scanner starts).
+func (s *scanner) segmentStart(opener walimpls.Opener, first bool) (segmentStart, error) {
 	policy, filter, err := segmentPolicy(s.opt.DeliverPolicy, s.opt.Filter, first, func(id string) (adaptor.DeliverPolicy, error) {
 		bid, err := opener.UnmarshalID(id)
 		if err != nil {
@@ -109,45 +224,20 @@ func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool) (ss *
 		}
 		return adaptor.DeliverAfter(adaptor.Checkpoint{Position: bid, TimeTick: s.opt.DeliverPolicy.tt}), nil
 	})
+	return segmentStart{policy: policy, filter: filter}, err
+}
+
+// latestStart is DeliverLatest as a position: right after the last message
+// raw holds, or its beginning when it holds none.
+func latestStart(ctx context.Context, raw walimpls.WALImpl) (adaptor.DeliverPolicy, error) {
+	last, err := raw.Last(ctx)
 	if err != nil {
-		return nil, err
+		return adaptor.DeliverPolicy{}, errors.Wrap(err, "the end of the last segment's log")
 	}
-	if w := s.r.cfg.Writer; w != nil && seg.Seal == nil {
-		in, err := w.ReadBatches(ctx, adaptor.ReadOption{Name: s.opt.Name, DeliverPolicy: policy, Filter: filter})
-		if err != nil {
-			return nil, err
-		}
-		return &segmentScan{seg: seg, in: in}, nil
+	if last.IsZero() {
+		return adaptor.DeliverAll(), nil
 	}
-	raw, err := opener.Open(ctx, walimpls.Channel{Name: seg.Backend.Channel, Term: seg.FirstTerm, Mode: walimpls.ReadOnly})
-	if err != nil {
-		if seg.Seal != nil && errors.Is(err, walimpls.ErrNoChannel) {
-			// A sealed segment's channel existed: its data is gone.
-			err = mark(errors.Wrap(err, "the sealed segment's data is gone"), walimpls.ErrPositionGone)
-		}
-		return nil, err
-	}
-	var until message.ID
-	if seg.Seal != nil {
-		if until, err = sealEnd(ctx, opener, raw, seg); err != nil {
-			_ = raw.Close()
-			return nil, err
-		}
-	}
-	pre := &preopened{Opener: opener, impl: raw}
-	w, err := adaptor.Open(ctx, pre, adaptor.Channel{Name: seg.Backend.Channel, Term: seg.FirstTerm}, s.r.cfg.Options)
-	if err != nil {
-		if !pre.used {
-			_ = raw.Close()
-		}
-		return nil, err
-	}
-	in, err := w.ReadBatches(ctx, adaptor.ReadOption{Name: s.opt.Name, DeliverPolicy: policy, Filter: filter, Until: until})
-	if err != nil {
-		_ = w.Close()
-		return nil, err
-	}
-	return &segmentScan{seg: seg, wal: w, in: in}, nil
+	return adaptor.DeliverStartAfter(last), nil
 }
 
 // sealEnd decodes a sealed segment's End and checks that its backend
@@ -206,34 +296,29 @@ func (s *scanner) run(first uint64, ss *segmentScan) {
 }
 
 func (s *scanner) readSegments(first uint64, ss *segmentScan) error {
-	c := s.r.cfg.Chain
-	if prev, ok := c.Segment(first - 1); ok && first > 0 {
+	if prev, ok := s.chain.Segment(first - 1); ok && first > 0 {
 		s.lastTT = prev.Seal.TimeTick
 	}
 	for i := first; ; i++ {
-		seg, ok := c.Segment(i)
+		// s.chain may be a later chain than the last round's: one whose
+		// segment i-1 the scanner learned sealed.
+		seg, ok := s.chain.Segment(i)
 		if !ok {
 			// Validate makes the last segment unsealed: not reached.
-			return errors.AssertionFailedf("chainread: chain %s has no segment %d after a sealed one", c.Channel, i)
+			return errors.AssertionFailedf("chainread: chain %s has no segment %d after a sealed one", s.chain.Channel, i)
 		}
 		if i != first {
 			var err error
-			if ss, err = s.open(s.Context(), seg, false); err != nil {
+			if ss, err = s.open(s.Context(), seg, false, nil); err != nil {
 				if s.Stopped() {
 					return errStopped
 				}
 				return err
 			}
 		}
-		if ss != nil {
-			err := s.drain(ss)
-			ss.close()
-			if err != nil {
-				return err
-			}
-		}
-		if seg.Seal == nil {
-			return errors.Wrapf(walimpls.ErrClosed, "chainread: chain %s: the scanner of the last segment %d ended", c.Channel, i)
+		seg, err := s.readSegment(seg, ss)
+		if err != nil {
+			return err
 		}
 		// The next segment's timeticks are above the seal's (its writer's
 		// floor), whatever this one delivered.
@@ -241,30 +326,73 @@ func (s *scanner) readSegments(first uint64, ss *segmentScan) error {
 	}
 }
 
+// readSegment delivers segment seg, which ss reads (nil: a sealed segment
+// that delivers nothing), and closes ss. It returns the segment sealed:
+// seg, or the last segment sealed while the scanner followed it (Follow);
+// an unsealed one is read until its scanner ends, which is an error.
+func (s *scanner) readSegment(seg chain.Segment, ss *segmentScan) (chain.Segment, error) {
+	if ss == nil {
+		return seg, nil
+	}
+	if seg.Seal != nil || s.r.cfg.Follow == nil {
+		_, err := s.drain(ss, nil, nil)
+		ss.close()
+		if err == nil && seg.Seal == nil {
+			err = errors.Wrapf(walimpls.ErrClosed, "chainread: chain %s: the scanner of the last segment %d ended", s.chain.Channel, seg.Index)
+		}
+		return seg, err
+	}
+	sealed, restart, err := s.followLive(ss)
+	if err != nil {
+		return seg, err
+	}
+	// Read the rest of the segment, up to its End, from right after what
+	// was delivered.
+	if ss, err = s.open(s.Context(), sealed, false, &restart); err != nil {
+		if s.Stopped() {
+			return seg, errStopped
+		}
+		return seg, err
+	}
+	return s.readSegment(sealed, ss)
+}
+
+// errTick is what drain returns when its tick fired.
+var errTick = errors.New("chainread: follow tick")
+
 // drain hands the consumer what segment ss delivers, until its scanner
-// ends (nil: a sealed segment read to its End) or fails.
-func (s *scanner) drain(ss *segmentScan) error {
+// ends (ended, with its error: nil for a sealed segment read to its End)
+// or tick fires (errTick), or it fails. live, when set, records what was
+// delivered of a segment followed live.
+func (s *scanner) drain(ss *segmentScan, tick <-chan time.Time, live *liveRead) (ended bool, err error) {
 	stop := s.Stopping()
 	for {
 		var batch []message.Immutable
 		var ok bool
 		select {
 		case batch, ok = <-ss.in.Batches():
+		case <-tick:
+			return false, errTick
 		case <-stop:
-			return errStopped
+			return false, errStopped
 		}
 		if !ok {
 			if err := ss.in.Error(); err != nil {
-				return errors.Wrapf(err, "chainread: chain %s: segment %d", s.r.cfg.Chain.Channel, ss.seg.Index)
+				return true, errors.Wrapf(err, "chainread: chain %s: segment %d", s.chain.Channel, ss.seg.Index)
 			}
-			return nil
+			return true, nil
 		}
 		n, err := s.wrap(ss.seg, batch)
-		if n > 0 && !s.send(batch[:n]) {
-			return errStopped
+		if n > 0 {
+			if live != nil {
+				live.delivered(batch[:n])
+			}
+			if !s.send(batch[:n]) {
+				return false, errStopped
+			}
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
 }
@@ -341,7 +469,7 @@ func (s *scanner) wrapIDs(seg chain.Segment, batch []message.Immutable) int {
 }
 
 func (s *scanner) orderError(seg chain.Segment, m message.Immutable, tt uint64) error {
-	c := s.r.cfg.Chain
+	c := s.chain
 	if tt <= s.lastTT {
 		return errors.Wrapf(ErrTimeTickOrder,
 			"chainread: chain %s: segment %d's message %s has timetick %d, at or below %d delivered before it or recorded by the previous seal (did the segment's writer take the seal's timetick as its floor?)",
