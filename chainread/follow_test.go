@@ -14,6 +14,7 @@ import (
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -61,7 +62,13 @@ func followReader(t testing.TB, bl *builder, follow func(context.Context) (chain
 // did), then fires it.
 func tick(t testing.TB, clock *clockwork.FakeClock) {
 	t.Helper()
-	require.NoError(t, clock.BlockUntilContext(testCtx(t), 1), "no scanner follows a live segment")
+	tickAll(t, clock, 1)
+}
+
+// tickAll is tick for n scanners on one clock.
+func tickAll(t testing.TB, clock *clockwork.FakeClock, n int) {
+	t.Helper()
+	require.NoError(t, clock.BlockUntilContext(testCtx(t), n), "fewer scanners follow a live segment")
 	clock.Advance(chainread.DefaultFollowInterval)
 }
 
@@ -127,8 +134,9 @@ func TestFollowsMigrations(t *testing.T) {
 // TestFollowLatestAndBatches: DeliverLatest with Follow starts at the end
 // of the chain as Follow tells it, not as the Reader was given it; what
 // the last segment's writer appends after Read and before the seal is
-// delivered, released or not, and nothing from before; ReadBatches
-// follows as Read does.
+// delivered, released or not, and nothing from before, also by a scanner
+// that delivered nothing before the seal; ReadBatches follows as Read
+// does.
 func TestFollowLatestAndBatches(t *testing.T) {
 	ctx := testCtx(t)
 	b := newBackends(t)
@@ -152,13 +160,17 @@ func TestFollowLatestAndBatches(t *testing.T) {
 	check(t, bl.sorted()[n:], recvBatches(t, s, 5))
 
 	// Appends the writer never released, a seal, the next segment.
+	quiet, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverLatest()})
+	require.NoError(t, err)
+	defer quiet.Close()
 	bl.append(15, 3)
 	bl.migrate("local2", 3)
 	bl.append(10, 2)
 	require.NoError(t, bl.w.Sync(ctx))
 	f.set(bl.c, nil)
-	tick(t, clock)
+	tickAll(t, clock, 2)
 	check(t, bl.sorted()[n+5:], recvBatches(t, s, 25))
+	check(t, bl.sorted()[n+5:], recv(t, quiet, 25))
 }
 
 // TestFollowFromTheStart: a scanner that delivered nothing of the segment
@@ -376,4 +388,192 @@ func TestFollowStops(t *testing.T) {
 	require.NoError(t, s.Error())
 	_, ok := <-s.Chan()
 	require.False(t, ok)
+}
+
+// failingOpener opens WALs whose scanners the test can end with an error
+// (fail), as a broker that drops its readers for good, or fences them,
+// ends them: every scanner of the WALs opened so far ends, and their
+// later reads fail alike. WALs opened later read.
+type failingOpener struct {
+	walimpls.Opener
+	mu   sync.Mutex
+	wals []*failingWAL
+}
+
+func (o *failingOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImpl, error) {
+	w, err := o.Opener.Open(ctx, ch)
+	if err != nil {
+		return nil, err
+	}
+	fw := &failingWAL{WALImpl: w, o: o}
+	o.mu.Lock()
+	o.wals = append(o.wals, fw)
+	o.mu.Unlock()
+	return fw, nil
+}
+
+// fail ends the scanners of every WAL opened so far with err, and fails
+// their later reads.
+func (o *failingOpener) fail(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, w := range o.wals {
+		w.failed = err
+		for _, s := range w.live {
+			s.Stop(err)
+		}
+		w.live = nil
+	}
+	o.wals = nil
+}
+
+// failingWAL hides the backend's BatchReader: the adaptor reads through
+// Read, whose scanners the opener ends.
+type failingWAL struct {
+	walimpls.WALImpl
+	o *failingOpener
+	// Guarded by o.mu.
+	failed error
+	live   []*failingScanner
+}
+
+func (w *failingWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scanner, error) {
+	w.o.mu.Lock()
+	defer w.o.mu.Unlock()
+	if w.failed != nil {
+		return nil, w.failed
+	}
+	in, err := w.WALImpl.Read(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	s := &failingScanner{Run: lifecycle.NewRun(), in: in, out: make(chan message.Immutable)}
+	w.live = append(w.live, s)
+	go s.run()
+	return s, nil
+}
+
+// failingScanner hands on what the backend's scanner delivers until it is
+// stopped: its Error is then the stop's reason.
+type failingScanner struct {
+	*lifecycle.Run
+	in  walimpls.Scanner
+	out chan message.Immutable
+}
+
+func (s *failingScanner) Chan() <-chan message.Immutable { return s.out }
+
+func (s *failingScanner) run() {
+	var err error
+	defer func() {
+		_ = s.in.Close()
+		s.End(err)
+		close(s.out)
+	}()
+	for {
+		select {
+		case m, ok := <-s.in.Chan():
+			if !ok {
+				err = s.in.Error()
+				return
+			}
+			select {
+			case s.out <- m:
+			case <-s.Stopping():
+				return
+			}
+		case <-s.Stopping():
+			return
+		}
+	}
+}
+
+// TestFollowWhenTheSegmentScannerEnds: a live segment's scanner that ends
+// makes the scanner ask Follow at once, without waiting for the interval:
+// the segment sealed, it reads the rest and goes on; not sealed, it ends
+// with the segment scanner's error; fenced while a migration is pending,
+// it waits for the seal (asking every interval).
+func TestFollowWhenTheSegmentScannerEnds(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBackends(t)
+	fo := &failingOpener{Opener: b.mem}
+	b.openers["failing"] = fo
+	broken := errors.New("connection reset")
+
+	t.Run("sealed", func(t *testing.T) {
+		bl := newChain(t, b, "ends1", "failing")
+		f := &follower{}
+		f.set(bl.c, nil)
+		clock := clockwork.NewFakeClock()
+		s, err := followReader(t, bl, f.follow, clock, nil).Read(ctx, chainread.ReadOption{})
+		require.NoError(t, err)
+		defer s.Close()
+		bl.append(10, 1)
+		require.NoError(t, bl.w.Sync(ctx))
+		check(t, bl.sorted(), recv(t, s, 10))
+		bl.append(10, 2) // held back
+		bl.migrate("local", 2)
+		bl.append(5, 1)
+		require.NoError(t, bl.w.Sync(ctx))
+		f.set(bl.c, nil)
+		fo.fail(broken)
+		check(t, bl.sorted()[10:], recv(t, s, 15)) // the clock never moved
+	})
+
+	t.Run("not sealed", func(t *testing.T) {
+		bl := newChain(t, b, "ends2", "failing")
+		f := &follower{}
+		f.set(bl.c, nil)
+		s, err := followReader(t, bl, f.follow, clockwork.NewFakeClock(), nil).Read(ctx, chainread.ReadOption{})
+		require.NoError(t, err)
+		defer s.Close()
+		bl.append(3, 1)
+		require.NoError(t, bl.w.Sync(ctx))
+		check(t, bl.sorted(), recv(t, s, 3))
+		fo.fail(broken)
+		require.Empty(t, drain(t, s))
+		require.ErrorIs(t, s.Error(), broken)
+		require.Equal(t, 1, f.count())
+	})
+
+	t.Run("fenced", func(t *testing.T) {
+		bl := newChain(t, b, "ends3", "failing")
+		f := &follower{}
+		f.set(bl.c, nil)
+		clock := clockwork.NewFakeClock()
+		r := followReader(t, bl, f.follow, clock, nil)
+		s, err := r.Read(ctx, chainread.ReadOption{})
+		require.NoError(t, err)
+		defer s.Close()
+		bl.append(3, 1)
+		require.NoError(t, bl.w.Sync(ctx))
+		check(t, bl.sorted(), recv(t, s, 3))
+
+		pending := bl.c.Clone()
+		pending.Pending = &chain.Migration{Target: backend("local", "ends3-s1"), Term: 2, By: "test", At: at}
+		f.set(pending, nil)
+		fenced := &walimpls.FencedError{Channel: "ends3", Term: 1, CurrentTerm: 2}
+		fo.fail(fenced)
+		tick(t, clock) // it waits for the seal, asking every interval
+		asked(t, clock)
+		bl.append(4, 2) // held back
+		bl.migrate("local", 2)
+		bl.append(2, 1)
+		require.NoError(t, bl.w.Sync(ctx))
+		f.set(bl.c, nil)
+		tick(t, clock)
+		check(t, bl.sorted()[3:], recv(t, s, 6))
+	})
+
+	t.Run("fenced, nothing pending", func(t *testing.T) {
+		bl := newChain(t, b, "ends4", "failing")
+		f := &follower{}
+		f.set(bl.c, nil)
+		s, err := followReader(t, bl, f.follow, clockwork.NewFakeClock(), nil).Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverLatest()})
+		require.NoError(t, err)
+		defer s.Close()
+		fo.fail(&walimpls.FencedError{Channel: "ends4", Term: 1, CurrentTerm: 2})
+		require.Empty(t, drain(t, s))
+		require.ErrorIs(t, s.Error(), walimpls.ErrFenced)
+	})
 }
