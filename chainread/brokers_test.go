@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -132,4 +133,39 @@ func TestFourBackends(t *testing.T) {
 		check(t, want[i+1:], recvBatches(t, bs, len(want)-i-1))
 		require.NoError(t, bs.Close())
 	}
+}
+
+// TestFollowAcrossBrokers: one live scanner follows memory → Kafka →
+// Pulsar → local, learning each seal from Follow: each sealed segment is
+// delivered up to its End, also what its writer appended last and no
+// watermark released, and the next followed live.
+func TestFollowAcrossBrokers(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBackends(t)
+	withKafka(t, b)
+	withPulsar(t, b)
+	bl := newChain(t, b, "followb", "memory")
+	f := &follower{}
+	f.set(bl.c, nil)
+	clock := clockwork.NewFakeClock()
+	s, err := followReader(t, bl, f.follow, clock, nil).ReadBatches(ctx, chainread.ReadOption{})
+	require.NoError(t, err)
+	defer s.Close()
+	bl.append(20, 2)
+	require.NoError(t, bl.w.Sync(ctx))
+	check(t, bl.sorted(), recvBatches(t, s, 20))
+
+	n := len(bl.acked)
+	for i, next := range []string{"kafka", "pulsar", "local"} {
+		bl.append(15, 3) // held back
+		bl.migrate(next, int64(i+2))
+		bl.append(10, 2)
+		require.NoError(t, bl.w.Sync(ctx))
+		f.set(bl.c, nil)
+		tick(t, clock)
+		check(t, bl.sorted()[n:], recvBatches(t, s, len(bl.acked)-n))
+		n = len(bl.acked)
+	}
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Error())
 }
