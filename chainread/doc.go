@@ -2,7 +2,8 @@
 // (package chain): a consumer gets one scanner, with the shape of the
 // adaptor's (Chan or Batches, Done, Error, Close), that delivers the sealed
 // segments one after the other and then follows the last one live, and
-// never notices the seals.
+// never notices the seals: with Config.Follow, not even those recorded
+// while it reads.
 //
 // # What a scanner promises
 //
@@ -16,7 +17,8 @@
 //   - The next segment is then read from its beginning, and the last
 //     segment (unsealed) is followed live, as an adaptor scanner of a
 //     read-only WAL follows a channel: its writer's watermarks release
-//     what it appends.
+//     what it appends. With Config.Follow the scanner learns when that
+//     segment is sealed, and goes on (see Following the chain).
 //   - Delivered timeticks strictly increase across the whole chain. The
 //     scanner checks it (a message with a timetick at or below the one
 //     delivered before it or the previous segment's Seal.TimeTick, or
@@ -59,13 +61,73 @@
 // One segment's WAL is open at a time: the scanner opens it when it starts
 // reading the segment and closes it before it opens the next one.
 //
+// # Following the chain
+//
+// A migration seals the last segment while scanners follow it live: the
+// driver fences the segment's writers on its backend at the seal term,
+// reads its end and records the seal with the next segment in the chain
+// (chain.Store.Seal). A scanner learns it from Config.Follow, which
+// returns the chain as it is now (typically the chain store's Get). While
+// it follows the last segment live, the scanner asks it every
+// FollowInterval (default 250ms), and at once when the segment's adaptor
+// scanner ends or fails (a fenced reader's ErrFenced among them). When
+// the chain shows the segment sealed:
+//
+//   - The scanner checks what it delivered against the seal: a timetick
+//     above the seal's TimeTick was written after the End by a writer the
+//     seal did not fence (possible only on a backend that cannot fence,
+//     if a watermark released it before the seal was learned): it ends
+//     with ErrTimeTickOrder rather than go on out of order.
+//   - It closes the segment's live scanner and reads the segment again
+//     with adaptor.ReadOption.Until at the seal's End, from right after
+//     what it delivered: DeliverAfter the checkpoint of the last message
+//     delivered (its resume position and the highest timetick delivered),
+//     or from where it started in the segment when it delivered nothing
+//     (a DeliverLatest scanner that follows Config.Follow starts right
+//     after the segment's last message when it opens it, so that this
+//     start is a position). The read-again delivers, in timetick order,
+//     exactly what the live scanner had not: what no watermark had
+//     released yet when the seal came is released at End, and what a
+//     fenced writer stored after End never is. Nothing is delivered twice.
+//   - Then the next segments, as the chain Follow returned has them
+//     (one or several seals later), and the new last one live, followed
+//     again. Timeticks are checked across every seal as above.
+//
+// The consumer sees one scanner throughout: no restart, no gap, IDs that
+// name each message's segment. When the segment's adaptor scanner ends
+// and the chain does not show the segment sealed, the scanner ends with
+// that scanner's error, as without Follow; but for ErrFenced while the
+// chain has a migration pending: the seal is on its way, and the scanner
+// waits for it, asking every interval.
+//
+// Follow failing (or returning a chain that does not validate) is logged
+// once while it fails alike, at Warn, and asked again at the next
+// interval; the scanner goes on delivering the live segment meanwhile.
+// A chain that no longer continues the scanner's ends it: the segment it
+// reads dropped (walimpls.ErrPositionGone), on another backend or from
+// another first term, missing from a chain that ends before it, or
+// another channel's (ErrChainChanged). Follow is called on the scanner's
+// goroutine with a context Close cancels: the scanner delivers nothing
+// while a call lasts.
+//
+// A DeliverLatest scanner, and one that starts in a segment after the
+// Reader's chain's last, start on the chain Follow returns at Read. Other
+// scanners start on the Reader's chain and learn the rest at their first
+// ask. Reader.Chain stays the chain the Reader was given.
+//
+// Without Follow (nil) the scanner reads the chain it was given: a seal
+// recorded after it started is never learned, and the scanner keeps
+// following the sealed segment, which receives nothing more; its consumer
+// restarts it from its checkpoint with the new chain.
+//
 // # Goroutines
 //
 // A scanner has one goroutine of its own, which opens, reads and closes
 // the segments and hands their messages to the consumer; the adaptor
-// scanner of the current segment has its own (the adaptor's). Close stops
-// the goroutine and waits for it, which closes the segment's WAL and so
-// waits for the adaptor's.
+// scanner of the current segment has its own (the adaptor's). The same
+// goroutine asks Follow, on a timer of Config.Clock: no goroutine is added
+// to follow the chain. Close stops the goroutine and waits for it, which
+// closes the segment's WAL and so waits for the adaptor's.
 //
 // # Costs
 //
@@ -83,11 +145,13 @@
 // more than the adaptor alone, and the second segment (its WAL opened
 // during the scan) about as much again.
 //
-// # What it does not do (yet)
-//
-// The scanner reads the chain it was given. When the last segment is
-// sealed after the scanner started (a migration), the scanner does not
-// learn it: it keeps following the sealed segment, which receives nothing
-// more. A consumer restarts it from its checkpoint with the new chain; a
-// scanner that learns the chain from the store is the next step.
+// Following the chain costs one store read (a Follow call) per
+// FollowInterval per scanner that follows a live segment, four a second
+// at the default, whether or not anything changed: a thousand live
+// scanners on one store make four thousand reads a second. Raise the
+// interval where that matters; the price is the delay before a scanner
+// moves on after a seal (up to one interval and a read). A seal learned
+// costs a second open of the sealed segment (read-only) and a read of it
+// from the last delivered resume position to End, usually a watermark's
+// worth of messages. Scanners reading sealed segments ask nothing.
 package chainread
