@@ -577,3 +577,35 @@ func TestFollowWhenTheSegmentScannerEnds(t *testing.T) {
 		require.ErrorIs(t, s.Error(), walimpls.ErrFenced)
 	})
 }
+
+// TestFollowWithWriter: a Reader given its last segment's writer
+// (Config.Writer) reads that segment through it until the seal is
+// learned, then the segment's rest read-only, and the next segment, which
+// that writer does not write, read-only and live.
+func TestFollowWithWriter(t *testing.T) {
+	ctx := testCtx(t)
+	b := newBackends(t)
+	bl := newChain(t, b, "writer", "memory")
+	f := &follower{}
+	f.set(bl.c, nil)
+	clock := clockwork.NewFakeClock()
+	r, err := chainread.New(chainread.Config{Chain: bl.c, Openers: b.openers, Options: adaptor.Options{Logger: slog.New(slog.DiscardHandler)},
+		Writer: bl.w, Follow: f.follow, Clock: clock})
+	require.NoError(t, err)
+	s, err := r.Read(ctx, chainread.ReadOption{})
+	require.NoError(t, err)
+	defer s.Close()
+	bl.append(20, 2) // released by the writer itself: no watermark needed
+	check(t, bl.sorted(), recv(t, s, 20))
+
+	bl.append(10, 2)
+	bl.migrate("local", 2)
+	bl.append(10, 1)
+	require.NoError(t, bl.w.Sync(ctx))
+	f.set(bl.c, nil)
+	tick(t, clock)
+	check(t, bl.sorted()[20:], recv(t, s, 20))
+	bl.append(5, 1)
+	require.NoError(t, bl.w.Sync(ctx))
+	check(t, bl.sorted()[40:], recv(t, s, 5))
+}

@@ -124,10 +124,10 @@ func startsLater(c chain.Chain, p DeliverPolicy) bool {
 	return false
 }
 
-// open opens segment seg for reading: its WAL, read-only, and a scanner
-// from restart when set, else from where the policy starts (first) or
-// from its beginning. It returns nil for a sealed segment that delivers
-// nothing.
+// open opens segment seg for reading: its WAL, read-only (or the Reader's
+// Writer, for its last segment unsealed), and a scanner from restart when
+// set, else from where the policy starts (first) or from its beginning.
+// It returns nil for a sealed segment that delivers nothing.
 func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool, restart *segmentStart) (ss *segmentScan, err error) {
 	defer func() {
 		if err != nil {
