@@ -22,8 +22,9 @@
 //	<root>assign/<channel>      Assignment  written by the leader only
 //	<root>opened/<channel>      Opened      under the owner's session lease
 //	<root>requests/move/<channel>  MoveRequest  written by operators
+//	<root>requests/migrate/<channel>  MigrateRequest written by operators (Term by the leader)
 //	<root>requests/drain/<node>    DrainRequest written by operators
-//	<root>requests/refused/<channel>  MoveRefusal  written by the leader
+//	<root>requests/refused/<channel>  MoveRefusal  written by the leader (of a move or a migration)
 //	<root>election/<lease>      the coordinator election (etcd concurrency)
 //	<root>candidates/<lease>    CandidateInfo  beside each election key, same lease
 //
@@ -38,6 +39,14 @@
 // authentication on, the roles of security/authz (EtcdRoles, walctl
 // etcd-roles) let nodes write the root, operators write move and drain
 // requests only, and viewers read.
+//
+// A MigrateRequest asks for a channel's writes to move to another backend
+// (a new segment of the channel's chain, package chain, kept in the meta
+// store beside the cluster, under the root without its slash plus
+// "-meta/"). The leader records the intent in the chain at the channel's
+// next term and assigns the channel at exactly that term; the owner's open
+// at that term fences the old segment, seals it and opens the new one.
+// The coordinator package documents the rules.
 //
 // The node that opened a channel at its assigned term writes Opened under
 // its own lease; the coordinator then marks the assignment Assigned. An

@@ -49,6 +49,8 @@ func (l Layout) Drains() string                   { return l.Root + "requests/dr
 func (l Layout) Drain(node string) string         { return l.Drains() + node }
 func (l Layout) Refusals() string                 { return l.Root + "requests/refused/" }
 func (l Layout) Refusal(channel string) string    { return l.Refusals() + channel }
+func (l Layout) Migrations() string               { return l.Root + "requests/migrate/" }
+func (l Layout) Migrate(channel string) string    { return l.Migrations() + channel }
 
 // Election is the coordinator election's prefix as concurrency.NewElection
 // takes it, without the trailing slash: each candidate's key is
@@ -151,20 +153,47 @@ type MoveRequest struct {
 	To string `json:"to,omitempty"`
 }
 
+// MigrateRequest asks the coordinator to move a channel's writes to
+// another backend: a new segment of its chain (package chain) on the
+// backend entry To, opened by the owner the coordinator assigns at the
+// migration's term. It stays until the chain ends on To (the coordinator
+// deletes it then) or the coordinator refuses it (MoveRefusal, Kind
+// "migrate").
+type MigrateRequest struct {
+	// To is the backend entry's name in the nodes' configuration.
+	To string `json:"to"`
+	// By says who asked ("walctl@host"), recorded in the chain's intent.
+	By string `json:"by,omitempty"`
+	// At is when it was asked, on the asker's clock.
+	At time.Time `json:"at,omitzero"`
+	// Term is written by the coordinator, with the assignment at the
+	// migration's term: the term whose open seals the old segment. 0
+	// until then. A request whose chain ends on To with Term 0 was on To
+	// before it was made (refused: nothing to do); with Term set, done.
+	Term int64 `json:"term,omitempty"`
+}
+
 // DrainRequest asks the coordinator to move every channel off a node and
 // to assign it none while the request exists.
 type DrainRequest struct {
 	Since time.Time `json:"since"`
 }
 
-// MoveRefusal is the coordinator's record of a move request it deleted
-// without honouring it, written in the same transaction as the deletion:
-// whoever wrote the request (walctl) reports Reason.
+// MoveRefusal is the coordinator's record of a move or migrate request it
+// deleted without honouring it, written in the same transaction as the
+// deletion: whoever wrote the request (walctl) reports Reason. A channel
+// has one, the last refusal of either kind.
 type MoveRefusal struct {
 	// Request is the ModRevision of the refused request.
 	Request int64  `json:"request"`
 	Reason  string `json:"reason"`
+	// Kind is the request's kind: "" for a move, RefusedMigrate for a
+	// migration.
+	Kind string `json:"kind,omitempty"`
 }
+
+// RefusedMigrate is MoveRefusal.Kind of a refused MigrateRequest.
+const RefusedMigrate = "migrate"
 
 // envelope carries a value with its format version.
 type envelope[T any] struct {
@@ -173,7 +202,7 @@ type envelope[T any] struct {
 }
 
 // Encode returns the stored form of v.
-func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | MoveRefusal | CandidateInfo](v T) []byte {
+func Encode[T NodeInfo | Assignment | Opened | MoveRequest | MigrateRequest | DrainRequest | MoveRefusal | CandidateInfo](v T) []byte {
 	b, err := json.Marshal(envelope[T]{V: formatVersion, Value: v})
 	if err != nil {
 		panic(fmt.Sprintf("cluster: encode %T: %v", v, err)) // plain structs always encode
@@ -183,7 +212,7 @@ func Encode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | Move
 
 // Decode decodes the value stored at key; anything but this version's form
 // is ErrCorrupt naming the key.
-func Decode[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest | MoveRefusal | CandidateInfo](key string, data []byte) (T, error) {
+func Decode[T NodeInfo | Assignment | Opened | MoveRequest | MigrateRequest | DrainRequest | MoveRefusal | CandidateInfo](key string, data []byte) (T, error) {
 	var e envelope[T]
 	if err := json.Unmarshal(data, &e); err != nil {
 		return e.Value, errors.WithStack(fmt.Errorf("%s: %w: %w", key, err, ErrCorrupt))

@@ -30,6 +30,7 @@ type Snapshot struct {
 	Assignments map[string]Versioned[Assignment]
 	Opened      map[string]Versioned[Opened]
 	Moves       map[string]Versioned[MoveRequest]
+	Migrations  map[string]Versioned[MigrateRequest]
 	Drains      map[string]Versioned[DrainRequest]
 }
 
@@ -50,6 +51,7 @@ func emptySnapshot() Snapshot {
 		Assignments: map[string]Versioned[Assignment]{},
 		Opened:      map[string]Versioned[Opened]{},
 		Moves:       map[string]Versioned[MoveRequest]{},
+		Migrations:  map[string]Versioned[MigrateRequest]{},
 		Drains:      map[string]Versioned[DrainRequest]{},
 	}
 }
@@ -61,6 +63,7 @@ func (s Snapshot) clone() Snapshot {
 		Assignments: maps.Clone(s.Assignments),
 		Opened:      maps.Clone(s.Opened),
 		Moves:       maps.Clone(s.Moves),
+		Migrations:  maps.Clone(s.Migrations),
 		Drains:      maps.Clone(s.Drains),
 	}
 }
@@ -139,12 +142,14 @@ func (v *View) apply(s *Snapshot, key string, value []byte, rev, lease int64, de
 		applyKey(v, s.Opened, key, strings.TrimPrefix(key, l.OpenedPrefix()), value, rev, lease, deleted)
 	case strings.HasPrefix(key, l.Moves()):
 		applyKey(v, s.Moves, key, strings.TrimPrefix(key, l.Moves()), value, rev, lease, deleted)
+	case strings.HasPrefix(key, l.Migrations()):
+		applyKey(v, s.Migrations, key, strings.TrimPrefix(key, l.Migrations()), value, rev, lease, deleted)
 	case strings.HasPrefix(key, l.Drains()):
 		applyKey(v, s.Drains, key, strings.TrimPrefix(key, l.Drains()), value, rev, lease, deleted)
 	}
 }
 
-func applyKey[T NodeInfo | Assignment | Opened | MoveRequest | DrainRequest](v *View, m map[string]Versioned[T], key, name string, value []byte, rev, lease int64, deleted bool) {
+func applyKey[T NodeInfo | Assignment | Opened | MoveRequest | MigrateRequest | DrainRequest](v *View, m map[string]Versioned[T], key, name string, value []byte, rev, lease int64, deleted bool) {
 	if deleted {
 		delete(m, name)
 		return

@@ -93,6 +93,20 @@ func TestViewFollowsTheCluster(t *testing.T) {
 	s, err = v.WaitFor(ctx, func(s cluster.Snapshot) bool { return len(s.Drains) == 20 && len(s.Moves) == 1 })
 	require.NoError(t, err)
 	require.Equal(t, "n1", s.Moves["ch"].Value.To)
+
+	// Migrate requests are followed like moves, and go when deleted.
+	req := cluster.MigrateRequest{To: "kafka", By: "walctl@test", At: time.Unix(1700000000, 0).UTC()}
+	put, err := cli.Put(ctx, l.Migrate("ch"), string(cluster.Encode(req)))
+	require.NoError(t, err)
+	s, err = v.WaitFor(ctx, func(s cluster.Snapshot) bool { return len(s.Migrations) == 1 })
+	require.NoError(t, err)
+	require.Equal(t, req, s.Migrations["ch"].Value)
+	require.Equal(t, put.Header.Revision, s.Migrations["ch"].Revision)
+	require.Equal(t, "n1", s.Moves["ch"].Value.To, "a migrate request is not a move")
+	_, err = cli.Delete(ctx, l.Migrate("ch"))
+	require.NoError(t, err)
+	_, err = v.WaitFor(ctx, func(s cluster.Snapshot) bool { return len(s.Migrations) == 0 })
+	require.NoError(t, err)
 }
 
 func TestDecode(t *testing.T) {
@@ -106,6 +120,15 @@ func TestDecode(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, a, back)
 	require.Error(t, cluster.ValidateNodeID("a b"))
+
+	r := cluster.MoveRefusal{Request: 7, Reason: "why", Kind: cluster.RefusedMigrate}
+	backR, err := cluster.Decode[cluster.MoveRefusal]("k", cluster.Encode(r))
+	require.NoError(t, err)
+	require.Equal(t, r, backR)
+	old, err := cluster.Decode[cluster.MoveRefusal]("k", []byte(`{"v":1,"value":{"request":3,"reason":"x"}}`))
+	require.NoError(t, err)
+	require.Equal(t, cluster.MoveRefusal{Request: 3, Reason: "x"}, old, "a move's refusal has no kind")
+	require.Equal(t, "/r/requests/migrate/ch", cluster.Layout{Root: "/r/"}.Migrate("ch"))
 }
 
 func TestLoad(t *testing.T) {

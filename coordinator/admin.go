@@ -7,8 +7,19 @@ import (
 	"github.com/cockroachdb/errors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Sentinel errors of the admin helpers, checked with errors.Is.
+var (
+	// ErrMigrateRequested means a migration of the channel to another
+	// backend is requested already: one at a time (cancel it first).
+	ErrMigrateRequested = errors.New("coordinator: another migration of the channel is requested")
+	// ErrMigrationSealed means the migration was sealed: the channel
+	// writes on its new segment, and only migrating back undoes it.
+	ErrMigrationSealed = errors.New("coordinator: migration sealed already")
 )
 
 // The admin helpers write the request keys operators (and walctl) use to
@@ -68,6 +79,115 @@ func Undrain(ctx context.Context, cli *clientv3.Client, layout cluster.Layout, n
 	}
 	_, err = cli.Delete(ctx, l.Drain(node))
 	return errors.Wrapf(err, "coordinator: undrain %s", node)
+}
+
+// RequestMigrate asks the leader to move channel's writes to the backend
+// entry to (of the nodes' configuration), by (who asks, recorded in the
+// chain). It returns the request's revision, the key walctl watches. One
+// migration per channel at a time: asking again for the same backend
+// returns the request that is there; for another, ErrMigrateRequested.
+// The leader deletes the request once the channel's chain ends on to, or
+// refuses it (cluster.MoveRefusal, Kind cluster.RefusedMigrate).
+func RequestMigrate(ctx context.Context, cli *clientv3.Client, layout cluster.Layout, channel, to, by string) (int64, error) {
+	l, err := adminLayout(layout)
+	if err != nil {
+		return 0, err
+	}
+	if err := walimpls.ValidateChannelName(channel); err != nil {
+		return 0, errors.Wrap(err, "coordinator: request migration")
+	}
+	if err := walimpls.ValidateChannelName(to); err != nil {
+		return 0, errors.Wrap(err, "coordinator: request migration: backend entry name")
+	}
+	key := l.Migrate(channel)
+	req := cluster.MigrateRequest{To: to, By: by, At: time.Now().UTC()}
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Version(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(cluster.Encode(req)))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return 0, errors.Wrapf(err, "coordinator: request migration of %s", channel)
+	}
+	if resp.Succeeded {
+		return resp.Header.GetRevision(), nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) != 1 {
+		return 0, errors.Newf("coordinator: request migration of %s: the request was there, then gone: try again", channel)
+	}
+	there, err := cluster.Decode[cluster.MigrateRequest](key, kvs[0].Value)
+	if err != nil {
+		return 0, err
+	}
+	if there.To == to {
+		return kvs[0].ModRevision, nil
+	}
+	return 0, errors.Wrapf(ErrMigrateRequested, "coordinator: migrate %s to %s: a migration to %s is requested already (by %q at %s): cancel it first",
+		channel, to, there.To, there.By, there.At.Format(time.RFC3339))
+}
+
+// CancelMigrate withdraws channel's migrate request and cancels the
+// migration pending in its chain (kept in store), before its seal only:
+// once sealed it is ErrMigrationSealed (migrate back to undo it). With
+// neither a request nor a pending migration it is chain.ErrNoMigration.
+//
+// The request goes first, so that the leader begins nothing more for it
+// (its assignment at the migration's term is conditional on the request);
+// an intent the leader was recording at that moment can still land after
+// the cancel: walctl channels -v shows it, and cancelling again removes it.
+func CancelMigrate(ctx context.Context, cli *clientv3.Client, layout cluster.Layout, store *chain.Store, channel string) error {
+	l, err := adminLayout(layout)
+	if err != nil {
+		return err
+	}
+	if err := walimpls.ValidateChannelName(channel); err != nil {
+		return errors.Wrap(err, "coordinator: cancel migration")
+	}
+	if store == nil {
+		return errors.New("coordinator: cancel migration: no chain store")
+	}
+	key := l.Migrate(channel)
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		return errors.Wrapf(err, "coordinator: cancel the migration of %s", channel)
+	}
+	var req cluster.MigrateRequest
+	requested := len(resp.Kvs) == 1
+	if requested {
+		if req, err = cluster.Decode[cluster.MigrateRequest](key, resp.Kvs[0].Value); err != nil {
+			return err
+		}
+	}
+	c, err := store.Get(ctx, channel)
+	found := err == nil
+	if err != nil && !errors.Is(err, chain.ErrNotFound) {
+		return errors.Wrapf(err, "coordinator: cancel the migration of %s", channel)
+	}
+	last := c.Last()
+	switch {
+	case found && c.Pending == nil && requested && req.Term != 0 && last.Backend.Name == req.To:
+		return errors.Wrapf(ErrMigrationSealed, "coordinator: the migration of %s to %s was sealed at term %d: it writes on segment %d there; migrate back to undo it",
+			channel, req.To, last.FirstTerm, last.Index)
+	case (!found || c.Pending == nil) && !requested:
+		return errors.Wrapf(chain.ErrNoMigration, "coordinator: cancel: no migration of %s is requested or pending", channel)
+	}
+	if requested {
+		if _, err := cli.Delete(ctx, key); err != nil {
+			return errors.Wrapf(err, "coordinator: cancel the migration of %s: delete its request", channel)
+		}
+	}
+	if !found || c.Pending == nil {
+		return nil
+	}
+	_, err = store.CancelMigration(ctx, channel, last.Index, c.Pending.Term)
+	switch {
+	case err == nil, errors.Is(err, chain.ErrNoMigration):
+		return nil
+	case errors.Is(err, chain.ErrSegmentMismatch):
+		return errors.Mark(errors.Wrapf(err, "coordinator: cancel the migration of %s: sealed already: migrate back to undo it", channel), ErrMigrationSealed)
+	}
+	return errors.Wrapf(err, "coordinator: cancel the migration of %s", channel)
 }
 
 func adminLayout(l cluster.Layout) (cluster.Layout, error) {

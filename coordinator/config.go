@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
 )
 
@@ -79,6 +80,18 @@ type Config struct {
 	// client certificate when they require one (walnode gives its own
 	// node certificate). Nil: plaintext.
 	TLS *tls.Config
+	// Chains holds the channels' chains (package chain), in the cluster's
+	// meta store (walnode: the root without its slash plus "-meta/"): the
+	// leader records a migration's intent there (walctl migrate). Nil:
+	// the cluster runs without chains, and every migrate request is
+	// refused, saying so.
+	Chains *chain.Store
+	// Describe returns what a chain records of the backend entry name of
+	// the nodes' configuration (selector.Backends.Describe): its Name,
+	// Kind and Params, Channel empty (the leader names the new segment's
+	// channel, chainwal.SegmentChannel). An error refuses a migration to
+	// name. Required with Chains.
+	Describe func(name string) (chain.Backend, error)
 	// Logger receives the coordinator's logs, with channel, node, term and
 	// reason as attributes. Nil discards them.
 	Logger *slog.Logger
@@ -120,6 +133,9 @@ func (c Config) Validate() error {
 		if err := cluster.ValidateNodeID(c.Node); err != nil {
 			return errors.Wrap(err, "coordinator: Node")
 		}
+	}
+	if c.Chains != nil && c.Describe == nil {
+		return errors.New("coordinator: Chains without Describe: the leader could not name a migration's target")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
 )
 
@@ -19,9 +20,10 @@ const (
 	reasonDrain       reason = "drain"        // its owner is drained
 	reasonRequest     reason = "request"      // an operator's move request
 	reasonOpenTimeout reason = "open_timeout" // Assigning for longer than OpenTimeout
+	reasonMigrate     reason = "migrate"      // a migration's term: the same owner opens the new segment
 )
 
-var reasons = []reason{reasonNew, reasonOwnerLost, reasonOwnerDead, reasonDrain, reasonRequest, reasonOpenTimeout}
+var reasons = []reason{reasonNew, reasonOwnerLost, reasonOwnerDead, reasonDrain, reasonRequest, reasonOpenTimeout, reasonMigrate}
 
 // maxPrevious bounds Assignment.Previous: the most recent owners are kept.
 const maxPrevious = 4
@@ -37,6 +39,9 @@ const (
 	changeConfirm
 	// changeDropMove deletes a move request nothing can honour.
 	changeDropMove
+	// changeDropMigrate deletes a migrate request: done (note "") or
+	// refused (note says why, recorded under Layout.Refusal).
+	changeDropMigrate
 )
 
 func (k changeKind) String() string {
@@ -47,6 +52,8 @@ func (k changeKind) String() string {
 		return "confirm"
 	case changeDropMove:
 		return "drop-move"
+	case changeDropMigrate:
+		return "drop-migrate"
 	}
 	return fmt.Sprintf("changeKind(%d)", uint8(k))
 }
@@ -71,7 +78,14 @@ type change struct {
 	// moveRev, when not 0, is the ModRevision of the channel's move
 	// request, deleted in the same transaction.
 	moveRev int64
-	// note says why a changeDropMove cannot be honoured.
+	// migrateRev, when not 0, is the ModRevision of the channel's migrate
+	// request: a changeDropMigrate deletes it; a changeAssign at the
+	// migration's term writes it again as migrate (its Term set) in the
+	// same transaction.
+	migrateRev int64
+	migrate    cluster.MigrateRequest
+	// note says why a changeDropMove or changeDropMigrate cannot be
+	// honoured ("" for a migrate request that is done).
 	note string
 	// guards are the other keys a changeAssign relied on: the write
 	// applies only if each is still as the decision saw it.
@@ -144,7 +158,9 @@ type rules struct {
 
 // decide returns the writes that bring the cluster in s closer to every
 // channel in channels being owned, at a confirmed term, by a live node;
-// h is what failure detection knows of the nodes in s.
+// h is what failure detection knows of the nodes in s, and migs what the
+// chain step (migrate.go) found for the migrate requests of managed
+// channels.
 // channels need not be sorted or unique. Every change carries the
 // revisions in s of the keys its decision rests on (the assignment, the
 // Opened report, the move request, the nodes and drains involved), so
@@ -169,6 +185,12 @@ type rules struct {
 //     term without error: Assigned, Previous cleared;
 //   - Assigning since more than openTimeout ago (an open error reported
 //     or not): the least-loaded other live node, term+1;
+//   - a migration's term T (migs): a channel assigned below T is
+//     assigned at exactly T, to its owner if it is live (reason migrate),
+//     else as the rules above say; any assignment at T also writes the
+//     migrate request again with its Term set, guarded by its revision;
+//   - a migrate request done or refused (migs) is deleted, a refusal
+//     recorded with it; one of a channel not managed is refused;
 //   - nothing else changes an assignment: no live node leaves everything
 //     as it is, and the coordinator does not rebalance on its own.
 //
@@ -179,8 +201,9 @@ type rules struct {
 // suspect, or among the suspect ones when every live node is; ties go to
 // the smallest node ID. Assignments of channels not in channels are counted
 // but never changed; move requests for them are dropped.
-func (r rules) decide(s cluster.Snapshot, h health, channels []string, now time.Time) []change {
+func (r rules) decide(s cluster.Snapshot, h health, channels []string, migs map[string]migration, now time.Time) []change {
 	d := newDecision(s, h, r, now)
+	d.migs = migs
 	managed := sortedUnique(channels)
 	for _, ch := range managed {
 		d.channel(ch)
@@ -194,6 +217,16 @@ func (r rules) decide(s cluster.Snapshot, h health, channels []string, now time.
 	slices.Sort(unmanaged)
 	for _, ch := range unmanaged {
 		d.drop(ch, s.Moves[ch].Revision, "channel is not managed")
+	}
+	unmanaged = unmanaged[:0]
+	for ch := range s.Migrations {
+		if _, ok := slices.BinarySearch(managed, ch); !ok {
+			unmanaged = append(unmanaged, ch)
+		}
+	}
+	slices.Sort(unmanaged)
+	for _, ch := range unmanaged {
+		d.dropMigrate(ch, s.Migrations[ch], "channel is not managed")
 	}
 	return d.out
 }
@@ -224,6 +257,7 @@ type decision struct {
 	// sorted by ID.
 	live []string
 	load map[string]int
+	migs map[string]migration
 	out  []change
 }
 
@@ -273,6 +307,14 @@ func (d *decision) leastLoaded(exclude string) string {
 func (d *decision) channel(ch string) {
 	cur, assigned := d.s.Assignments[ch]
 	owner := cur.Value.Node
+	mig, migrating := d.migs[ch]
+	switch {
+	case !migrating:
+	case mig.refusal != "":
+		d.dropMigrate(ch, d.s.Migrations[ch], mig.refusal)
+	case mig.done:
+		d.dropMigrate(ch, d.s.Migrations[ch], "")
+	}
 	// to is the requested node ("" for the least loaded) and moveRev the
 	// request's revision, when there is a request to honour.
 	var to string
@@ -320,6 +362,10 @@ func (d *decision) channel(ch string) {
 			to = d.leastLoaded(owner)
 		}
 		d.assign(ch, reasonRequest, &cur, to, moveRev)
+	case mig.term > cur.Value.Term:
+		// The migration's intent is recorded at mig.term: the owner's open
+		// at that term seals the old segment and opens the new one.
+		d.assign(ch, reasonMigrate, &cur, owner, 0)
 	case cur.Value.State == cluster.Assigned:
 	case d.opened(ch, cur.Value):
 		next := cur.Value
@@ -372,6 +418,18 @@ func (d *decision) assign(ch string, why reason, cur *cluster.Versioned[cluster.
 		}
 		c.rev, c.prev = cur.Revision, cur.Value
 		c.next.Term = cur.Value.Term + 1
+		if mig, ok := d.migs[ch]; ok && mig.term > c.next.Term {
+			// A migration's term: never assign the channel between its
+			// term and the intent's, which the open at the intent's term
+			// finishes.
+			c.next.Term = mig.term
+		}
+		if mig, ok := d.migs[ch]; ok && mig.term == c.next.Term && mig.refusal == "" && !mig.done {
+			if m, ok := d.s.Migrations[ch]; ok {
+				c.migrateRev, c.migrate = m.Revision, m.Value
+				c.migrate.Term = mig.term
+			}
+		}
 		prev := append(slices.Clone(cur.Value.Previous), cluster.Owner{Node: cur.Value.Node, Term: cur.Value.Term})
 		c.next.Previous = prev[max(0, len(prev)-maxPrevious):]
 		if d.isLive(cur.Value.Node) {
@@ -384,6 +442,102 @@ func (d *decision) assign(ch string, why reason, cur *cluster.Versioned[cluster.
 
 func (d *decision) drop(ch string, moveRev int64, note string) {
 	d.out = append(d.out, change{kind: changeDropMove, channel: ch, moveRev: moveRev, note: note})
+}
+
+// dropMigrate deletes the migrate request m of ch: done when note is "",
+// else refused, note recorded.
+func (d *decision) dropMigrate(ch string, m cluster.Versioned[cluster.MigrateRequest], note string) {
+	d.out = append(d.out, change{kind: changeDropMigrate, channel: ch, migrateRev: m.Revision, migrate: m.Value, note: note})
+}
+
+// migration is what the chain step (migrate.go) found for the migrate
+// request of a managed channel: an input of decide, like the snapshot.
+// At most one of its fields is set; none means wait.
+type migration struct {
+	// term is the term of the channel's pending migration to the
+	// request's backend: decide assigns the channel at exactly this term
+	// while it is assigned below it.
+	term int64
+	// done: the chain ends on the request's backend, by this request.
+	done bool
+	// refusal says why the request is refused.
+	refusal string
+}
+
+// stepKind is what the chain step does for a migrate request.
+type stepKind uint8
+
+const (
+	stepWait   stepKind = iota // nothing this pass
+	stepDone                   // the chain ends on To, by this request
+	stepRefuse                 // note says why
+	stepBegin                  // record the intent at term on segment, then drive it
+	stepDrive                  // the intent is recorded at term: decide assigns the channel there
+	stepCancel                 // a stray intent at term on segment: cancel it
+)
+
+func (k stepKind) String() string {
+	return [...]string{"wait", "done", "refuse", "begin", "drive", "cancel"}[k]
+}
+
+// migrateStep is planMigration's answer.
+type migrateStep struct {
+	kind    stepKind
+	segment uint64
+	term    int64
+	note    string
+}
+
+// planMigration decides, as pure logic, what to do for the migrate
+// request req of a channel whose assignment is a (assigned false: none)
+// and whose chain is c (found false: none), the chain read after the
+// snapshot that holds req and a. The rules (see the package doc):
+//
+//   - no chain: wait while the channel was never opened at its term (its
+//     first open creates the chain); refuse once it was (Assigned): its
+//     owner opened it without a chain;
+//   - a migration pending at T, the channel Assigned at T or above: its
+//     owner opened it at or above T without sealing, so the intent was
+//     written after that open (a deposed leader's, or one whose term
+//     went stale): cancel it, and decide again next pass;
+//   - a migration pending to another backend: refuse (cancel it first);
+//   - pending to To at T: assigned below T, drive it (assign at T);
+//     else wait for the owner's open at T, which seals;
+//   - nothing pending, the last segment on To: done when req.Term is set
+//     (this request's migration sealed), else refuse (on To already);
+//   - nothing pending, unassigned: wait;
+//   - else begin: the intent at the assignment's term + 1 on the last
+//     segment.
+func planMigration(req cluster.MigrateRequest, a cluster.Assignment, assigned bool, c chain.Chain, found bool) migrateStep {
+	if !found {
+		if assigned && a.State == cluster.Assigned {
+			return migrateStep{kind: stepRefuse, note: fmt.Sprintf("the channel has no chain: its owner %s opened it at term %d without one (its nodes run without chains)", a.Node, a.Term)}
+		}
+		return migrateStep{kind: stepWait}
+	}
+	last := c.Last()
+	if p := c.Pending; p != nil {
+		switch {
+		case assigned && a.Term >= p.Term && a.State == cluster.Assigned:
+			return migrateStep{kind: stepCancel, segment: last.Index, term: p.Term}
+		case p.Target.Name != req.To:
+			return migrateStep{kind: stepRefuse, note: fmt.Sprintf("another migration (to %s at term %d, requested by %q) is pending: cancel it first", p.Target.Name, p.Term, p.By)}
+		case assigned && a.Term < p.Term:
+			return migrateStep{kind: stepDrive, segment: last.Index, term: p.Term}
+		}
+		return migrateStep{kind: stepWait}
+	}
+	switch {
+	case last.Backend.Name == req.To && req.Term != 0:
+		return migrateStep{kind: stepDone}
+	case last.Backend.Name == req.To:
+		return migrateStep{kind: stepRefuse, note: fmt.Sprintf("the channel is on backend %s already (segment %d, since term %d)", req.To, last.Index, last.FirstTerm)}
+	case !assigned:
+		return migrateStep{kind: stepWait}
+	case a.Term == math.MaxInt64:
+		return migrateStep{kind: stepRefuse, note: fmt.Sprintf("the channel's term %d cannot grow", a.Term)}
+	}
+	return migrateStep{kind: stepBegin, segment: last.Index, term: a.Term + 1}
 }
 
 func sortedUnique(names []string) []string {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
 )
 
@@ -69,6 +70,59 @@ func TestDecideScripts(t *testing.T) {
 			assign a n1 7 assigning prev=n2@3,n3@4,n4@5,n5@6
 			step => a: owner_lost n1@7 -> n9@8
 			show a => n9@8 assigning prev=[n3@4 n4@5 n5@6 n1@7]`},
+		{"a migration's intent assigns the same live owner at its term, once", `
+			channels a b
+			node n1 n2
+			assign a n1 3 assigned
+			assign b n2 1 assigned
+			migrate a kafka
+			decide => none
+			intent a 4
+			step => a: migrate n1@3 -> n1@4 +migrate-term=4
+			show a => n1@4 assigning prev=[n1@3]
+			migration a => to kafka term 4
+			loads => n1=1 n2=1
+			step => none
+			opened a n1 4
+			step => a: confirm n1@4
+			migdone a
+			step => a: migrate-done
+			migration a => none
+			show a => n1@4 assigned`},
+		{"a migrating channel whose owner is gone moves at the intent's term to another node", `
+			channels a
+			node n1 n2
+			assign a n1 3 assigned
+			migrate a kafka
+			intent a 4
+			gone n1
+			step => a: owner_lost n1@3 -> n2@4 +migrate-term=4`},
+		{"a drained owner: the migration moves the channel, at its term", `
+			channels a
+			node n1 n2
+			assign a n1 3 assigned
+			drain n1
+			migrate a kafka
+			intent a 4
+			step => a: drain n1@3 -> n2@4 +migrate-term=4`},
+		{"a move request and a migration: one assignment at the intent's term", `
+			channels a
+			node n1 n2
+			assign a n1 3 assigned
+			migrate a kafka
+			intent a 4
+			move a n2
+			step => a: request n1@3 -> n2@4 +del-move +migrate-term=4`},
+		{"migrate requests refused, of unmanaged channels too", `
+			channels a
+			node n1
+			assign a n1 1 assigned
+			migrate a nosuch
+			migrate z kafka
+			migrefuse a backend "nosuch": unknown
+			step => a: migrate-refused (backend "nosuch": unknown); z: migrate-refused (channel is not managed)
+			migration a => none
+			migration z => none`},
 		{"a term that cannot grow is left alone", `
 			channels a
 			node n2
@@ -289,6 +343,7 @@ type decideModel struct {
 	health   health
 	rev      int64
 	channels []string
+	migs     map[string]migration
 	now      time.Time
 }
 
@@ -300,9 +355,11 @@ func newDecideModel() *decideModel {
 			Assignments: map[string]cluster.Versioned[cluster.Assignment]{},
 			Opened:      map[string]cluster.Versioned[cluster.Opened]{},
 			Moves:       map[string]cluster.Versioned[cluster.MoveRequest]{},
+			Migrations:  map[string]cluster.Versioned[cluster.MigrateRequest]{},
 			Drains:      map[string]cluster.Versioned[cluster.DrainRequest]{},
 		},
 		health: health{dead: map[string]death{}, suspect: map[string]int64{}},
+		migs:   map[string]migration{},
 		now:    epoch,
 	}
 }
@@ -320,6 +377,9 @@ func (m *decideModel) next() int64 { m.rev++; m.snap.Revision = m.rev; return m.
 //	assign CH NODE TERM STATE [prev=N@T,...]   write an assignment (TERM may be max)
 //	opened CH NODE TERM [err=MSG]  a node's open report
 //	move CH NODE|-                 a move request (- for any node)
+//	migrate CH BACKEND             a migrate request
+//	intent CH TERM                 the chain step found the migration's intent at TERM
+//	migdone CH / migrefuse CH WHY  the chain step found the request done / refused
 //	at DURATION                    the clock, from the epoch (assignments are made at the epoch)
 //	decide                         the changes decided, without applying them
 //	step                           decide and apply the changes
@@ -374,12 +434,20 @@ func (m *decideModel) run(t *testing.T, args []string) string {
 			to = ""
 		}
 		m.snap.Moves[args[1]] = cluster.Versioned[cluster.MoveRequest]{Value: cluster.MoveRequest{To: to}, Revision: m.next()}
+	case "migrate":
+		m.snap.Migrations[args[1]] = cluster.Versioned[cluster.MigrateRequest]{Value: cluster.MigrateRequest{To: args[2]}, Revision: m.next()}
+	case "intent":
+		m.migs[args[1]] = migration{term: atoi(t, args[2])}
+	case "migdone":
+		m.migs[args[1]] = migration{done: true}
+	case "migrefuse":
+		m.migs[args[1]] = migration{refusal: strings.Join(args[2:], " ")}
 	case "at":
 		d, err := time.ParseDuration(args[1])
 		require.NoError(t, err)
 		m.now = epoch.Add(d)
 	case "decide", "step":
-		changes := m.rules.decide(m.snap, m.health, m.channels, m.now)
+		changes := m.rules.decide(m.snap, m.health, m.channels, m.migs, m.now)
 		var out []string
 		for _, c := range changes {
 			out = append(out, formatChange(c))
@@ -417,6 +485,12 @@ func (m *decideModel) run(t *testing.T, args []string) string {
 			return "none"
 		}
 		return fmt.Sprint(len(m.snap.Moves))
+	case "migration":
+		r, ok := m.snap.Migrations[args[1]]
+		if !ok {
+			return "none"
+		}
+		return fmt.Sprintf("to %s term %d", r.Value.To, r.Value.Term)
 	case "status":
 		assigning, overdue := m.rules.status(m.snap, m.channels, m.now)
 		return fmt.Sprintf("assigning=%d overdue=[%s]", assigning, strings.Join(overdue, " "))
@@ -434,6 +508,9 @@ func (m *decideModel) apply(t *testing.T, c change) {
 	if c.moveRev != 0 {
 		require.Equal(t, c.moveRev, m.snap.Moves[c.channel].Revision, "move request revision of %s", c.channel)
 	}
+	if c.migrateRev != 0 {
+		require.Equal(t, c.migrateRev, m.snap.Migrations[c.channel].Revision, "migrate request revision of %s", c.channel)
+	}
 	switch c.kind {
 	case changeAssign, changeConfirm:
 		cur, ok := m.snap.Assignments[c.channel]
@@ -445,6 +522,9 @@ func (m *decideModel) apply(t *testing.T, c change) {
 		if c.kind == changeConfirm {
 			require.Equal(t, c.openedRev, m.snap.Opened[c.channel].Revision)
 			require.Equal(t, cur.Value.Term, c.next.Term)
+		} else if mig := m.migs[c.channel]; mig.term > cur.Value.Term {
+			require.Equal(t, mig.term, c.next.Term, "a migrating channel is assigned at its intent's term")
+			require.NotZero(t, c.migrateRev, "an assignment at a migration's term records it in the request")
 		} else {
 			require.Equal(t, cur.Value.Term+1, c.next.Term, "a move bumps the term once")
 			require.NotEqual(t, cur.Value.Node, c.next.Node, "a move changes the owner")
@@ -463,6 +543,13 @@ func (m *decideModel) apply(t *testing.T, c change) {
 	if c.moveRev != 0 {
 		delete(m.snap.Moves, c.channel)
 	}
+	switch {
+	case c.migrateRev != 0 && c.kind == changeDropMigrate:
+		delete(m.snap.Migrations, c.channel)
+		delete(m.migs, c.channel)
+	case c.migrateRev != 0:
+		m.snap.Migrations[c.channel] = cluster.Versioned[cluster.MigrateRequest]{Value: c.migrate, Revision: m.next()}
+	}
 }
 
 func formatChange(c change) string {
@@ -478,9 +565,17 @@ func formatChange(c change) string {
 		s = fmt.Sprintf("%s: confirm %s@%d", c.channel, c.next.Node, c.next.Term)
 	case changeDropMove:
 		return fmt.Sprintf("%s: drop-move (%s)", c.channel, c.note)
+	case changeDropMigrate:
+		if c.note == "" {
+			return fmt.Sprintf("%s: migrate-done", c.channel)
+		}
+		return fmt.Sprintf("%s: migrate-refused (%s)", c.channel, c.note)
 	}
 	if c.moveRev != 0 {
 		s += " +del-move"
+	}
+	if c.migrateRev != 0 {
+		s += fmt.Sprintf(" +migrate-term=%d", c.migrate.Term)
 	}
 	return s
 }
@@ -501,7 +596,7 @@ func TestDecideNewAssignmentFields(t *testing.T) {
 	m.run(t, []string{"assign", "a", "n1", "3", "assigned", "prev=n0@2"})
 	m.run(t, []string{"gone", "n1"})
 	m.now = epoch.Add(time.Hour)
-	changes := m.rules.decide(m.snap, m.health, m.channels, m.now)
+	changes := m.rules.decide(m.snap, m.health, m.channels, m.migs, m.now)
 	require.Len(t, changes, 1)
 	c := changes[0]
 	require.Equal(t, cluster.Assignment{
@@ -523,7 +618,7 @@ func TestDecideGuards(t *testing.T) {
 	for _, line := range []string{"channels a b", "node n1 n2 n3", "assign a n1 1 assigned", "assign b n3 1 assigned", "drain n3", "gone n1"} {
 		m.run(t, strings.Fields(line))
 	}
-	changes := m.rules.decide(m.snap, m.health, m.channels, m.now)
+	changes := m.rules.decide(m.snap, m.health, m.channels, m.migs, m.now)
 	require.Len(t, changes, 2)
 	n2 := m.snap.Nodes["n2"].Revision
 	require.Equal(t, []guard{{guardNode, "n2", n2}, {guardDrain, "n2", 0}, {guardNode, "n1", 0}}, changes[0].guards)
@@ -538,7 +633,7 @@ func TestDecideDeadOwner(t *testing.T) {
 	for _, line := range []string{"channels a", "node n1 n2", "assign a n1 3 assigned", "at 5s", "dead n1", "at 6s"} {
 		m.run(t, strings.Fields(line))
 	}
-	changes := m.rules.decide(m.snap, m.health, m.channels, m.now)
+	changes := m.rules.decide(m.snap, m.health, m.channels, m.migs, m.now)
 	require.Len(t, changes, 1)
 	c := changes[0]
 	require.Equal(t, reasonOwnerDead, c.reason)
@@ -550,4 +645,59 @@ func TestDecideDeadOwner(t *testing.T) {
 	}, c.next)
 	n1, n2 := m.snap.Nodes["n1"].Revision, m.snap.Nodes["n2"].Revision
 	require.Equal(t, []guard{{guardNode, "n2", n2}, {guardDrain, "n2", 0}, {guardNode, "n1", n1}}, c.guards)
+}
+
+// TestPlanMigration pins planMigration's rules, one case each.
+func TestPlanMigration(t *testing.T) {
+	onKafka := chain.Backend{Name: "kafka", Kind: "kafka", Channel: "a-s1"}
+	seg := func(i uint64, b chain.Backend, first int64) chain.Segment {
+		return chain.Segment{Index: i, Backend: b, FirstTerm: first}
+	}
+	local := chain.Backend{Name: "local", Kind: "local", Channel: "a"}
+	onLocal := chain.Chain{Channel: "a", Segments: []chain.Segment{seg(0, local, 0)}}
+	pending := func(to chain.Backend, term int64) chain.Chain {
+		c := onLocal.Clone()
+		c.Pending = &chain.Migration{Target: to, Term: term, By: "ops"}
+		return c
+	}
+	sealed := chain.Chain{Channel: "a", Segments: []chain.Segment{seg(0, local, 0), seg(1, onKafka, 4)}}
+	sealed.Segments[0].Seal = &chain.Seal{Term: 4}
+	assigned := func(term int64, st cluster.State) cluster.Assignment {
+		return cluster.Assignment{Channel: "a", Node: "n1", Term: term, State: st}
+	}
+	toKafka := cluster.MigrateRequest{To: "kafka", By: "ops"}
+	started := toKafka
+	started.Term = 4
+	cases := []struct {
+		name     string
+		req      cluster.MigrateRequest
+		a        cluster.Assignment
+		assigned bool
+		c        chain.Chain
+		found    bool
+		want     migrateStep
+	}{
+		{"no chain, never opened: wait", toKafka, assigned(1, cluster.Assigning), true, chain.Chain{}, false, migrateStep{kind: stepWait}},
+		{"no chain, no assignment: wait", toKafka, cluster.Assignment{}, false, chain.Chain{}, false, migrateStep{kind: stepWait}},
+		{"no chain, opened: refused", toKafka, assigned(3, cluster.Assigned), true, chain.Chain{}, false,
+			migrateStep{kind: stepRefuse, note: "the channel has no chain: its owner n1 opened it at term 3 without one (its nodes run without chains)"}},
+		{"nothing pending: begin at term+1", toKafka, assigned(3, cluster.Assigned), true, onLocal, true, migrateStep{kind: stepBegin, segment: 0, term: 4}},
+		{"nothing pending, assigning: begin all the same", toKafka, assigned(3, cluster.Assigning), true, onLocal, true, migrateStep{kind: stepBegin, segment: 0, term: 4}},
+		{"nothing pending, unassigned: wait", toKafka, cluster.Assignment{}, false, onLocal, true, migrateStep{kind: stepWait}},
+		{"pending to To, assigned below: drive", toKafka, assigned(3, cluster.Assigned), true, pending(onKafka, 4), true, migrateStep{kind: stepDrive, segment: 0, term: 4}},
+		{"pending to To, opening at its term: wait", started, assigned(4, cluster.Assigning), true, pending(onKafka, 4), true, migrateStep{kind: stepWait}},
+		{"pending, opened at or above its term: a stray, cancel", started, assigned(4, cluster.Assigned), true, pending(onKafka, 4), true, migrateStep{kind: stepCancel, segment: 0, term: 4}},
+		{"pending elsewhere, opened above: a stray, cancel", toKafka, assigned(9, cluster.Assigned), true, pending(chain.Backend{Name: "pulsar"}, 5), true, migrateStep{kind: stepCancel, segment: 0, term: 5}},
+		{"pending to another backend: refused", toKafka, assigned(3, cluster.Assigned), true, pending(chain.Backend{Name: "pulsar"}, 4), true,
+			migrateStep{kind: stepRefuse, note: `another migration (to pulsar at term 4, requested by "ops") is pending: cancel it first`}},
+		{"sealed on To by this request: done", started, assigned(4, cluster.Assigned), true, sealed, true, migrateStep{kind: stepDone}},
+		{"on To before the request: refused", toKafka, assigned(4, cluster.Assigned), true, sealed, true,
+			migrateStep{kind: stepRefuse, note: "the channel is on backend kafka already (segment 1, since term 4)"}},
+		{"a term that cannot grow: refused", toKafka, assigned(math.MaxInt64, cluster.Assigned), true, onLocal, true,
+			migrateStep{kind: stepRefuse, note: "the channel's term 9223372036854775807 cannot grow"}},
+	}
+	for _, tc := range cases {
+		got := planMigration(tc.req, tc.a, tc.assigned, tc.c, tc.found)
+		require.Equal(t, tc.want, got, tc.name)
+	}
 }

@@ -14,6 +14,8 @@ type metrics struct {
 	assigning prometheus.Gauge
 	overdue   prometheus.Gauge
 	failed    *prometheus.CounterVec
+	// migrations counts migrate requests' steps by outcome.
+	migrations *prometheus.CounterVec
 
 	// Failure detection (detector.go, election.go).
 	streams        prometheus.Gauge
@@ -35,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "streamwal", Subsystem: "coordinator", Name: "moves_total",
-			Help: "Assignments written with a new owner, by reason (new, owner_lost, drain, request, open_timeout).",
+			Help: "Assignments written with a new owner or term, by reason (new, owner_lost, owner_dead, drain, request, open_timeout, migrate).",
 		}, []string{"reason"}),
 		assigning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "streamwal", Subsystem: "coordinator", Name: "assigning_channels",
@@ -49,6 +51,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "streamwal", Subsystem: "coordinator", Name: "failed_writes_total",
 			Help: "Writes that did not apply, by cause: conflict (a key changed since the read), deposed (no longer leader), unknown (no answer).",
 		}, []string{"cause"}),
+	}
+	m.migrations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "migrations_total",
+		Help: "Migrations by outcome: started (intent recorded in the chain), finished (the chain ends on the target; request deleted), refused (request deleted with a reason), cancelled (a stray intent removed).",
+	}, []string{"outcome"})
+	for _, o := range []string{"started", "finished", "refused", "cancelled"} {
+		m.migrations.WithLabelValues(o)
 	}
 	buckets := prometheus.ExponentialBuckets(0.001, 2, 15) // 1 ms to 16 s
 	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -91,7 +100,7 @@ func (m *metrics) register() error {
 	if m.reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.moves, m.assigning, m.overdue, m.failed,
+	for _, c := range []prometheus.Collector{m.leader, m.moves, m.assigning, m.overdue, m.failed, m.migrations,
 		m.streams, m.suspects, m.deadNodes, m.detect, m.decide, m.deadCandidates} {
 		if err := m.reg.Register(c); err != nil {
 			m.unregister()

@@ -36,7 +36,11 @@ func (c *Coordinator) reconcile(ctx context.Context, f fence, h health) error {
 	c.metrics.overdue.Set(float64(len(overdue)))
 	c.reportOverdue(snap, overdue)
 
-	changes := c.rules.decide(snap, h, channels, now)
+	migs, err := c.migrations(ctx, f, snap, sortedUnique(channels))
+	if err != nil {
+		return err
+	}
+	changes := c.rules.decide(snap, h, channels, migs, now)
 	type outcome struct {
 		applied bool
 		err     error
@@ -158,6 +162,19 @@ func (c *Coordinator) commit(ctx context.Context, f fence, ch change) (applied b
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", g.rev))
 		}
 	}
+	if ch.migrateRev != 0 {
+		key := c.layout.Migrate(ch.channel)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", ch.migrateRev))
+		switch {
+		case ch.kind == changeAssign: // the migration's term, for done-detection and walctl
+			ops = append(ops, clientv3.OpPut(key, string(cluster.Encode(ch.migrate))))
+		case ch.note == "":
+			ops = append(ops, clientv3.OpDelete(key))
+		default: // say why, for whoever asked (walctl)
+			refusal := cluster.MoveRefusal{Request: ch.migrateRev, Reason: ch.note, Kind: cluster.RefusedMigrate}
+			ops = append(ops, clientv3.OpDelete(key), clientv3.OpPut(c.layout.Refusal(ch.channel), string(cluster.Encode(refusal))))
+		}
+	}
 	if ch.moveRev != 0 {
 		key := c.layout.Move(ch.channel)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", ch.moveRev))
@@ -213,10 +230,22 @@ func (c *Coordinator) logApplied(ch change) {
 		if ch.rev != 0 {
 			attrs = append(attrs, "from", ch.prev.Node, "from_term", ch.prev.Term)
 		}
+		if ch.migrateRev != 0 {
+			attrs = append(attrs, "migrate_to", ch.migrate.To)
+		}
 		c.log.Info("channel assigned", attrs...)
 	case changeConfirm:
 		c.log.Debug("channel open confirmed", "channel", ch.channel, "node", ch.next.Node, "term", ch.next.Term)
 	case changeDropMove:
 		c.log.Warn("move request dropped", "channel", ch.channel, "why", ch.note)
+	case changeDropMigrate:
+		if ch.note == "" {
+			c.metrics.migrations.WithLabelValues("finished").Inc()
+			c.log.Info("migration done: the chain ends on its backend; request deleted", "channel", ch.channel, "to", ch.migrate.To,
+				"term", ch.migrate.Term, "by", ch.migrate.By)
+			return
+		}
+		c.metrics.migrations.WithLabelValues("refused").Inc()
+		c.log.Warn("migrate request refused", "channel", ch.channel, "to", ch.migrate.To, "by", ch.migrate.By, "why", ch.note)
 	}
 }
