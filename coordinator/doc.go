@@ -1,7 +1,8 @@
 // Package coordinator assigns a cluster's channels (pchannels) to its live
 // nodes and moves them, bumping the channel's term on every move. It
 // writes only the assignments (and deletes the move requests it
-// consumes) in the keys the cluster package defines; nodes obey them.
+// consumes) in the keys the cluster package defines, and a migration's
+// intent in a channel's chain; nodes obey them.
 //
 // # Leadership
 //
@@ -72,6 +73,10 @@
 //   - with no live node nothing changes. The coordinator does not
 //     rebalance on its own: a new or undrained node gets new channels and
 //     those of lost owners; operators move others (RequestMove).
+//   - a migration (below) whose intent is recorded at term T assigns its
+//     channel at exactly T while it is assigned below T: to its owner if
+//     live (reason migrate), else as the rules above say; no rule
+//     assigns it between its term and T.
 //
 // A node that restarts with the same ID keeps its channels, at the same
 // term, unless its node key was gone, or its previous process confirmed
@@ -85,6 +90,64 @@
 // A pass runs on every change of the cluster (a cluster.View wakes the
 // leader), every Config.ReconcileInterval, and soon after a pass that
 // did not finish cleanly (capped backoff).
+//
+// # Migrations
+//
+// A migrate request (cluster.MigrateRequest under Layout.Migrate, written
+// by RequestMigrate: one per channel, to one backend entry To) moves a
+// channel's writes to a new segment of its chain on another backend
+// (package chain, "Migration"). The leader drives it; the node it
+// assigns does the rest: its open at the migration's term through
+// chainwal fences the old segment, records the seal and opens the new
+// segment. Each pass, before deciding, the leader reads the chain (in
+// Config.Chains) of every managed channel with a request - after the
+// cluster's snapshot, which the rules rely on - and plans, as pure logic
+// (planMigration):
+//
+//   - the cluster runs without chains (Config.Chains nil): refused;
+//   - no chain yet: wait while the channel was never opened at its term
+//     (its first open creates the chain); refused once its owner opened
+//     it without one (the nodes run without chains);
+//   - nothing pending, the chain's last segment on another backend:
+//     record the intent (chain.Store.BeginMigration) on the last segment,
+//     to Config.Describe(To) on the backend channel
+//     chainwal.SegmentChannel(channel, last+1), at the assignment's term +
+//     1, by the request's By; then assign the channel at exactly that
+//     term (above). The assignment is conditional on the assignment's
+//     revision, like every move, and on the request's, which it writes
+//     again with Term set in the same transaction. An unknown entry, a
+//     stale term, a chain at its segment limit: refused, with the chain's
+//     message;
+//   - pending to To at T, assigned below T: assign at T (a leader that
+//     crashed between the intent and the assignment); assigned at T or
+//     above and not yet opened there: wait, the open seals;
+//   - pending at T (to any backend) while the owner has opened the
+//     channel at T or above (Assigned): that open did not seal, so the
+//     intent was written after it - by a leader that read the assignment
+//     before it was deposed. Left there, a later open would fence the old
+//     segment at a term an owner already wrote at. The leader cancels it
+//     (CancelMigration) and plans the request again next pass;
+//   - pending to another backend: refused ("cancel it first");
+//   - nothing pending, the last segment on To: done if the request's Term
+//     is set (the migration it drove sealed): the request is deleted;
+//     else the channel was on To before the request: refused.
+//
+// A refusal deletes the request and records why under Layout.Refusal
+// (cluster.MoveRefusal, Kind cluster.RefusedMigrate), in one transaction,
+// as for moves; requests of channels not managed are refused too.
+//
+// Only the leader changes chains: it checks that its election key is
+// still its own before each chain write and after an intent (a chain
+// write cannot carry the election condition: the chain store is a
+// meta.Store). A deposed leader's intent that lands anyway is either
+// finished like any other (assigned below its term) or cancelled by the
+// rule above. A chain that changed between its read and the intent's
+// write, or that cannot be read, ends the pass (the next one, soon,
+// plans from fresh reads): the leader never assigns a channel with a
+// migrate request without knowing its chain.
+//
+// CancelMigrate withdraws a request and cancels its intent before the
+// seal; once sealed, migrating back undoes a migration.
 //
 // # Failure detection
 //
@@ -142,7 +205,8 @@
 // # Observability
 //
 // Metrics (on Config.Registerer while Run runs): streamwal_coordinator_leader,
-// _moves_total{reason=new|owner_lost|owner_dead|drain|request|open_timeout},
+// _moves_total{reason=new|owner_lost|owner_dead|drain|request|open_timeout|migrate},
+// _migrations_total{outcome=started|finished|refused|cancelled},
 // _assigning_channels, _overdue_channels, _failed_writes_total{cause=
 // conflict|deposed|unknown}; for failure detection _liveness_streams,
 // _suspect_nodes, _dead_nodes_total, _dead_candidates_total, and the
@@ -155,6 +219,7 @@
 //
 // # Operators
 //
-// RequestMove, RequestDrain and Undrain write the request keys; the
-// leader acts on them at its next pass.
+// RequestMove, RequestDrain, Undrain, RequestMigrate and CancelMigrate
+// write the request keys (CancelMigrate the chain too); the leader acts on
+// them at its next pass.
 package coordinator

@@ -347,6 +347,10 @@ type simNode struct {
 	// liveness stream there (listening, detector_test.go).
 	addr string
 	live *livenessServer
+
+	// chains, when set, makes the node open channels as chainwal does
+	// (migrate_test.go) before it reports them open.
+	chains *chainMode
 }
 
 type nodeOpt func(*simNode)
@@ -428,6 +432,9 @@ func (n *simNode) report(ctx context.Context, s cluster.Snapshot) {
 		}
 		if o, ok := s.Opened[ch]; ok && o.Value == want && o.Lease == int64(sess.Lease()) {
 			continue
+		}
+		if n.chains != nil && want.Error == "" {
+			want.Error = n.chains.open(ctx, ch, a.Value.Term)
 		}
 		_, _ = n.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(n.e.layout.Assignment(ch)), "=", a.Revision)).
@@ -596,8 +603,9 @@ func (r *recorder) waitRev(t *testing.T, ctx context.Context, rev int64) {
 
 // check verifies, per channel, the history of its assignment: created at
 // term 1; then each write either confirms (same owner and term,
-// Assigning → Assigned) or moves (another owner, term+1, Assigning, the
-// previous owner last in Previous). So terms never decrease or repeat,
+// Assigning → Assigned) or moves (term+1, Assigning, the previous owner
+// last in Previous; the owner is another one, or the same one for a
+// migration). So terms never decrease or repeat,
 // and a term is bumped exactly once per move.
 func (r *recorder) check(t *testing.T) (moves int) {
 	t.Helper()
@@ -612,7 +620,7 @@ func (r *recorder) check(t *testing.T) (moves int) {
 		for i := 1; i < len(h); i++ {
 			prev, cur := h[i-1].a, h[i].a
 			require.Equal(t, ch, cur.Channel)
-			if cur.Node == prev.Node {
+			if cur.Node == prev.Node && cur.Term == prev.Term {
 				require.Equal(t, prev.Term, cur.Term, "%s: write %d keeps the owner but changes the term: %+v -> %+v", ch, i, prev, cur)
 				require.Equal(t, cluster.Assigning, prev.State, "%s: write %d confirms an assigned channel", ch, i)
 				require.Equal(t, cluster.Assigned, cur.State, "%s: write %d", ch, i)
