@@ -473,7 +473,7 @@ const (
 	stepRefuse                 // note says why
 	stepBegin                  // record the intent at term on segment, then drive it
 	stepDrive                  // the intent is recorded at term: decide assigns the channel there
-	stepCancel                 // a stray intent at term on segment: cancel it
+	stepCancel                 // an intent at term on segment no open will seal: cancel it (and refuse, with a note)
 )
 
 func (k stepKind) String() string {
@@ -497,9 +497,11 @@ type migrateStep struct {
 //     first open creates the chain); refuse once it was (Assigned): its
 //     owner opened it without a chain;
 //   - a migration pending at T, the channel Assigned at T or above: its
-//     owner opened it at or above T without sealing, so the intent was
-//     written after that open (a deposed leader's, or one whose term
-//     went stale): cancel it, and decide again next pass;
+//     owner opened it at or above T without sealing. If this request
+//     drove it (req.Term is T: the intent was there before the assignment
+//     at T), the owner runs without chains: cancel it and refuse. Else the
+//     intent was written after that open (a deposed leader's, or one
+//     whose term went stale): cancel it, and decide again next pass;
 //   - a migration pending to another backend: refuse (cancel it first);
 //   - pending to To at T: assigned below T, drive it (assign at T);
 //     else wait for the owner's open at T, which seals;
@@ -518,6 +520,9 @@ func planMigration(req cluster.MigrateRequest, a cluster.Assignment, assigned bo
 	last := c.Last()
 	if p := c.Pending; p != nil {
 		switch {
+		case assigned && a.Term >= p.Term && a.State == cluster.Assigned && req.Term == p.Term:
+			return migrateStep{kind: stepCancel, segment: last.Index, term: p.Term,
+				note: fmt.Sprintf("its owner %s opened the channel at term %d without sealing the migration's segment: the node runs without chains", a.Node, a.Term)}
 		case assigned && a.Term >= p.Term && a.State == cluster.Assigned:
 			return migrateStep{kind: stepCancel, segment: last.Index, term: p.Term}
 		case p.Target.Name != req.To:

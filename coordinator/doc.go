@@ -126,7 +126,10 @@
 //     intent was written after it - by a leader that read the assignment
 //     before it was deposed. Left there, a later open would fence the old
 //     segment at a term an owner already wrote at. The leader cancels it
-//     (CancelMigration) and plans the request again next pass;
+//     (CancelMigration) and plans the request again next pass - unless
+//     the request drove that very intent (its Term is T: the intent was
+//     there before the assignment at T), which means the owner opens
+//     channels without chains: cancelled and refused;
 //   - pending to another backend: refused ("cancel it first");
 //   - nothing pending, the last segment on To: done if the request's Term
 //     is set (the migration it drove sealed): the request is deleted;

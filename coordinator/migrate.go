@@ -104,12 +104,17 @@ func (c *Coordinator) migration(ctx context.Context, f fence, s cluster.Snapshot
 		_, err := c.cfg.Chains.CancelMigration(ctx, ch, step.segment, step.term)
 		switch {
 		case errors.IsAny(err, chain.ErrNoMigration, chain.ErrMigrationMismatch, chain.ErrSegmentMismatch):
-			log.Debug("stray migration changed before its cancel", "error", err)
-			return migration{}, nil
+			log.Debug("unsealed migration changed before its cancel", "error", err)
+			return migration{}, errors.Wrapf(errConflict, "migrate %s: %v", ch, err)
 		case err != nil:
-			return migration{}, errors.Wrapf(err, "coordinator: migrate %s: cancel the stray %s", ch, *p)
+			return migration{}, errors.Wrapf(err, "coordinator: migrate %s: cancel the %s", ch, *p)
 		}
 		c.metrics.migrations.WithLabelValues("cancelled").Inc()
+		if step.note != "" {
+			log.Warn("migration cancelled: its owner opened the channel at its term without sealing", "pending_term", p.Term,
+				"owner", a.Value.Node, "term", a.Value.Term)
+			return migration{refusal: step.note}, nil
+		}
 		log.Warn("stray migration cancelled: the channel's owner opened it at or above the intent's term without sealing (the intent came later, from a deposed leader); the request is planned again",
 			"pending_to", p.Target.String(), "pending_term", p.Term, "owner", a.Value.Node, "term", a.Value.Term)
 		return migration{}, nil

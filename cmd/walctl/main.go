@@ -7,6 +7,7 @@
 //	walctl drain <node>                move every channel off a node, and keep it empty
 //	walctl undrain <node>              let a drained node take channels again
 //	walctl rebalance                   move channels until live nodes' counts differ by at most one
+//	walctl migrate <channel> <backend> move a channel's writes to another backend (-all, -cancel, -dry-run)
 //	walctl append <channel> [msg...]   append the arguments, or stdin's lines
 //	walctl tail <channel>              print a channel's messages, and follow it
 //	walctl token create                a bearer token, and its hash for the policy
@@ -32,8 +33,9 @@
 // A request that cannot take effect is refused before it is written when
 // the cluster's current state already says so (an unknown channel or node,
 // a node that is not live or drained, nowhere to move to, draining the last
-// node), and otherwise reported when the coordinator refuses it: move
-// waits for the coordinator's decision (it records why it drops a request,
+// node, migrating a channel to the backend it is on), and otherwise
+// reported when the coordinator refuses it: move and migrate wait for the
+// coordinator's decision (it records why it drops a request,
 // cluster.MoveRefusal), drain until the node's channels have moved.
 package main
 
@@ -53,6 +55,7 @@ import (
 	"github.com/cockroachdb/errors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 )
@@ -77,6 +80,8 @@ type options struct {
 	last          int
 	untilCaughtUp bool
 	verbose       bool
+	// migrate's.
+	all, dryRun, cancel bool
 	// Credentials (auth.go): files, so that no secret is on the command
 	// line.
 	tokenFile, etcdUser, etcdPasswordFile string
@@ -127,6 +132,15 @@ var commandFlags = map[string]flagDef{
 	}},
 	"n": {"n", false, func(fs *flag.FlagSet, o *options) {
 		fs.IntVar(&o.last, "n", -1, "print only the last `N` messages appended before tail started, then follow (0: only new ones)")
+	}},
+	"all": {"all", true, func(fs *flag.FlagSet, o *options) {
+		fs.BoolVar(&o.all, "all", false, "every channel not on the backend already")
+	}},
+	"dry-run": {"dry-run", true, func(fs *flag.FlagSet, o *options) {
+		fs.BoolVar(&o.dryRun, "dry-run", false, "print the plan (each channel's backend and segment, term and owner) and write nothing")
+	}},
+	"cancel": {"cancel", true, func(fs *flag.FlagSet, o *options) {
+		fs.BoolVar(&o.cancel, "cancel", false, "withdraw the channel's migration, before its seal")
 	}},
 	"until-caught-up": {"until-caught-up", true, func(fs *flag.FlagSet, o *options) {
 		fs.BoolVar(&o.untilCaughtUp, "until-caught-up", false, "exit once every message appended before tail started is printed")
@@ -192,6 +206,31 @@ new owners serve them.`,
 		summary: "move channels until the live nodes' counts differ by at most one",
 		detail:  `Each move is a planned move, requested and decided one after the other.`,
 		run:     func(ctx context.Context, c *ctl, _ []string) error { return c.rebalance(ctx) }},
+	{name: "migrate", args: "<channel> <backend>", minArgs: 1, maxArgs: 2, flags: []string{"all", "dry-run", "wait", "cancel"},
+		summary: "move a channel's writes to another backend entry (-all: every channel)",
+		detail: `A planned migration: the coordinator records the intent in the channel's
+chain at its next term and assigns the channel at that term (to the same
+owner while it is live); the owner's open fences the old segment, seals it
+and opens a new segment on <backend>, an entry of the nodes' configuration.
+Readers go on across both. walctl waits for the coordinator's decision
+(the migration started, or refused with its reason); -wait also waits
+until the chain ends on <backend> and the owner serves it at the new term,
+printing "k/n migrated".
+
+  walctl migrate <channel> <backend>   one channel
+  walctl migrate -all <backend>        every channel not on it already
+                                       (requests written a few at a time)
+  walctl migrate -cancel <channel>     withdraw a migration before its seal
+                                       (once sealed, migrate back to undo it)
+
+Refused at once for an unknown channel, one on <backend> already, or one
+with another migration pending. -dry-run prints each channel's backend
+and segment, its term and the new one, and its owner, and writes nothing.
+Exit status 1 names every channel refused, with the reason.`,
+		run: func(ctx context.Context, c *ctl, args []string) error {
+			channel, backend, _ := migrateArgs(c.opts, args)
+			return c.migrate(ctx, channel, backend)
+		}},
 	{name: "append", args: "<channel> [<message>...]", minArgs: 1, maxArgs: -1,
 		summary: "append the messages, or stdin's lines, one message each",
 		detail: `An unknown channel is refused at once. A message that starts with "-"
@@ -303,6 +342,11 @@ func run(ctx context.Context, args []string, e env) int {
 	if msg := o.check(); msg != "" {
 		return usageError(e, cmd, msg)
 	}
+	if cmd.name == "migrate" {
+		if _, _, msg := migrateArgs(o, pos); msg != "" {
+			return usageError(e, cmd, msg)
+		}
+	}
 	if err := execute(ctx, cmd, pos, o, e); err != nil {
 		fmt.Fprintln(e.errOut, "walctl:", err)
 		return exitFailed
@@ -381,11 +425,18 @@ type ctl struct {
 	token string
 	// tls reaches the nodes' API; nil is plaintext.
 	tls *tls.Config
+	// chainStore reads and changes the channels' chains (made on first
+	// use, chains); closers close what it needs.
+	chainStore *chain.Store
+	closers    []func()
 }
 
 func (c *ctl) close() {
 	if c.view != nil {
 		c.view.Close()
+	}
+	for i := len(c.closers) - 1; i >= 0; i-- {
+		c.closers[i]()
 	}
 }
 

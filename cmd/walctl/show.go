@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
+	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
 )
 
@@ -63,8 +64,12 @@ func (c *ctl) channels(ctx context.Context) error {
 	}
 	names := sortedKeys(s.Assignments)
 	var firsts map[string]time.Time
+	var chains map[string]chain.Chain
 	if c.opts.verbose {
 		firsts = c.firstAppends(ctx, s)
+		if chains, err = c.readChains(ctx, names); err != nil {
+			fmt.Fprintf(c.errOut, "walctl: the chains could not be read (backends not shown): %v\n", err)
+		}
 	}
 	if c.json {
 		enc := json.NewEncoder(c.out)
@@ -75,6 +80,7 @@ func (c *ctl) channels(ctx context.Context) error {
 				"owner_live": live, "since": a.Since, "previous": a.Previous, "open_error": s.Opened[name].Value.Error}
 			if c.opts.verbose {
 				v["move"] = movePhasesOf(s, name, firsts[name])
+				v["chain"] = chainOf(s, chains, name)
 			}
 			if err := enc.Encode(v); err != nil {
 				return err
@@ -84,7 +90,7 @@ func (c *ctl) channels(ctx context.Context) error {
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	if c.opts.verbose {
-		fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE\tDETECTED\tDECIDE\tFENCE\tTAIL\tFIRST")
+		fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE\tDETECTED\tDECIDE\tFENCE\tTAIL\tFIRST\tBACKEND\tSEGMENT\tMIGRATION")
 	} else {
 		fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE")
 	}
@@ -105,10 +111,62 @@ func (c *ctl) channels(ctx context.Context) error {
 				detected = m.Detected.Format(time.RFC3339Nano)
 			}
 			fmt.Fprintf(w, "\t%s\t%s\t%s\t%s\t%s", detected, phase(m.DecideMS), phase(m.FenceMS), phase(m.TailMS), phase(m.FirstMS))
+			ci := chainOf(s, chains, name)
+			backend, seg := "-", "-"
+			if ci.Backend != "" {
+				backend, seg = ci.Backend, fmt.Sprint(ci.Segment)
+			}
+			fmt.Fprintf(w, "\t%s\t%s\t%s", backend, seg, orDash(ci.migrationText()))
 		}
 		fmt.Fprintln(w)
 	}
 	return w.Flush()
+}
+
+// chainInfo is what channels -v and explain say of a channel's chain.
+type chainInfo struct {
+	// Backend is where the channel writes (entry/channel), Segment its
+	// index; "" when the channel has no chain (or it was not read).
+	Backend string `json:"backend,omitempty"`
+	Segment uint64 `json:"segment"`
+	// Segments is how many segments the chain keeps.
+	Segments int `json:"segments,omitempty"`
+	// Pending is the migration pending in the chain, if any.
+	Pending *chain.Migration `json:"pending,omitempty"`
+	// Request is the channel's migrate request, if any.
+	Request *cluster.MigrateRequest `json:"migrate_request,omitempty"`
+}
+
+func chainOf(s cluster.Snapshot, chains map[string]chain.Chain, channel string) chainInfo {
+	var ci chainInfo
+	if c, ok := chains[channel]; ok {
+		last := c.Last()
+		ci.Backend, ci.Segment, ci.Segments, ci.Pending = last.Backend.String(), last.Index, len(c.Segments), c.Pending
+	}
+	if r, ok := s.Migrations[channel]; ok {
+		req := r.Value
+		ci.Request = &req
+	}
+	return ci
+}
+
+// migrationText says what migration the channel has pending or
+// requested ("" for none).
+func (ci chainInfo) migrationText() string {
+	switch {
+	case ci.Pending != nil:
+		return fmt.Sprintf("to %s at term %d (by %s)", ci.Pending.Target, ci.Pending.Term, ci.Pending.By)
+	case ci.Request != nil:
+		return fmt.Sprintf("requested to %s (by %s)", ci.Request.To, ci.Request.By)
+	}
+	return ""
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // movePhases times how a channel came to its owner at its term, in
@@ -248,8 +306,10 @@ type explanation struct {
 	Retained    string  `json:"retained"`
 	MoveRequest *string `json:"move_request,omitempty"`
 	// LastRefusal is the coordinator's reason for dropping the last move
-	// request of the channel it refused, if any.
+	// or migrate request of the channel it refused, if any.
 	LastRefusal string `json:"last_refusal,omitempty"`
+	// Chain is where the channel writes, and its migration.
+	Chain chainInfo `json:"chain"`
 }
 
 // explain says why a channel serves or not.
@@ -277,6 +337,11 @@ func (c *ctl) explain(ctx context.Context, channel string) error {
 	}
 	if r, err := c.lastRefusal(ctx, channel); err == nil {
 		x.LastRefusal = r
+	}
+	if chains, err := c.readChains(ctx, []string{channel}); err == nil {
+		x.Chain = chainOf(s, chains, channel)
+	} else {
+		fmt.Fprintf(c.errOut, "walctl: the chain of %s could not be read: %v\n", channel, err)
 	}
 	others := liveNodes(s, a.Node)
 	opened := s.Opened[channel].Value
@@ -408,6 +473,12 @@ func (c *ctl) printExplanation(x explanation) error {
 		line("last error:", "%s", x.LastError)
 	}
 	line("retained:", "%s", x.Retained)
+	if x.Chain.Backend != "" {
+		line("chain:", "writes on %s (segment %d of %d kept)", x.Chain.Backend, x.Chain.Segment, x.Chain.Segments)
+	}
+	if m := x.Chain.migrationText(); m != "" {
+		line("migration:", "%s", m)
+	}
 	if len(x.Previous) > 0 {
 		var prev []string
 		for _, p := range x.Previous {
@@ -436,6 +507,9 @@ func (c *ctl) lastRefusal(ctx context.Context, channel string) (string, error) {
 		return "", err
 	}
 	r, err := cluster.Decode[cluster.MoveRefusal](string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	if r.Kind != "" {
+		return r.Kind + ": " + r.Reason, err
+	}
 	return r.Reason, err
 }
 
