@@ -122,7 +122,7 @@ var globalFlags = []flagDef{
 
 var commandFlags = map[string]flagDef{
 	"v": {"v", true, func(fs *flag.FlagSet, o *options) {
-		fs.BoolVar(&o.verbose, "v", false, "also time each channel's last move by phase (asks each owner for its status)")
+		fs.BoolVar(&o.verbose, "v", false, "also time each channel's last move by phase (asks each owner for its status), and show its chain: backend, segment, migration")
 	}},
 	"wait": {"wait", true, func(fs *flag.FlagSet, o *options) {
 		fs.BoolVar(&o.wait, "wait", false, "also wait until the new owners serve the channels (bounded by -timeout)")
@@ -168,7 +168,10 @@ death was detected, and when) and the phases of that move: decide (from the
 detection, or the assignment, to the new owner seeing it), fence (the
 backend's open at the new term, which fences the old owner), tail (the end
 of the log found, the term-begin written) and first (the first append
-acknowledged at the term). decide spans the leader's clock and the owner's.`,
+acknowledged at the term). decide spans the leader's clock and the owner's.
+From the channels' chains (in the cluster's meta store) it also shows the
+backend entry and channel each one writes on, its segment, and a migration
+pending or requested (walctl migrate).`,
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.channels(ctx) }},
 	{name: "explain", args: "<channel>", minArgs: 1, maxArgs: 1,
 		summary: "why a channel serves or not: owner, term, state, health, last append, readers",
