@@ -47,6 +47,19 @@ func (c *Coordinator) migrations(ctx context.Context, f fence, s cluster.Snapsho
 		}
 		return out, nil
 	}
+	// Many requests (walctl migrate -all): one read of every chain
+	// rather than one each.
+	var chains map[string]chain.Chain
+	if len(todo) > maxCommitsInFlight {
+		all, err := c.cfg.Chains.List(ctx)
+		if err != nil {
+			return nil, errors.Wrap(err, "coordinator: migrate: read the chains")
+		}
+		chains = make(map[string]chain.Chain, len(all))
+		for _, ch := range all {
+			chains[ch.Channel] = ch
+		}
+	}
 	results := make([]migration, len(todo))
 	errs := make([]error, len(todo))
 	var wg sync.WaitGroup
@@ -56,7 +69,16 @@ func (c *Coordinator) migrations(ctx context.Context, f fence, s cluster.Snapsho
 		wg.Add(1)
 		go func() {
 			defer func() { <-limit; wg.Done() }()
-			results[i], errs[i] = c.migration(ctx, f, s, ch)
+			cur, found := chains[ch]
+			if chains == nil {
+				var err error
+				cur, err = c.cfg.Chains.Get(ctx, ch)
+				if found = err == nil; err != nil && !errors.Is(err, chain.ErrNotFound) {
+					errs[i] = errors.Wrapf(err, "coordinator: migrate %s: read its chain", ch)
+					return
+				}
+			}
+			results[i], errs[i] = c.migration(ctx, f, s, ch, cur, found)
 		}()
 	}
 	wg.Wait()
@@ -74,15 +96,11 @@ func (c *Coordinator) migrations(ctx context.Context, f fence, s cluster.Snapsho
 	return out, nil
 }
 
-// migration does the chain step for one channel's migrate request.
-func (c *Coordinator) migration(ctx context.Context, f fence, s cluster.Snapshot, ch string) (migration, error) {
+// migration does the chain step for one channel's migrate request, its
+// chain cur (found false: none) read after s.
+func (c *Coordinator) migration(ctx context.Context, f fence, s cluster.Snapshot, ch string, cur chain.Chain, found bool) (migration, error) {
 	req := s.Migrations[ch].Value
 	a, assigned := s.Assignments[ch]
-	cur, err := c.cfg.Chains.Get(ctx, ch)
-	found := err == nil
-	if err != nil && !errors.Is(err, chain.ErrNotFound) {
-		return migration{}, errors.Wrapf(err, "coordinator: migrate %s: read its chain", ch)
-	}
 	step := planMigration(req, a.Value, assigned, cur, found)
 	log := c.log.With("channel", ch, "to", req.To, "by", req.By)
 	switch step.kind {

@@ -521,3 +521,36 @@ func TestRequestMigrateArgs(t *testing.T) {
 	require.ErrorIs(t, err, ErrMigrationSealed)
 	require.Contains(t, err.Error(), "migrate back to undo it")
 }
+
+// TestMigrateMany pins a migration of more channels than one pass reads
+// one by one (the leader lists the chains): each once, at term+1.
+func TestMigrateMany(t *testing.T) {
+	t.Parallel()
+	names := channelNames(2*maxCommitsInFlight + 3)
+	e := newEnv(t, 40*time.Second, names...)
+	store := e.chains()
+	e.startNode("n1", chained(store))
+	e.startNode("n2", chained(store))
+	e.waitFor("2 nodes", func(s cluster.Snapshot) bool { return len(s.Nodes) == 2 })
+	reg := prometheus.NewRegistry()
+	e.startCoordinator("c1", migrating(store, Config{Registerer: reg}), nil)
+	e.waitSettled()
+	var last int64
+	for _, ch := range names {
+		rev, err := RequestMigrate(e.ctx, e.cli, e.layout, ch, "pulsar", "ops")
+		require.NoError(t, err)
+		last = max(last, rev)
+	}
+	s := e.waitFor("every channel migrated", func(s cluster.Snapshot) bool {
+		return s.Revision >= last && len(s.Migrations) == 0 && e.settled(s)
+	})
+	for _, ch := range names {
+		require.EqualValues(t, 2, s.Assignments[ch].Value.Term, ch)
+		c, err := store.Get(e.ctx, ch)
+		require.NoError(t, err)
+		require.Equal(t, "pulsar", c.Last().Backend.Name, ch)
+		require.EqualValues(t, 2, c.Last().FirstTerm, ch)
+	}
+	require.EqualValues(t, len(names), gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "finished"))
+	e.check(s)
+}

@@ -297,6 +297,8 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 		gone     bool
 		finished bool
 		refused  string
+		// last is the chain's last segment once found on To.
+		last *chain.Segment
 	}
 	sts := make([]*state, len(plan))
 	for i, p := range plan {
@@ -349,17 +351,21 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 			}
 			// The coordinator found the chain on To: with -wait, the owner
 			// must also have opened the new segment.
-			cur, err := store.Get(ctx, ch)
-			if err != nil {
-				return err
+			if st.last == nil {
+				cur, err := store.Get(ctx, ch)
+				if err != nil {
+					return err
+				}
+				last := cur.Last()
+				if last.Backend.Name != st.p.To {
+					st.refused = fmt.Sprintf("its request is gone, but the chain ends on %s (cancelled?)", last.Backend)
+					refused = append(refused, fmt.Sprintf("%s: %s", ch, st.refused))
+					done++
+					continue
+				}
+				st.last = &last
 			}
-			last := cur.Last()
-			if last.Backend.Name != st.p.To {
-				st.refused = fmt.Sprintf("its request is gone, but the chain ends on %s (cancelled?)", last.Backend)
-				refused = append(refused, fmt.Sprintf("%s: %s", ch, st.refused))
-				done++
-				continue
-			}
+			last := *st.last
 			if c.opts.wait && !opened(s, ch, last.FirstTerm) {
 				continue
 			}
