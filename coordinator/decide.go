@@ -506,7 +506,9 @@ type migrateStep struct {
 //   - pending to To at T: assigned below T, drive it (assign at T);
 //     else wait for the owner's open at T, which seals;
 //   - nothing pending, the last segment on To: done when req.Term is set
-//     (this request's migration sealed), else refuse (on To already);
+//     (this request's migration sealed) or the segment was created after
+//     the request was made (req.At: sealed while it waited), else refuse
+//     (on To already);
 //   - nothing pending, unassigned: wait;
 //   - else begin: the intent at the assignment's term + 1 on the last
 //     segment.
@@ -533,7 +535,10 @@ func planMigration(req cluster.MigrateRequest, a cluster.Assignment, assigned bo
 		return migrateStep{kind: stepWait}
 	}
 	switch {
-	case last.Backend.Name == req.To && req.Term != 0:
+	case last.Backend.Name == req.To && (req.Term != 0 || last.Created.After(req.At)):
+		// Sealed by this request's migration, or while it waited (its
+		// intent was there before it, and the leader did not assign it):
+		// done.
 		return migrateStep{kind: stepDone}
 	case last.Backend.Name == req.To:
 		return migrateStep{kind: stepRefuse, note: fmt.Sprintf("the channel is on backend %s already (segment %d, since term %d)", req.To, last.Index, last.FirstTerm)}

@@ -661,6 +661,7 @@ func TestPlanMigration(t *testing.T) {
 		return c
 	}
 	sealed := chain.Chain{Channel: "a", Segments: []chain.Segment{seg(0, local, 0), seg(1, onKafka, 4)}}
+	sealed.Segments[1].Created = epoch
 	sealed.Segments[0].Seal = &chain.Seal{Term: 4}
 	assigned := func(term int64, st cluster.State) cluster.Assignment {
 		return cluster.Assignment{Channel: "a", Node: "n1", Term: term, State: st}
@@ -693,7 +694,8 @@ func TestPlanMigration(t *testing.T) {
 		{"pending to another backend: refused", toKafka, assigned(3, cluster.Assigned), true, pending(chain.Backend{Name: "pulsar"}, 4), true,
 			migrateStep{kind: stepRefuse, note: `another migration (to pulsar at term 4, requested by "ops") is pending: cancel it first`}},
 		{"sealed on To by this request: done", started, assigned(4, cluster.Assigned), true, sealed, true, migrateStep{kind: stepDone}},
-		{"on To before the request: refused", toKafka, assigned(4, cluster.Assigned), true, sealed, true,
+		{"sealed after the request was made: done", cluster.MigrateRequest{To: "kafka", At: sealed.Last().Created.Add(-time.Second)}, assigned(4, cluster.Assigned), true, sealed, true, migrateStep{kind: stepDone}},
+		{"on To before the request: refused", cluster.MigrateRequest{To: "kafka", At: sealed.Last().Created.Add(time.Second)}, assigned(4, cluster.Assigned), true, sealed, true,
 			migrateStep{kind: stepRefuse, note: "the channel is on backend kafka already (segment 1, since term 4)"}},
 		{"a term that cannot grow: refused", toKafka, assigned(math.MaxInt64, cluster.Assigned), true, onLocal, true,
 			migrateStep{kind: stepRefuse, note: "the channel's term 9223372036854775807 cannot grow"}},

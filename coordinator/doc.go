@@ -132,8 +132,10 @@
 //     channels without chains: cancelled and refused;
 //   - pending to another backend: refused ("cancel it first");
 //   - nothing pending, the last segment on To: done if the request's Term
-//     is set (the migration it drove sealed): the request is deleted;
-//     else the channel was on To before the request: refused.
+//     is set (the migration it drove sealed), or the segment was created
+//     after the request's At (an intent that was there before the request
+//     sealed while it waited): the request is deleted; else the channel
+//     was on To before the request: refused.
 //
 // A refusal deletes the request and records why under Layout.Refusal
 // (cluster.MoveRefusal, Kind cluster.RefusedMigrate), in one transaction,
