@@ -66,6 +66,9 @@ type hooks struct {
 	// loseAnswer, when it returns true, makes a write that applied look
 	// like one whose answer was lost.
 	loseAnswer func(c change) bool
+	// beforeIntent runs after the leader checked its election key and
+	// before it records a migration's intent in the chain.
+	beforeIntent func(f fence, channel string, term int64)
 	// afterPass runs after each reconcile pass.
 	afterPass func(err error)
 	// abandon makes the next step-down behave like a crash: no resign, no

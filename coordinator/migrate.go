@@ -151,6 +151,9 @@ func (c *Coordinator) begin(ctx context.Context, f fence, ch string, req cluster
 	if err := c.stillLeading(ctx, f); err != nil {
 		return migration{}, err
 	}
+	if c.hooks.beforeIntent != nil {
+		c.hooks.beforeIntent(f, ch, step.term)
+	}
 	_, err = c.cfg.Chains.BeginMigration(ctx, ch, chain.MigrationRequest{Segment: step.segment, Target: target, Term: step.term, By: req.By})
 	switch {
 	case errors.IsAny(err, chain.ErrMigrationPending, chain.ErrSegmentMismatch, chain.ErrNotFound):

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/chain"
@@ -552,5 +553,64 @@ func TestMigrateMany(t *testing.T) {
 		require.EqualValues(t, 2, c.Last().FirstTerm, ch)
 	}
 	require.EqualValues(t, len(names), gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "finished"))
+	e.check(s)
+}
+
+// TestMigrateDeposedLeader pins the intent of a leader deposed while it
+// records it (its lease revoked between its check and its write): it
+// notices after the write and assigns nothing; the next leader finds the
+// intent and finishes it at its term, and the deposed leader's writes
+// never apply.
+func TestMigrateDeposedLeader(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 30*time.Second, "a")
+	store := e.chains()
+	e.startNode("n1", chained(store))
+	e.waitFor("n1", func(s cluster.Snapshot) bool { return len(s.Nodes) == 1 })
+	var log commitLog
+	var armed atomic.Bool
+	var deposed atomic.Int64
+	setup := func(c *Coordinator) {
+		c.hooks.afterCommit = log.hook
+		c.hooks.beforeIntent = func(f fence, ch string, _ int64) {
+			if !armed.CompareAndSwap(true, false) {
+				return
+			}
+			resp, err := e.cli.Get(e.ctx, f.key)
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Errorf("election key %s: %v", f.key, err)
+				return
+			}
+			if _, err := e.cli.Revoke(e.ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+				t.Errorf("revoke: %v", err)
+			}
+			deposed.Store(f.rev)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	ra := e.startCoordinator("A", migrating(store, Config{}), setup)
+	waitLeader(t, e.ctx, ra)
+	e.waitSettled()
+	e.startCoordinator("B", migrating(store, Config{Registerer: reg}), setup)
+	e.waitCandidates(2)
+
+	armed.Store(true)
+	rev, err := RequestMigrate(e.ctx, e.cli, e.layout, "a", "kafka", "ops")
+	require.NoError(t, err)
+	s := e.awaitMigrated("a", rev)
+	require.NotZero(t, deposed.Load(), "a leader was deposed while recording the intent")
+	require.EqualValues(t, 2, s.Assignments["a"].Value.Term, "the deposed leader's intent, finished at its term")
+	c, err := store.Get(e.ctx, "a")
+	require.NoError(t, err)
+	require.Len(t, c.Segments, 2)
+	require.EqualValues(t, 2, c.Segments[0].Seal.Term)
+	require.Equal(t, "kafka", c.Last().Backend.Name)
+	for _, cm := range log.get() {
+		if cm.fence == deposed.Load() && cm.ch.reason == reasonMigrate {
+			require.False(t, cm.applied, "the deposed leader's migrate assignment applied: %+v", cm)
+		}
+	}
+	require.Zero(t, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "started"), "B began nothing: it drove A's intent")
+	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "finished"))
 	e.check(s)
 }
