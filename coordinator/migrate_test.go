@@ -152,7 +152,7 @@ func TestMigrate(t *testing.T) {
 	e.startNode("n2", chained(store))
 	e.waitFor("2 nodes", func(s cluster.Snapshot) bool { return len(s.Nodes) == 2 })
 	reg := prometheus.NewRegistry()
-	e.startCoordinator("c1", migrating(store, Config{Registerer: reg}), nil)
+	r := e.startCoordinator("c1", migrating(store, Config{Registerer: reg}), nil)
 	s := e.waitSettled()
 	owner := s.Assignments["a"].Value.Node
 	c, err := store.Get(e.ctx, "a")
@@ -189,6 +189,7 @@ func TestMigrate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "the channel is on backend kafka already (segment 1, since term 2)", e.awaitRefusal("a", rev))
 
+	r.waitPasses(t, e.ctx, 1) // the metrics count after the writes
 	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "started"))
 	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "finished"))
 	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "refused"))
@@ -266,6 +267,7 @@ func TestMigrateRefusals(t *testing.T) {
 	rev, err = RequestMigrate(e.ctx, e.cli, e.layout, "unmanaged", "kafka", "ops")
 	require.NoError(t, err)
 	require.Equal(t, "channel is not managed", e.awaitRefusal("unmanaged", rev))
+	r.waitPasses(t, e.ctx, 1) // the metrics count after the writes
 	require.EqualValues(t, 5, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "refused"))
 	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "started"))
 	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "cancelled"))
@@ -534,7 +536,7 @@ func TestMigrateMany(t *testing.T) {
 	e.startNode("n2", chained(store))
 	e.waitFor("2 nodes", func(s cluster.Snapshot) bool { return len(s.Nodes) == 2 })
 	reg := prometheus.NewRegistry()
-	e.startCoordinator("c1", migrating(store, Config{Registerer: reg}), nil)
+	r := e.startCoordinator("c1", migrating(store, Config{Registerer: reg}), nil)
 	e.waitSettled()
 	var last int64
 	for _, ch := range names {
@@ -552,6 +554,7 @@ func TestMigrateMany(t *testing.T) {
 		require.Equal(t, "pulsar", c.Last().Backend.Name, ch)
 		require.EqualValues(t, 2, c.Last().FirstTerm, ch)
 	}
+	r.waitPasses(t, e.ctx, 1) // the metrics count after the writes
 	require.EqualValues(t, len(names), gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "finished"))
 	e.check(s)
 }
@@ -591,7 +594,7 @@ func TestMigrateDeposedLeader(t *testing.T) {
 	ra := e.startCoordinator("A", migrating(store, Config{}), setup)
 	waitLeader(t, e.ctx, ra)
 	e.waitSettled()
-	e.startCoordinator("B", migrating(store, Config{Registerer: reg}), setup)
+	rb := e.startCoordinator("B", migrating(store, Config{Registerer: reg}), setup)
 	e.waitCandidates(2)
 
 	armed.Store(true)
@@ -610,6 +613,7 @@ func TestMigrateDeposedLeader(t *testing.T) {
 			require.False(t, cm.applied, "the deposed leader's migrate assignment applied: %+v", cm)
 		}
 	}
+	rb.waitPasses(t, e.ctx, 1) // the metrics count after the writes
 	require.Zero(t, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "started"), "B began nothing: it drove A's intent")
 	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "finished"))
 	e.check(s)
