@@ -9,6 +9,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -162,6 +163,47 @@ func TestFinishHalfDone(t *testing.T) {
 			require.Equal(t, "kafka", c.Last().Backend.Name)
 			l.appendN(t, w3, "s1", 20, 2)
 			readAll(t, w3, &l, adaptor.DeliverAll(), 0)
+		})
+	}
+}
+
+// TestScannerCrossesALiveSeal: a scanner of the WAL of the old term,
+// started before the migration and left running, delivers what the new
+// owner appends on the new backend after the seal, without a restart,
+// every message once, in timetick order.
+func TestScannerCrossesALiveSeal(t *testing.T) {
+	for _, to := range []string{"kafka", "pulsar"} {
+		t.Run(to, func(t *testing.T) {
+			ctx := testCtx(t)
+			e := newEnv(t, "local", to)
+			old, err := e.opener("local").Open(ctx, adaptor.Channel{Name: "live", Term: 1})
+			require.NoError(t, err)
+			defer old.Close()
+			s, err := old.ReadBatches(ctx, adaptor.ReadOption{})
+			require.NoError(t, err)
+			defer s.Close()
+			var l log
+			l.appendN(t, old, "before", 20, 2)
+
+			_, err = e.opener("local").BeginMigration(ctx, "live", to, 2, "test")
+			require.NoError(t, err)
+			w, err := e.opener("local").Open(ctx, adaptor.Channel{Name: "live", Term: 2})
+			require.NoError(t, err)
+			defer w.Close()
+			l.appendN(t, w, "after", 20, 2)
+
+			want := l.sorted()
+			var got []message.Immutable
+			for len(got) < len(want) {
+				select {
+				case b, ok := <-s.Batches():
+					require.Truef(t, ok, "the scanner ended after %d: %v", len(got), s.Error())
+					got = append(got, b...)
+				case <-ctx.Done():
+					require.FailNowf(t, "watchdog", "%d of %d", len(got), len(want))
+				}
+			}
+			check(t, want, got)
 		})
 	}
 }

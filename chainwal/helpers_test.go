@@ -49,7 +49,7 @@ func newEnv(t testing.TB, kinds ...string) *env {
 func (e *env) opener(def string) *chainwal.Opener {
 	d, err := e.b.Describe(def)
 	require.NoError(e.t, err)
-	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: e.b, Default: d, Describe: e.b.Describe,
+	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: e.b, Default: d, Describe: e.b.Describe, FollowInterval: 10 * time.Millisecond,
 		WAL: adaptor.Options{TimeTickInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}})
 	require.NoError(e.t, err)
 	return o

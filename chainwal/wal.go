@@ -54,7 +54,13 @@ func (w *wal) setChain(c chain.Chain) error {
 	// the writer's metric series (a segment 0 has the channel's name):
 	// readers record none.
 	opts.Metrics = nil
-	cfg := chainread.Config{Chain: c, Openers: w.o.cfg.Openers, Options: opts, Writer: w.seg}
+	// Scanners follow the chain in the store: one of a WAL whose channel
+	// moved on (a zombie, or a WAL the manager has not closed yet) crosses
+	// the seal like any reader.
+	store, channel := w.o.cfg.Store, c.Channel
+	cfg := chainread.Config{Chain: c, Openers: w.o.cfg.Openers, Options: opts, Writer: w.seg,
+		Follow:         func(ctx context.Context) (chain.Chain, error) { return store.Get(ctx, channel) },
+		FollowInterval: w.o.cfg.FollowInterval}
 	r, err := chainread.New(cfg)
 	if err != nil {
 		return errors.Wrapf(err, "chainwal: %s", c.Channel)
