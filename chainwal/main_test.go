@@ -1,6 +1,7 @@
 package chainwal_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,6 +10,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		os.Exit(crashChild(dir, os.Getenv(crashStepEnv)))
+	}
 	var opts []goleak.Option
 	for _, f := range backendstest.GoroutinesToIgnore {
 		opts = append(opts, goleak.IgnoreTopFunction(f))
