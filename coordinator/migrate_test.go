@@ -614,7 +614,10 @@ func TestMigrateDeposedLeader(t *testing.T) {
 		}
 	}
 	rb.waitPasses(t, e.ctx, 1) // the metrics count after the writes
-	require.Zero(t, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "started"), "B began nothing: it drove A's intent")
+	// B drove A's intent, or, when it read the chain before A's write
+	// landed, recorded the same one (same target, term and requester: a
+	// no-op for the chain, whichever came second).
+	require.LessOrEqual(t, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "started"), 1.0)
 	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "finished"))
 	e.check(s)
 }
