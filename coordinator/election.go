@@ -119,7 +119,12 @@ func (c *Coordinator) watchCandidate(ctx context.Context, prev *mvccpb.KeyValue)
 	if !dead {
 		return
 	}
-	del, err := c.cli.Txn(ctx).
+	// The delete's answer is awaited even once ctx ends: campaign ends ctx
+	// as soon as its watch sees the key go, which is this very delete, and
+	// would otherwise lose its count and log (bounded by the TTL).
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SessionTTL)
+	defer cancel()
+	del, err := c.cli.Txn(dctx).
 		If(clientv3.Compare(clientv3.CreateRevision(string(prev.Key)), "=", prev.CreateRevision),
 			clientv3.Compare(clientv3.ModRevision(nodeKey), "=", nodeRev)).
 		Then(clientv3.OpDelete(string(prev.Key)), clientv3.OpDelete(infoKey)).
