@@ -132,10 +132,11 @@ func RequestMigrate(ctx context.Context, cli *clientv3.Client, layout cluster.La
 // once sealed it is ErrMigrationSealed (migrate back to undo it). With
 // neither a request nor a pending migration it is chain.ErrNoMigration.
 //
-// The request goes first, so that the leader begins nothing more for it
-// (its assignment at the migration's term is conditional on the request);
-// an intent the leader was recording at that moment can still land after
-// the cancel: walctl channels -v shows it, and cancelling again removes it.
+// The request goes first, and the chain is read after: an intent the
+// leader records for the request at that moment lands before that read
+// (and is cancelled here), or after it, and the leader, which checks that
+// the request still stands once its intent is recorded, cancels it
+// itself.
 func CancelMigrate(ctx context.Context, cli *clientv3.Client, layout cluster.Layout, store *chain.Store, channel string) error {
 	l, err := adminLayout(layout)
 	if err != nil {
@@ -159,28 +160,31 @@ func CancelMigrate(ctx context.Context, cli *clientv3.Client, layout cluster.Lay
 			return err
 		}
 	}
-	c, err := store.Get(ctx, channel)
-	found := err == nil
-	if err != nil && !errors.Is(err, chain.ErrNotFound) {
-		return errors.Wrapf(err, "coordinator: cancel the migration of %s", channel)
+	c, found, err := chainOf(ctx, store, channel)
+	if err != nil {
+		return err
 	}
-	last := c.Last()
-	switch {
-	case found && c.Pending == nil && requested && req.Term != 0 && last.Backend.Name == req.To:
-		return errors.Wrapf(ErrMigrationSealed, "coordinator: the migration of %s to %s was sealed at term %d: it writes on segment %d there; migrate back to undo it",
-			channel, req.To, last.FirstTerm, last.Index)
-	case (!found || c.Pending == nil) && !requested:
+	if err := sealedBy(c, found, req, requested); err != nil {
+		return err
+	}
+	if (!found || c.Pending == nil) && !requested {
 		return errors.Wrapf(chain.ErrNoMigration, "coordinator: cancel: no migration of %s is requested or pending", channel)
 	}
 	if requested {
 		if _, err := cli.Delete(ctx, key); err != nil {
 			return errors.Wrapf(err, "coordinator: cancel the migration of %s: delete its request", channel)
 		}
+		if c, found, err = chainOf(ctx, store, channel); err != nil {
+			return err
+		}
+		if err := sealedBy(c, found, req, requested); err != nil {
+			return err
+		}
 	}
 	if !found || c.Pending == nil {
 		return nil
 	}
-	_, err = store.CancelMigration(ctx, channel, last.Index, c.Pending.Term)
+	_, err = store.CancelMigration(ctx, channel, c.Last().Index, c.Pending.Term)
 	switch {
 	case err == nil, errors.Is(err, chain.ErrNoMigration):
 		return nil
@@ -188,6 +192,30 @@ func CancelMigrate(ctx context.Context, cli *clientv3.Client, layout cluster.Lay
 		return errors.Mark(errors.Wrapf(err, "coordinator: cancel the migration of %s: sealed already: migrate back to undo it", channel), ErrMigrationSealed)
 	}
 	return errors.Wrapf(err, "coordinator: cancel the migration of %s", channel)
+}
+
+// chainOf reads channel's chain; found is false when it has none.
+func chainOf(ctx context.Context, store *chain.Store, channel string) (c chain.Chain, found bool, err error) {
+	c, err = store.Get(ctx, channel)
+	switch {
+	case err == nil:
+		return c, true, nil
+	case errors.Is(err, chain.ErrNotFound):
+		return c, false, nil
+	}
+	return c, false, errors.Wrapf(err, "coordinator: cancel the migration of %s", channel)
+}
+
+// sealedBy returns ErrMigrationSealed when the migration of req (if
+// requested) was sealed in c: nothing pending, the last segment on its
+// backend from its term on.
+func sealedBy(c chain.Chain, found bool, req cluster.MigrateRequest, requested bool) error {
+	last := c.Last()
+	if !found || c.Pending != nil || !requested || req.Term == 0 || last.Backend.Name != req.To || last.FirstTerm < req.Term {
+		return nil
+	}
+	return errors.Wrapf(ErrMigrationSealed, "coordinator: the migration of %s to %s was sealed at term %d: it writes on segment %d there; migrate back to undo it",
+		c.Channel, req.To, last.FirstTerm, last.Index)
 }
 
 func adminLayout(l cluster.Layout) (cluster.Layout, error) {

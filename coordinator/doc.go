@@ -151,8 +151,12 @@
 // plans from fresh reads): the leader never assigns a channel with a
 // migrate request without knowing its chain.
 //
-// CancelMigrate withdraws a request and cancels its intent before the
-// seal; once sealed, migrating back undoes a migration.
+// The leader also checks, after an intent, that its request still stands
+// (the same revision): CancelMigrate deletes the request and then cancels
+// what the chain has pending, so an intent recorded for a request being
+// withdrawn is cancelled by one or the other, whichever reads second.
+// CancelMigrate cancels only before the seal; once sealed, migrating back
+// undoes a migration.
 //
 // # Failure detection
 //

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/errors"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
@@ -137,12 +138,13 @@ func (c *Coordinator) migration(ctx context.Context, f fence, s cluster.Snapshot
 			"pending_to", p.Target.String(), "pending_term", p.Term, "owner", a.Value.Node, "term", a.Value.Term)
 		return migration{}, nil
 	}
-	return c.begin(ctx, f, ch, req, cur, step)
+	return c.begin(ctx, f, ch, s.Migrations[ch].Revision, req, cur, step)
 }
 
-// begin records the intent of step (stepBegin) in ch's chain cur, and
-// returns the migration decide drives, or the chain's refusal.
-func (c *Coordinator) begin(ctx context.Context, f fence, ch string, req cluster.MigrateRequest, cur chain.Chain, step migrateStep) (migration, error) {
+// begin records the intent of step (stepBegin) in ch's chain cur, for the
+// request req at revision reqRev, and returns the migration decide
+// drives, or the chain's refusal.
+func (c *Coordinator) begin(ctx context.Context, f fence, ch string, reqRev int64, req cluster.MigrateRequest, cur chain.Chain, step migrateStep) (migration, error) {
 	target, err := c.cfg.Describe(req.To)
 	if err != nil {
 		return migration{refusal: fmt.Sprintf("backend %q: %v", req.To, err)}, nil
@@ -165,16 +167,46 @@ func (c *Coordinator) begin(ctx context.Context, f fence, ch string, req cluster
 	case err != nil:
 		return migration{}, errors.Wrapf(err, "coordinator: migrate %s: record the intent (outcome unknown)", ch)
 	}
-	// The intent is recorded only while this coordinator leads: a deposed
-	// leader's is a stray the rules cancel (planMigration).
-	if err := c.stillLeading(ctx, f); err != nil {
-		c.log.Warn("intent recorded, but this coordinator no longer leads: left to the leader", "channel", ch, "term", step.term)
+	// The intent is recorded only while this coordinator leads (a deposed
+	// leader's is finished, or cancelled by the rules: planMigration) and
+	// while its request stands: one withdrawn meanwhile (CancelMigrate
+	// deletes the request, then cancels what its chain has pending) takes
+	// the intent with it, here or there, whichever comes second.
+	leading, standing, err := c.afterIntent(ctx, f, ch, reqRev)
+	switch {
+	case err != nil:
 		return migration{}, err
+	case !leading:
+		c.metrics.failed.WithLabelValues("deposed").Inc()
+		c.log.Warn("intent recorded, but this coordinator no longer leads: left to the leader", "channel", ch, "term", step.term)
+		return migration{}, errDeposed
+	case !standing:
+		_, err := c.cfg.Chains.CancelMigration(ctx, ch, step.segment, step.term)
+		if err != nil && !errors.IsAny(err, chain.ErrNoMigration, chain.ErrMigrationMismatch) {
+			return migration{}, errors.Wrapf(err, "coordinator: migrate %s: cancel the intent of a withdrawn request", ch)
+		}
+		c.log.Info("migrate request withdrawn while its intent was recorded: intent cancelled", "channel", ch, "term", step.term)
+		return migration{}, errors.Wrapf(errConflict, "migrate %s: the request changed", ch)
 	}
 	c.metrics.migrations.WithLabelValues("started").Inc()
 	c.log.Info("migration started: intent recorded", "channel", ch, "from", cur.Last().Backend.String(), "to", target.String(),
 		"segment", step.segment, "term", step.term, "by", req.By)
 	return migration{term: step.term}, nil
+}
+
+// afterIntent reads, at one revision, whether the election key of f is
+// still this coordinator's and the migrate request of ch still the one at
+// reqRev.
+func (c *Coordinator) afterIntent(ctx context.Context, f fence, ch string, reqRev int64) (leading, standing bool, err error) {
+	resp, err := c.cli.Txn(ctx).Then(clientv3.OpGet(f.key), clientv3.OpGet(c.layout.Migrate(ch))).Commit()
+	if err != nil {
+		return false, false, errors.Wrapf(err, "coordinator: migrate %s: check the election key and the request after the intent (it stays: the next pass plans with it)", ch)
+	}
+	key := resp.Responses[0].GetResponseRange().GetKvs()
+	req := resp.Responses[1].GetResponseRange().GetKvs()
+	leading = len(key) == 1 && key[0].CreateRevision == f.rev
+	standing = len(req) == 1 && req[0].ModRevision == reqRev
+	return leading, standing, nil
 }
 
 // stillLeading returns errDeposed unless the election key of f is still

@@ -621,3 +621,46 @@ func TestMigrateDeposedLeader(t *testing.T) {
 	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_migrations_total", "outcome", "finished"))
 	e.check(s)
 }
+
+// TestCancelDuringIntent pins a cancel that comes while the leader
+// records the intent (after it planned on the request, before its write):
+// the cancel finds nothing pending yet, and the leader, finding its
+// request withdrawn once its intent is recorded, cancels the intent
+// itself: nothing is left for a later open to seal.
+func TestCancelDuringIntent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 30*time.Second, "a")
+	store := e.chains()
+	e.startNode("n1", chained(store))
+	e.waitFor("n1", func(s cluster.Snapshot) bool { return len(s.Nodes) == 1 })
+	var armed atomic.Bool
+	cancelled := make(chan error, 1)
+	r := e.startCoordinator("c1", migrating(store, Config{}), func(c *Coordinator) {
+		c.hooks.beforeIntent = func(_ fence, ch string, _ int64) {
+			if armed.CompareAndSwap(true, false) {
+				cancelled <- CancelMigrate(e.ctx, e.cli, e.layout, store, ch)
+			}
+		}
+	})
+	e.waitSettled()
+	armed.Store(true)
+	rev, err := RequestMigrate(e.ctx, e.cli, e.layout, "a", "kafka", "ops")
+	require.NoError(t, err)
+	select {
+	case err := <-cancelled:
+		require.NoError(t, err, "the request withdrawn, nothing pending yet")
+	case <-e.ctx.Done():
+		t.Fatal("the leader never recorded the intent")
+	}
+	e.waitFor("request gone", func(s cluster.Snapshot) bool { _, ok := s.Migrations["a"]; return s.Revision > rev && !ok })
+	r.waitPasses(t, e.ctx, 2)
+	c, err := store.Get(e.ctx, "a")
+	require.NoError(t, err)
+	require.Nil(t, c.Pending, "the leader cancelled its intent")
+	require.Len(t, c.Segments, 1)
+	s := e.waitSettled()
+	require.EqualValues(t, 1, s.Assignments["a"].Value.Term, "nothing assigned for it")
+	_, refused := e.refusal("a")
+	require.False(t, refused)
+	e.check(s)
+}
