@@ -369,7 +369,8 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 			if c.opts.wait && !opened(s, ch, last.FirstTerm) {
 				continue
 			}
-			if !st.started && !c.opts.wait {
+			if !st.started { // it went faster than the view: say so all the same
+				st.started = true
 				a := s.Assignments[ch].Value
 				m := migration{Channel: ch, To: st.p.To, Result: "started", Term: last.FirstTerm, Owner: a.Node}
 				if err := c.report(m, fmt.Sprintf("%s migrates from %s to %s at term %d (owner %s)", ch, orNone(st.p.Backend), st.p.To, m.Term, a.Node)); err != nil {
