@@ -148,7 +148,7 @@ func (o *Opener) Chain(ctx context.Context, channel string) (chain.Chain, error)
 // finishing a migration pending at or below it (see the package
 // documentation).
 func (o *Opener) Open(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, error) {
-	c, err := o.chainAt(ctx, ch)
+	c, sealedNow, err := o.chainAt(ctx, ch)
 	if err != nil {
 		return nil, err
 	}
@@ -168,17 +168,17 @@ func (o *Opener) Open(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, err
 		_ = seg.Close()
 		return nil, err
 	}
-	if last.FirstTerm == ch.Term && last.Index > 0 {
+	if sealedNow {
 		o.after(StepOpened, ch.Name)
 	}
 	return w, nil
 }
 
 // chainAt reads ch's chain, creating it or finishing its pending
-// migration as an open at ch.Term must, and checks that ch.Term may write
-// its last segment.
-func (o *Opener) chainAt(ctx context.Context, ch adaptor.Channel) (chain.Chain, error) {
-	c, err := o.cfg.Store.Get(ctx, ch.Name)
+// migration as an open at ch.Term must (sealed: this call sealed), and
+// checks that ch.Term may write its last segment.
+func (o *Opener) chainAt(ctx context.Context, ch adaptor.Channel) (c chain.Chain, sealed bool, err error) {
+	c, err = o.cfg.Store.Get(ctx, ch.Name)
 	if errors.Is(err, chain.ErrNotFound) {
 		b := o.cfg.Default
 		b.Channel = ch.Name
@@ -188,18 +188,19 @@ func (o *Opener) chainAt(ctx context.Context, ch adaptor.Channel) (chain.Chain, 
 		}
 	}
 	if err != nil {
-		return chain.Chain{}, errors.Wrapf(err, "chainwal: open %s at term %d", ch.Name, ch.Term)
+		return chain.Chain{}, false, errors.Wrapf(err, "chainwal: open %s at term %d", ch.Name, ch.Term)
 	}
 	if p := c.Pending; p != nil && p.Term <= ch.Term {
 		if c, err = o.seal(ctx, c); err != nil {
-			return chain.Chain{}, err
+			return chain.Chain{}, false, err
 		}
+		sealed = true
 	}
 	if last := c.Last(); last.FirstTerm > ch.Term {
-		return chain.Chain{}, walimpls.MarkNotStored(errors.Wrapf(&walimpls.FencedError{Channel: ch.Name, Term: ch.Term, CurrentTerm: last.FirstTerm},
+		return chain.Chain{}, false, walimpls.MarkNotStored(errors.Wrapf(&walimpls.FencedError{Channel: ch.Name, Term: ch.Term, CurrentTerm: last.FirstTerm},
 			"chainwal: open %s: its segment %d on %s began at term %d", ch.Name, last.Index, last.Backend, last.FirstTerm))
 	}
-	return c, nil
+	return c, sealed, nil
 }
 
 // seal runs steps 2 and 3 of c's pending migration: fence the last

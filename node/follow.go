@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walmanager"
 )
 
@@ -77,20 +78,39 @@ func (n *Node) startOpen(ch string, term, rev int64, seen time.Time) {
 		} else if t, ok := n.phases.take(ch, term, seen); ok {
 			report.Seen, report.Fenced, report.Ready = seen, t.fenced, t.ready
 		}
+		n.writeReport(ch, term, rev, report)
+	}()
+}
+
+// writeReport writes an open report under the node's lease, while the
+// assignment is still at rev. A write that fails (the lease expired under
+// it, etcd unreachable) is tried again, with the session keepSession
+// registers next: without the report the coordinator would wait for its
+// open timeout, and then, with no other node to go to, forever.
+func (n *Node) writeReport(ch string, term, rev int64, report cluster.Opened) {
+	retry := backoff.Config{Initial: 50 * time.Millisecond, Max: time.Second}
+	for attempt := 0; ; attempt++ {
 		sess := n.session()
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.SessionTTL)
-		defer cancel()
-		resp, perr := n.cli.Txn(ctx).
+		resp, err := n.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(n.layout.Assignment(ch)), "=", rev)).
 			Then(clientv3.OpPut(n.layout.Opened(ch), string(cluster.Encode(report)), clientv3.WithLease(sess.Lease()))).
 			Commit()
+		cancel()
 		switch {
-		case perr != nil && n.ctx.Err() == nil:
-			n.log.Warn("open report not written", "channel", ch, "term", term, "error", perr)
-		case perr == nil && !resp.Succeeded:
+		case n.ctx.Err() != nil:
+			return
+		case err == nil && !resp.Succeeded:
 			n.log.Debug("open report dropped: the assignment moved on", "channel", ch, "term", term)
+			return
+		case err == nil:
+			return
 		}
-	}()
+		n.log.Warn("open report not written; trying again", "channel", ch, "term", term, "attempt", attempt+1, "error", err)
+		if retry.Wait(n.ctx, attempt) != nil {
+			return
+		}
+	}
 }
 
 // openInFlight is an open of startOpen: its term, and a channel closed
