@@ -265,8 +265,9 @@ cluster.`,
 	{name: "etcd-roles",
 		summary: "create the etcd roles that guard the cluster's keys (node, admin, reader)",
 		detail: `Creates streamwal-node (readwrite on the root and its pool's keys),
-streamwal-admin (read on the root, readwrite on its move and drain
-requests) and streamwal-reader (read on the root), granting them again if
+streamwal-admin (read on the root, readwrite on its move, drain and migrate
+requests and on the channels' chains) and streamwal-reader (read on the
+root and the chains), granting them again if
 they exist. Run it as etcd's root user; then bind users to the roles and
 turn authentication on with etcdctl (printed at the end).`,
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.etcdRoles(ctx) }},

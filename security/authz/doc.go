@@ -154,11 +154,14 @@
 //	streamwal-node    readwrite on <root> and on <root without its slash>-meta/
 //	                  (the channel pool): nodes and coordinators, which
 //	                  register, assign channels and bump terms
-//	streamwal-admin   read on <root>, readwrite on <root>requests/move/ and
-//	                  <root>requests/drain/: walctl move, drain, undrain,
-//	                  rebalance
-//	streamwal-reader  read on <root>: walctl nodes, channels, explain; the
-//	                  client's owner lookups (every client needs it)
+//	streamwal-admin   read on <root>, readwrite on <root>requests/move/,
+//	                  <root>requests/drain/, <root>requests/migrate/ and
+//	                  <root without its slash>-meta/chain/: walctl move,
+//	                  drain, undrain, rebalance, migrate (and its -cancel,
+//	                  which cancels a pending migration in the chain)
+//	streamwal-reader  read on <root> and on <root without its slash>-meta/chain/:
+//	                  walctl nodes, channels, explain; the client's owner
+//	                  lookups (every client needs it)
 //
 // An etcd user bound to streamwal-reader can look but not move, drain or
 // rebalance; only streamwal-admin (or root) can write a request, and only

@@ -34,8 +34,10 @@ type EtcdRole struct {
 // root without its slash plus "-meta/" (where walnode keeps it):
 //
 //	streamwal-node    readwrite <root>, readwrite <root>-meta/
-//	streamwal-admin   read <root>, readwrite <root>requests/move/ and <root>requests/drain/
-//	streamwal-reader  read <root>
+//	streamwal-admin   read <root>, readwrite <root>requests/move/, <root>requests/drain/,
+//	                  <root>requests/migrate/ and <root>-meta/chain/ (walctl migrate -cancel
+//	                  cancels a pending migration in the channel's chain)
+//	streamwal-reader  read <root>, read <root>-meta/chain/ (the channels' backends)
 //
 // The roles are named alike for every root: give clusters that share an
 // etcd users of their own, not these roles for both.
@@ -53,9 +55,12 @@ func EtcdRoles(root string) ([]EtcdRole, error) {
 			{clientv3.PermissionType(clientv3.PermRead), root},
 			{clientv3.PermissionType(clientv3.PermReadWrite), root + "requests/move/"},
 			{clientv3.PermissionType(clientv3.PermReadWrite), root + "requests/drain/"},
+			{clientv3.PermissionType(clientv3.PermReadWrite), root + "requests/migrate/"},
+			{clientv3.PermissionType(clientv3.PermReadWrite), meta + "chain/"},
 		}},
 		{Name: EtcdRoleReader, Permissions: []EtcdPermission{
 			{clientv3.PermissionType(clientv3.PermRead), root},
+			{clientv3.PermissionType(clientv3.PermRead), meta + "chain/"},
 		}},
 	}, nil
 }
