@@ -126,10 +126,13 @@
 // retry doubled; readers deliver k up to End and then k+1 from its start,
 // whose timeticks are all above k's.
 //
-// Drivers, in later changes: embedded nodes drive the steps from the
-// walmanager and adaptor (the chain in the node's bbolt store); a cluster
-// drives them from the coordinator (walctl migrate), the node assigned T
-// fencing and opening; the pool's pruner prunes.
+// Drivers: package chainwal opens a channel as its chain at a term and
+// runs steps 2 to 4 inside that open, so whoever opens the channel at T
+// or above finishes a migration pending at T (an embedded node through
+// chainwal.Opener.Migrate, its walmanager the term authority); in a
+// cluster the coordinator records step 1 at the term it assigns (walctl
+// migrate) and the node it assigns opens through chainwal; the pool's
+// pruner truncates through the chain's WAL, which prunes segments.
 //
 // # Pruning
 //
