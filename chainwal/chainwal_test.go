@@ -207,3 +207,25 @@ func TestScannerCrossesALiveSeal(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetThisNodeCannotOpen: an open that finds a migration to a backend
+// entry it does not have fails before it fences anything: the old
+// segment's writer goes on, and a cancel leaves the channel as it was.
+func TestTargetThisNodeCannotOpen(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t, "memory", "local")
+	w, err := e.opener("memory").Open(ctx, adaptor.Channel{Name: "t", Term: 1})
+	require.NoError(t, err)
+	defer w.Close()
+	var l log
+	l.appendN(t, w, "a", 5, 1)
+	_, err = e.store.BeginMigration(ctx, "t", chain.MigrationRequest{Segment: 0, Target: chain.Backend{Name: "elsewhere", Kind: "kafka", Channel: "t-s1"}, Term: 2, By: "test"})
+	require.NoError(t, err)
+	_, err = e.opener("memory").Open(ctx, adaptor.Channel{Name: "t", Term: 2})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "cannot open the target")
+	l.appendN(t, w, "b", 5, 1) // not fenced
+	_, err = e.opener("memory").CancelMigration(ctx, "t")
+	require.NoError(t, err)
+	readAll(t, w, &l, adaptor.DeliverAll(), 0)
+}

@@ -212,6 +212,12 @@ func (o *Opener) seal(ctx context.Context, c chain.Chain) (chain.Chain, error) {
 	if err != nil {
 		return chain.Chain{}, where(err, "chainwal: %s: seal segment %d for the %s", c.Channel, last.Index, p)
 	}
+	// The target is checked before the fence: a node that cannot open it
+	// would fence the old segment's writer and then fail to seal, leaving
+	// the channel unwritable until someone cancels.
+	if _, err := o.cfg.Openers.Opener(p.Target); err != nil {
+		return chain.Chain{}, where(err, "chainwal: %s: this node cannot open the target of the %s: fix its configuration, or cancel the migration (walctl migrate -cancel)", c.Channel, p)
+	}
 	start := time.Now()
 	floor := floorOf(c)
 	opts := o.cfg.WAL
