@@ -229,3 +229,30 @@ func TestTargetThisNodeCannotOpen(t *testing.T) {
 	require.NoError(t, err)
 	readAll(t, w, &l, adaptor.DeliverAll(), 0)
 }
+
+// TestScannersDoNotAccumulate: a WAL read many times keeps no scanner its
+// consumer closed, and Close stops those still open.
+func TestScannersDoNotAccumulate(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t, "memory")
+	w, err := e.opener("memory").Open(ctx, adaptor.Channel{Name: "s", Term: 1})
+	require.NoError(t, err)
+	for range 100 {
+		s, err := w.Read(ctx, adaptor.ReadOption{})
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		b, err := w.ReadBatches(ctx, adaptor.ReadOption{})
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+	}
+	require.Equal(t, 0, chainwal.OpenScanners(w))
+	open, err := w.Read(ctx, adaptor.ReadOption{})
+	require.NoError(t, err)
+	require.Equal(t, 1, chainwal.OpenScanners(w))
+	require.NoError(t, w.Close())
+	select {
+	case <-open.Done():
+	case <-ctx.Done():
+		require.FailNow(t, "Close left a scanner running")
+	}
+}

@@ -132,7 +132,10 @@ func (w *wal) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner
 	if err != nil {
 		return nil, err
 	}
-	return track(w, s)
+	if _, err := track(w, s); err != nil {
+		return nil, err
+	}
+	return trackedScanner{Scanner: s, w: w}, nil
 }
 
 // ReadBatches implements adaptor.WAL.
@@ -145,7 +148,39 @@ func (w *wal) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.
 	if err != nil {
 		return nil, err
 	}
-	return track(w, s)
+	if _, err := track(w, s); err != nil {
+		return nil, err
+	}
+	return trackedBatches{BatchScanner: s, w: w}, nil
+}
+
+// trackedScanner and trackedBatches leave the WAL's set of scanners when
+// their consumer closes them, so that a long-lived WAL read many times
+// does not keep every scanner it ever started.
+type trackedScanner struct {
+	adaptor.Scanner
+	w *wal
+}
+
+func (t trackedScanner) Close() error {
+	t.w.untrack(t.Scanner)
+	return t.Scanner.Close()
+}
+
+type trackedBatches struct {
+	adaptor.BatchScanner
+	w *wal
+}
+
+func (t trackedBatches) Close() error {
+	t.w.untrack(t.BatchScanner)
+	return t.BatchScanner.Close()
+}
+
+func (w *wal) untrack(s closer) {
+	w.mu.Lock()
+	delete(w.scanners, s)
+	w.mu.Unlock()
 }
 
 // readOption translates opt into the chain reader's, with the reader of
