@@ -78,6 +78,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives the WAL's metrics; nil records none.
 	Metrics *Metrics
+	// MetricsChannel is the channel label of the WAL's metrics; empty is
+	// the channel's name. A chain's writer (package chainwal) labels its
+	// segment's WAL with the chain's channel, so that a channel's series
+	// go on across a migration.
+	MetricsChannel string
 }
 
 const (

@@ -5,6 +5,7 @@ package adaptor
 // whether it is closed and whether its tail reader was started.
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -122,7 +123,7 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		ch:        ch,
 		opts:      opts,
 		log:       opts.Logger.With("channel", ch.Name, "term", ch.Term),
-		m:         newWALMetrics(opts.Metrics, ch.Name),
+		m:         newWALMetrics(opts.Metrics, cmp.Or(opts.MetricsChannel, ch.Name)),
 		partBytes: partBytes(opts.PartBytes, caps.MaxMessageBytes),
 		inflight:  make(chan struct{}, opts.MaxInflightAppends),
 		wab:       newWriteAheadBuffer(opts.WriteAheadBufferBytes),

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
@@ -255,4 +256,42 @@ func TestScannersDoNotAccumulate(t *testing.T) {
 	case <-ctx.Done():
 		require.FailNow(t, "Close left a scanner running")
 	}
+}
+
+// TestMetricsKeepTheChannel: the writer of a later segment records its
+// metrics under the chain's channel, not the segment's backend channel.
+func TestMetricsKeepTheChannel(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t, "memory", "local")
+	reg := prometheus.NewRegistry()
+	met, err := adaptor.NewMetrics(reg)
+	require.NoError(t, err)
+	d, err := e.b.Describe("memory")
+	require.NoError(t, err)
+	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: e.b, Default: d, Describe: e.b.Describe, WAL: adaptor.Options{Metrics: met}})
+	require.NoError(t, err)
+	m := e.manager(o)
+	require.NoError(t, m.Open(ctx, adaptor.Channel{Name: "mx", Term: 1}))
+	_, err = o.Migrate(ctx, m, "mx", "local", "test")
+	require.NoError(t, err)
+	w, err := m.GetAvailableWAL(adaptor.Channel{Name: "mx", Term: 2})
+	require.NoError(t, err)
+	_, err = w.Append(ctx, payload(t, "m", 0))
+	require.NoError(t, err)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var labels []string
+	for _, mf := range mfs {
+		if mf.GetName() != "streamwal_appends_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				if lp.GetName() == "channel" {
+					labels = append(labels, lp.GetValue())
+				}
+			}
+		}
+	}
+	require.Equal(t, []string{"mx"}, labels)
 }

@@ -159,6 +159,7 @@ func (o *Opener) Open(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, err
 	}
 	opts := o.cfg.WAL
 	opts.TimeTickFloor = max(opts.TimeTickFloor, floorOf(c))
+	opts.MetricsChannel = ch.Name
 	seg, err := o.cfg.OpenSegment(ctx, ch.Name, opener, adaptor.Channel{Name: last.Backend.Channel, Term: ch.Term}, opts)
 	if err != nil {
 		return nil, errors.Wrapf(err, "chainwal: open %s at term %d: segment %d on %s", ch.Name, ch.Term, last.Index, last.Backend)
