@@ -15,7 +15,7 @@ func TestMain(m *testing.M) {
 	}
 	var opts []goleak.Option
 	for _, f := range backendstest.GoroutinesToIgnore {
-		opts = append(opts, goleak.IgnoreTopFunction(f))
+		opts = append(opts, goleak.IgnoreAnyFunction(f))
 	}
 	goleak.VerifyTestMain(m, opts...)
 }

@@ -25,10 +25,11 @@ import (
 // Kinds are the backends Start can start, by their registered names.
 var Kinds = []string{memory.Name, local.Name, kafka.Name, pulsar.Name}
 
-// GoroutinesToIgnore are the top functions of pulsar-client-go goroutines
-// that outlive a closed producer or consumer for a moment (see the pulsar
-// backend's main_test.go): a package whose tests use the pulsar entry
-// passes them to goleak.
+// GoroutinesToIgnore are the functions of pulsar-client-go goroutines that
+// outlive a closed producer or consumer (see the pulsar backend's
+// main_test.go): a package whose tests use the pulsar entry passes them to
+// goleak.IgnoreAnyFunction (a producer's reconnect goroutine may have a
+// lookup's retry on top of it).
 var GoroutinesToIgnore = []string{
 	"github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).failTimeoutMessages",
 	"github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).runEventsLoop.func1",

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 		// tests fence producers on purpose. Only this inner goroutine is
 		// ignored: an unclosed producer still shows up through
 		// runEventsLoop itself.
-		goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).runEventsLoop.func1"),
+		goleak.IgnoreAnyFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).runEventsLoop.func1"),
 		// After each successful SUBSCRIBE the client hands "connected" to
 		// the consumer's dispatcher over an unbuffered channel; a reader
 		// closed while a reconnect races it (take-overs and dropped
