@@ -242,8 +242,8 @@ type ack struct {
 }
 
 // Three walnode processes on one etcd and one Kafka, appenders through the
-// client on every channel, and a node killed with SIGKILL twenty times at
-// random moments (and restarted): every acknowledged append is read back
+// client on every channel, and a node killed with SIGKILL a dozen times
+// (STREAMWAL_E2E_KILLS for more) at random moments (and restarted): every acknowledged append is read back
 // exactly once and in order, and the failover time - from the kill to the
 // first append acknowledged by the new owner - is reported, with each
 // move's phases (see movePhases). At least one move must have been made by
@@ -251,13 +251,21 @@ type ack struct {
 // the figures are printed, not asserted: a loaded machine may take longer.
 func TestKillNodes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs three walnode processes through twenty SIGKILLs")
+		t.Skip("runs three walnode processes through a dozen SIGKILLs")
 	}
 	const (
 		ttl      = time.Second
 		channels = 6
-		kills    = 20
 	)
+	// Twelve kills in make test (about 36 channel moves) keep the suite
+	// within its time on a 2-core machine; the failover figures of the
+	// README come from runs of 20 or more: STREAMWAL_E2E_KILLS=20.
+	kills := 12
+	if v := os.Getenv("STREAMWAL_E2E_KILLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "STREAMWAL_E2E_KILLS")
+		kills = n
+	}
 	c := newE2ECluster(t, 3, ttl)
 	snap := c.waitAssigned(channels)
 	names := slices.Sorted(func(yield func(string) bool) {
