@@ -55,7 +55,7 @@ func BenchmarkCutover(b *testing.B) {
 // cutover opens channel on m if it is not yet, keeps an appender on it,
 // runs step and returns the time from step's start to the first append
 // acknowledged at the new term.
-func cutover(b *testing.B, m *walmanager.Manager, channel string, step func()) time.Duration {
+func cutover(b testing.TB, m *walmanager.Manager, channel string, step func()) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	term := termOf(m, channel)

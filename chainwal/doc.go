@@ -62,4 +62,37 @@
 // the earliest checkpoint of its vchannels, prunes segments as it goes.
 // Delete (walmanager.ChannelDeleter) deletes every kept segment's data,
 // then the chain.
+//
+// # Reading
+//
+// Read and ReadBatches take the adaptor's policies with chain IDs, and
+// read through chainread: sealed segments read-only to their End, the last
+// segment through this WAL's own writer (released as soon as appended).
+// Scanners follow the chain in the store (Config.FollowInterval), so a
+// scanner of a WAL whose channel migrated under it crosses the seal and
+// goes on; a Close of the WAL stops its scanners. A consumer must Close
+// every scanner it started.
+//
+// # Metrics
+//
+// A segment's writer records the adaptor's metrics under the chain's
+// channel name (adaptor.Options.MetricsChannel), so its series go on across
+// a migration; readers of sealed segments and the sealing open record none.
+//
+// # Costs
+//
+// An open reads the chain (one store read) and creates it the first time
+// (one write); a migration adds two conditional writes (the intent, the
+// seal) and the fence: an open of the old segment at the new term, a read
+// of its last window, and a close. BenchmarkCutover (2026-12-05, a 2-core
+// machine, an appender on the channel, the chain in bbolt): from the
+// request to the first append acknowledged on the new backend, local ↔
+// Kafka p50 16-22 ms, p99 29-159 ms over 7 runs of 60-100 migrations
+// (median of the p99s 75 ms; goal < 100 ms, met in 4 of 7), against a
+// plain move on the same backend, p50 2-9 ms. The tail is bbolt's fsync
+// (two commits per migration) and the Kafka fence (a new client).
+// BenchmarkMigrateMany: 1,000 channels local → Kafka, 16 at a time, with
+// appenders on a tenth of them, 172 s and nothing lost, 1.63 times the
+// time to open 1,000 new channels on the same in-process broker, whose own
+// cost grows with its topics (100 channels: 1.4 s, 0.94 times).
 package chainwal
