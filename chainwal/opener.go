@@ -164,7 +164,7 @@ func (o *Opener) Open(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, err
 	if err != nil {
 		return nil, errors.Wrapf(err, "chainwal: open %s at term %d: segment %d on %s", ch.Name, ch.Term, last.Index, last.Backend)
 	}
-	w, err := newWAL(o, ch, c, seg, opener)
+	w, err := newWAL(o, ch, c, seg)
 	if err != nil {
 		_ = seg.Close()
 		return nil, err

@@ -16,11 +16,10 @@ import (
 // wal is a channel's chain open at a term: appends go to the last
 // segment's writer (seg), reads cross the chain.
 type wal struct {
-	o      *Opener
-	ch     adaptor.Channel
-	seg    adaptor.WAL
-	index  uint64          // the last segment's index
-	opener walimpls.Opener // the last segment's backend
+	o     *Opener
+	ch    adaptor.Channel
+	seg   adaptor.WAL
+	index uint64 // the last segment's index
 
 	mu       sync.Mutex
 	c        chain.Chain // as this WAL knows it: changed by pruning
@@ -36,8 +35,8 @@ var (
 	_ adaptor.AsyncAnswerer = (*wal)(nil)
 )
 
-func newWAL(o *Opener, ch adaptor.Channel, c chain.Chain, seg adaptor.WAL, opener walimpls.Opener) (*wal, error) {
-	w := &wal{o: o, ch: ch, seg: seg, index: c.Last().Index, opener: opener, scanners: map[closer]struct{}{}}
+func newWAL(o *Opener, ch adaptor.Channel, c chain.Chain, seg adaptor.WAL) (*wal, error) {
+	w := &wal{o: o, ch: ch, seg: seg, index: c.Last().Index, scanners: map[closer]struct{}{}}
 	if err := w.setChain(c); err != nil {
 		return nil, err
 	}
