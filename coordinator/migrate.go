@@ -124,7 +124,7 @@ func (c *Coordinator) migration(ctx context.Context, f fence, s cluster.Snapshot
 		switch {
 		case errors.IsAny(err, chain.ErrNoMigration, chain.ErrMigrationMismatch, chain.ErrSegmentMismatch):
 			log.Debug("unsealed migration changed before its cancel", "error", err)
-			return migration{}, errors.Wrapf(errConflict, "migrate %s: %v", ch, err)
+			return migration{}, errors.WithStack(fmt.Errorf("migrate %s: %w: %w", ch, err, errConflict))
 		case err != nil:
 			return migration{}, errors.Wrapf(err, "coordinator: migrate %s: cancel the %s", ch, *p)
 		}
@@ -161,7 +161,7 @@ func (c *Coordinator) begin(ctx context.Context, f fence, ch string, reqRev int6
 	case errors.IsAny(err, chain.ErrMigrationPending, chain.ErrSegmentMismatch, chain.ErrNotFound):
 		// The chain changed since it was read: plan again next pass.
 		c.log.Debug("chain changed before the intent", "channel", ch, "error", err)
-		return migration{}, errors.Wrapf(errConflict, "migrate %s: %v", ch, err)
+		return migration{}, errors.WithStack(fmt.Errorf("migrate %s: %w: %w", ch, err, errConflict))
 	case errors.IsAny(err, chain.ErrSameBackend, chain.ErrStaleTerm, chain.ErrInvalid):
 		return migration{refusal: err.Error()}, nil
 	case err != nil:

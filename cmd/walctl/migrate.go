@@ -406,7 +406,7 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 			err := errors.Wrapf(ctx.Err(), "%d of %d migration(s) not done (walctl migrate -cancel <channel> withdraws one):\n  %s",
 				len(waiting), len(sts), strings.Join(waiting, "\n  "))
 			if len(refused) > 0 {
-				return errors.Wrapf(err, "%v\n", refusedError(refused))
+				return errors.WithStack(fmt.Errorf("%w\n%w", refusedError(refused), err))
 			}
 			return err
 		}
