@@ -133,17 +133,18 @@
 //
 // BenchmarkScanAcrossSeal (a catch-up scan of 100,000 small messages, half
 // on each side of a seal, against the same number on one segment read by
-// the adaptor itself, sides alternating; 2026-12-05, a 2-CPU machine, 4
-// runs of 8 scans each on memory and on local, medians of the 8): wall-clock
-// throughput, slices (Batches) 1.00 (0.78-1.07), one by one (Chan) 0.82
-// (0.65-0.94); process CPU per message 0.85 (0.73-0.97). The goal, 0.95, is
-// met in slices and not one by one. The seal itself costs nothing
+// the adaptor itself, sides alternating; 2026-12-05, a 2-CPU machine
+// whose speed swings with its neighbours'). Message by message (Chan), 8
+// samples on memory and local, interleaved with the same binary without
+// the channel buffer (chanBuffer): throughput 0.99 (0.76-1.03), CPU per
+// message 0.95 (0.80-1.05); without the buffer 0.76 and 0.78. In slices
+// (Batches), 8 samples: throughput 1.00 (0.78-1.07). The goal, 0.95, is met
+// at the medians, not in every sample. The seal itself costs nothing
 // measurable: the same messages on a chain of one segment read through this
 // package ÷ the chain of two, CPU per message 0.98 (0.80-1.10). What this
 // package adds over the adaptor is its own goroutine between the segment's
-// adaptor scanner and the consumer (one more hand-off per slice, which a
-// message-by-message reader pays per message) and a chain ID per message
-// (allocated per slice): about 100 ns of CPU per message.
+// adaptor scanner and the consumer (one more hand-off per slice) and a
+// chain ID per message (allocated per slice).
 //
 // Following the chain costs one store read (a Follow call) per
 // FollowInterval per scanner that follows a live segment, four a second
