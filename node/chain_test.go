@@ -9,10 +9,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/meta/etcdstore"
@@ -116,4 +118,27 @@ func gaugeOf(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	require.FailNow(t, "no metric "+name)
 	return 0
+}
+
+// TestReportsOutliveTheLease: the node's open reports live under its
+// lease; when the lease is lost (revoked here, as an expiry under load
+// would end it) and the node registers again, it writes them again, or
+// the coordinator would take its channels for unopened.
+func TestReportsOutliveTheLease(t *testing.T) {
+	c := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c.startNode("n1")
+	c.assign("ch", "n1", 1)
+	kv, err := c.cli.Get(ctx, c.layout.Node("n1"))
+	require.NoError(t, err)
+	require.Len(t, kv.Kvs, 1)
+	_, err = c.cli.Revoke(ctx, clientv3.LeaseID(kv.Kvs[0].Lease))
+	require.NoError(t, err)
+	_, err = c.view.WaitFor(ctx, func(s cluster.Snapshot) bool {
+		n, ok := s.Nodes["n1"]
+		o, opened := s.Opened["ch"]
+		return ok && n.Revision > kv.Kvs[0].ModRevision && opened && o.Value.Term == 1 && o.Revision > kv.Kvs[0].ModRevision
+	})
+	require.NoError(t, err, "the open report was not written again under the new lease")
 }

@@ -78,8 +78,15 @@ func (n *Node) startOpen(ch string, term, rev int64, seen time.Time) {
 		} else if t, ok := n.phases.take(ch, term, seen); ok {
 			report.Seen, report.Fenced, report.Ready = seen, t.fenced, t.ready
 		}
-		n.writeReport(ch, term, rev, report)
+		n.writeReport(ch, rev, report)
 	}()
+}
+
+// writtenReport is an open report as written, for the assignment revision
+// rev.
+type writtenReport struct {
+	rev    int64
+	report cluster.Opened
 }
 
 // writeReport writes an open report under the node's lease, while the
@@ -87,7 +94,8 @@ func (n *Node) startOpen(ch string, term, rev int64, seen time.Time) {
 // it, etcd unreachable) is tried again, with the session keepSession
 // registers next: without the report the coordinator would wait for its
 // open timeout, and then, with no other node to go to, forever.
-func (n *Node) writeReport(ch string, term, rev int64, report cluster.Opened) {
+func (n *Node) writeReport(ch string, rev int64, report cluster.Opened) {
+	term := report.Term
 	retry := backoff.Config{Initial: 50 * time.Millisecond, Max: time.Second}
 	for attempt := 0; ; attempt++ {
 		sess := n.session()
@@ -102,8 +110,18 @@ func (n *Node) writeReport(ch string, term, rev int64, report cluster.Opened) {
 			return
 		case err == nil && !resp.Succeeded:
 			n.log.Debug("open report dropped: the assignment moved on", "channel", ch, "term", term)
+			n.reportMu.Lock()
+			if r, ok := n.reports[ch]; ok && r.rev == rev {
+				delete(n.reports, ch)
+			}
+			n.reportMu.Unlock()
 			return
 		case err == nil:
+			n.reportMu.Lock()
+			if r, ok := n.reports[ch]; !ok || r.rev <= rev {
+				n.reports[ch] = writtenReport{rev: rev, report: report}
+			}
+			n.reportMu.Unlock()
 			return
 		}
 		n.log.Warn("open report not written; trying again", "channel", ch, "term", term, "attempt", attempt+1, "error", err)

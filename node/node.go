@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -61,6 +62,12 @@ type Node struct {
 	// opened) at. Owned by follow.
 	held map[string]int64
 
+	// reports are the open reports written, per channel, with the
+	// assignment revision each was written for: they live under the
+	// node's lease, and keepSession writes them again under a new one.
+	reportMu sync.Mutex
+	reports  map[string]writtenReport
+
 	// opening is, per channel, the open in flight (startOpen): an append
 	// that arrives for the channel meanwhile waits for it to end instead
 	// of being refused (owned), so the first append at a new term is
@@ -89,7 +96,7 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 	cfg = cfg.withDefaults()
 	layout, _ := cluster.NewLayout(cfg.Root)
 	n := &Node{cfg: cfg, cli: cli, opener: opener, layout: layout, log: cfg.Logger.With("node", cfg.ID),
-		keys: map[string]*keys{}, held: map[string]int64{}, opening: map[string]openInFlight{}}
+		keys: map[string]*keys{}, held: map[string]int64{}, opening: map[string]openInFlight{}, reports: map[string]writtenReport{}}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
@@ -305,6 +312,15 @@ func (n *Node) keepSession() {
 			if retry.Wait(n.ctx, attempt) != nil {
 				return
 			}
+		}
+		// The open reports went with the lost lease: without them the
+		// coordinator would take this node's channels for unopened until
+		// its open timeout, and with no other node to go to, for good.
+		n.reportMu.Lock()
+		again := maps.Clone(n.reports)
+		n.reportMu.Unlock()
+		for ch, r := range again {
+			n.writeReport(ch, r.rev, r.report)
 		}
 	}
 }
