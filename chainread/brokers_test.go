@@ -1,37 +1,19 @@
 package chainread_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/cockroachdb/errors"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/streamwal/streamwal/chainread"
-	"github.com/streamwal/streamwal/internal/pulsartest"
+	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/walimpls"
-	"github.com/streamwal/streamwal/walimpls/impls/kafka"
-	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
 )
 
 // withKafka adds a "kafka" entry on an in-process kfake broker.
 func withKafka(t *testing.T, b *backends) walimpls.Opener {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	o, err := kafka.New(ctx, kafka.Config{
-		SeedBrokers:    c.ListenAddrs(),
-		MetadataMinAge: 10 * time.Millisecond,
-		RetryBackoff:   10 * time.Millisecond,
-		CreateTimeout:  10 * time.Second,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = o.Close() })
+	o := backendstest.Start(t, "kafka").Entry("kafka")
 	b.openers["kafka"] = o
 	return o
 }
@@ -78,25 +60,7 @@ func TestCrossesKafka(t *testing.T) {
 
 // withPulsar adds a "pulsar" entry on an in-process pulsartest broker.
 func withPulsar(t *testing.T, b *backends) walimpls.Opener {
-	br := pulsartest.Start(t, pulsartest.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	o, err := pulsar.New(ctx, pulsar.Config{
-		ServiceURL:        br.URL(),
-		OperationTimeout:  10 * time.Second,
-		ConnectionTimeout: 5 * time.Second,
-		TakeOverTimeout:   10 * time.Second,
-		TakeOver:          func(_ context.Context, topic string) error { return br.UnloadTopic(topic) },
-		DeleteTopic: func(_ context.Context, topic string) error {
-			if err := br.DeleteTopic(topic); !errors.Is(err, pulsartest.ErrTopicNotFound) {
-				return err
-			}
-			return nil
-		},
-		TopicExists: func(_ context.Context, topic string) (bool, error) { return br.TopicExists(topic) },
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = o.Close() })
+	o := backendstest.Start(t, "pulsar").Entry("pulsar")
 	b.openers["pulsar"] = o
 	return o
 }
