@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
+	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/utility/hlc"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
@@ -302,6 +303,11 @@ type channelReport struct {
 	// open, a fence, or a failed append, whichever is the state's cause.
 	LastError   string     `json:"last_error,omitempty"`
 	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	// Retention is what the channel's log retains, as this node last
+	// measured it (absent before its first retention round here, and on
+	// a node without consumer checkpoints).
+	Retention *retentionReport `json:"retention,omitempty"`
+	stats     *retention.Stats
 }
 
 type appendsReport struct {
@@ -399,6 +405,11 @@ func (s *service) reports(now time.Time) []channelReport {
 			at := t.lastErrAt
 			rep.LastErrorAt = &at
 		}
+		if n.retainer != nil && in.term != 0 {
+			if st, ok := n.retainer.Stats(ch); ok && st.Term == in.term {
+				rep.Retention, rep.stats = retentionReportOf(st, now), &st
+			}
+		}
 		out = append(out, rep)
 	}
 	s.traffic.prune(names)
@@ -456,6 +467,9 @@ func statusOf(r channelReport) *streamwalv1.ChannelStatus {
 	}
 	if r.Readers.SlowestLagMS != nil {
 		cs.SlowestReaderLagMs = *r.Readers.SlowestLagMS
+	}
+	if r.stats != nil {
+		cs.Retention = retentionOf(*r.stats)
 	}
 	return cs
 }

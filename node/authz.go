@@ -138,6 +138,14 @@ func (gi guardInterceptor) decide(ctx context.Context, peer string, msg any) err
 		err = gi.g.Check(ctx, peer, authz.ActionRead, m.GetChannel(), vcs)
 	case *streamwalv1.StatusRequest:
 		err = gi.g.CheckAny(ctx, peer, authz.ActionRead, authz.ActionAdmin, "")
+	case *streamwalv1.CommitRequest:
+		var vcs iter.Seq[string]
+		if vc := m.GetVchannel(); vc != "" {
+			vcs = func(yield func(string) bool) { yield(vc) }
+		}
+		err = gi.g.Check(ctx, peer, authz.ActionCommit, m.GetChannel(), vcs)
+	case *streamwalv1.CheckpointsRequest:
+		err = gi.g.CheckAny(ctx, peer, authz.ActionRead, authz.ActionAdmin, m.GetChannel())
 	default:
 		return connect.NewError(connect.CodePermissionDenied, errors.Newf("no authorization rule for %T: refused", msg))
 	}

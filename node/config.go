@@ -12,6 +12,8 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/security/authz"
 )
 
@@ -68,6 +70,20 @@ type Config struct {
 	// default entry and Describe. Nil opens every channel on the backend
 	// opener given to New, as before chains.
 	Chains *chainwal.Config
+	// Consumers, when set, keeps the consumers' committed checkpoints (the
+	// Commit and Checkpoints RPCs; the cluster's meta store, shared by
+	// every node), and the node runs a retainer (package retention) that
+	// truncates each channel it owns at the earliest of them, drops
+	// sealed segments every checkpoint is past, and measures what each
+	// log retains (Status, /admin/channels, metrics). Nil: Commit is
+	// Unimplemented and the node never truncates.
+	Consumers *consumers.Store
+	// Retention configures the retainer: its caps by age and bytes (off
+	// by default), per channel, and how often it runs.
+	Retention retention.Config
+	// RetentionAfterStep, when set, is called after each step of a
+	// retention round (crash tests).
+	RetentionAfterStep func(step retention.Step, channel string)
 	// Authz, when set, turns authorization on: every request the policy
 	// does not grant is refused (package authz, "Enforcement"). Nil
 	// serves everyone, as a node on loopback does by default.
@@ -101,6 +117,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := cluster.NewLayout(c.Root); err != nil {
 		return errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
+	}
+	if err := validateRetention(c.Retention); err != nil {
+		return err
 	}
 	if err := c.WAL.Validate(); err != nil {
 		return errors.WithStack(fmt.Errorf("WAL: %w: %w", err, ErrInvalidConfig))

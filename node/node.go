@@ -23,6 +23,8 @@ import (
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walimpls"
@@ -41,6 +43,11 @@ type Node struct {
 	metrics *metrics
 	phases  *phases      // times opens and first appends (phases.go)
 	guard   *authz.Guard // nil without Config.Authz (authz.go)
+	// consumers keeps the consumers' checkpoints and retainer releases
+	// the owned channels' logs (consumers.go); both nil without
+	// Config.Consumers. The retainer starts with the API.
+	consumers *consumers.Store
+	retainer  *retention.Retainer
 
 	view *cluster.View
 	ln   net.Listener
@@ -95,7 +102,7 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 	}
 	cfg = cfg.withDefaults()
 	layout, _ := cluster.NewLayout(cfg.Root)
-	n := &Node{cfg: cfg, cli: cli, opener: opener, layout: layout, log: cfg.Logger.With("node", cfg.ID),
+	n := &Node{cfg: cfg, cli: cli, opener: opener, layout: layout, log: cfg.Logger.With("node", cfg.ID), consumers: cfg.Consumers,
 		keys: map[string]*keys{}, held: map[string]int64{}, opening: map[string]openInFlight{}, reports: map[string]writtenReport{}}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -176,7 +183,20 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	svc := &service{n: n, traffic: newTraffic()}
+	svc := &service{n: n, traffic: newTraffic(), tails: tails{at: map[string]termTail{}}}
+	if n.consumers != nil {
+		opts := retention.Options{Config: n.cfg.Retention, Store: n.consumers, Source: retentionSource{s: svc},
+			Logger: n.log, Registerer: n.cfg.Registerer, AfterStep: n.cfg.RetentionAfterStep}
+		if n.chains != nil {
+			opts.Chains = n.chains.Chain
+		}
+		if n.retainer, err = retention.New(opts); err != nil {
+			view.Close()
+			_ = ln.Close()
+			n.cancel()
+			return errors.WithStack(fmt.Errorf("node %s: %w: %w", n.cfg.ID, err, ErrInvalidConfig))
+		}
+	}
 	var handlerOpts []connect.HandlerOption
 	if n.guard != nil {
 		handlerOpts = append(handlerOpts, connect.WithInterceptors(guardInterceptor{g: n.guard}))
@@ -210,6 +230,9 @@ func (n *Node) Start(ctx context.Context) error {
 	}()
 	go n.keepSession()
 	go n.follow()
+	if n.retainer != nil {
+		n.retainer.Start()
+	}
 	n.log.Info("node started", "addr", n.addr, "backend", n.cfg.Backend, "tls", n.cfg.TLS != nil)
 	n.reportOffDefault(ctx)
 	return nil
@@ -368,6 +391,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	case <-drained:
 	case <-ctx.Done():
 		errs = errors.CombineErrors(errs, errors.Wrap(ctx.Err(), "node: appends in flight abandoned"))
+	}
+	if n.retainer != nil {
+		_ = n.retainer.Close() // before the WALs: a round in flight ends first
 	}
 	if err := n.mgr.Close(ctx); err != nil {
 		errs = errors.CombineErrors(errs, errors.Wrap(err, "node: close wals"))

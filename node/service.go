@@ -20,6 +20,7 @@ import (
 type service struct {
 	n       *Node
 	traffic *traffic
+	tails   tails // the last tail taken of each channel (consumers.go)
 }
 
 // owned returns the WAL of a channel this node owns, or the API error that

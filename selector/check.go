@@ -16,6 +16,7 @@ import (
 
 	"github.com/streamwal/streamwal/internal/configerr"
 	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
@@ -70,10 +71,12 @@ type fileShape struct {
 	Default  string               `yaml:"default"`
 	Meta     MetaConfig           `yaml:"meta"`
 	Pool     pool.Config          `yaml:"pool"`
-	Local    local.Config         `yaml:"local"`
-	Memory   memory.Config        `yaml:"memory"`
-	Kafka    kafka.Config         `yaml:"kafka"`
-	Pulsar   pulsar.Config        `yaml:"pulsar"`
+	// Retention is a node's (walnode's) retention of its channels' logs.
+	Retention retention.Config `yaml:"retention"`
+	Local     local.Config     `yaml:"local"`
+	Memory    memory.Config    `yaml:"memory"`
+	Kafka     kafka.Config     `yaml:"kafka"`
+	Pulsar    pulsar.Config    `yaml:"pulsar"`
 }
 
 // checker walks a yaml.Node beside the Go type it is to be decoded into and

@@ -17,6 +17,7 @@ import (
 	stderrors "errors"
 
 	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/selector"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
@@ -109,7 +110,7 @@ func TestConfigErrors(t *testing.T) {
 	}, {
 		name: "unknown top-level key, no near miss",
 		yaml: "# comment\nbackend: memory\nwhatever: 1\n",
-		want: []problem{{3, "whatever", "unknown key (known keys: backend, backends, default, kafka, local, memory, meta, pool, pulsar)"}},
+		want: []problem{{3, "whatever", "unknown key (known keys: backend, backends, default, kafka, local, memory, meta, pool, pulsar, retention)"}},
 	}, {
 		name: "unknown nested key on line 4",
 		yaml: "backend: local\nlocal:\n  dir: ./d\n  segmentByte: 1048576\n",
@@ -243,6 +244,18 @@ func TestRefusedValues(t *testing.T) {
 		use:  func(c selector.Config) error { _, _, err := c.PoolConfig(); return err },
 		want: problem{4, "pool.size", `pool "prefix": size -2`},
 		is:   pool.ErrInvalidConfig,
+	}, {
+		name: "retention cap",
+		yaml: "retention:\n  maxBytes: 10\n  maxAge: -1h\n",
+		use:  func(c selector.Config) error { _, err := c.RetentionConfig(); return err },
+		want: problem{3, "retention.maxAge", "negative maxAge -1h0m0s"},
+		is:   retention.ErrInvalidConfig,
+	}, {
+		name: "retention channel pattern",
+		yaml: "retention:\n  channels:\n    orders/*: {maxAge: 1h}\n",
+		use:  func(c selector.Config) error { _, err := c.RetentionConfig(); return err },
+		want: problem{2, "retention.channels", `"orders/*" is neither a channel name nor a prefix ending in *`},
+		is:   retention.ErrInvalidConfig,
 	}, {
 		name: "pool strategy",
 		yaml: "pool:\n  strategy: round/robin\n",
@@ -461,4 +474,27 @@ func TestCallersBackendDecodesStrictly(t *testing.T) {
 	require.NoError(t, reg.Register(capture{name: local.Name, new: func() any { return &narrow{} }, got: got}))
 	_, err = selector.Build(context.Background(), cfg, selector.Deps{Registry: reg})
 	requireProblems(t, err, path, problem{4, "local.sync", "unknown key (known keys: dir)"})
+}
+
+// The retention section decodes strictly, with the policy of every
+// channel inline and overrides by name or prefix; none is the zero policy.
+func TestRetentionConfig(t *testing.T) {
+	cfg, err := selector.Parse([]byte("backend: memory\n"))
+	require.NoError(t, err)
+	rc, err := cfg.RetentionConfig()
+	require.NoError(t, err)
+	require.True(t, rc.For("any").IsZero(), "no section: nothing capped")
+
+	cfg, err = selector.Parse([]byte("retention:\n  maxAge: 168h\n  maxBytes: 1024\n  interval: 2s\n" +
+		"  channels:\n    orders-*: {maxAge: 24h}\n    orders-audit: {}\n"))
+	require.NoError(t, err)
+	rc, err = cfg.RetentionConfig()
+	require.NoError(t, err)
+	require.Equal(t, retention.Policy{MaxAge: 168 * time.Hour, MaxBytes: 1024}, rc.For("pch-0"))
+	require.Equal(t, retention.Policy{MaxAge: 24 * time.Hour}, rc.For("orders-1"))
+	require.True(t, rc.For("orders-audit").IsZero(), "the longest pattern wins")
+	require.Equal(t, 2*time.Second, rc.Interval)
+
+	_, err = selector.Parse([]byte("retention:\n  maxage: 1h\n"))
+	requireProblems(t, err, "", problem{2, "retention.maxage", `did you mean "maxAge"?`})
 }

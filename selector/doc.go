@@ -17,6 +17,8 @@
 //	  store: bolt
 //	pool:                 # the channel pool (see PoolConfig)
 //	  size: 16
+//	retention:            # a node's caps on what no consumer committed on
+//	  maxAge: 168h        # (see RetentionConfig; off by default)
 //
 // An explicit choice wins; otherwise the embedded "local" backend. Sections
 // of backends that are not chosen are checked but not used. Such a file is

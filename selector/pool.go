@@ -14,6 +14,7 @@ import (
 	"github.com/streamwal/streamwal/meta/boltstore"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/security/tlsconf"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
@@ -197,6 +198,29 @@ func (c Config) PoolConfig() (cfg pool.Config, ok bool, err error) {
 		return pool.Config{}, true, c.refused("pool", err)
 	}
 	return cfg, true, nil
+}
+
+// RetentionConfig decodes the "retention" section, strictly (the zero
+// retention.Config, which caps nothing, when there is none): a node's
+// retention of its channels' logs, see retention.Config.
+//
+//	retention:
+//	  maxAge: 168h          # what no consumer committed on: dropped after a week
+//	  maxBytes: 10737418240 # or beyond 10 GiB per channel
+//	  channels:
+//	    orders-*: {maxAge: 24h}
+func (c Config) RetentionConfig() (retention.Config, error) {
+	var cfg retention.Config
+	if _, ok := c.sections["retention"]; !ok {
+		return cfg, nil
+	}
+	if err := c.decoder("retention", nil)(&cfg); err != nil {
+		return retention.Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return retention.Config{}, c.refused("retention", err)
+	}
+	return cfg, nil
 }
 
 // OpenPool opens the pool the "pool" section describes (the defaults of

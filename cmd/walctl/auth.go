@@ -130,9 +130,9 @@ func (c *ctl) policy(args []string) error {
 	}
 	principal, action, channel := args[1], authz.Action(args[2]), args[3]
 	switch action {
-	case authz.ActionAppend, authz.ActionRead, authz.ActionAdmin:
+	case authz.ActionAppend, authz.ActionRead, authz.ActionAdmin, authz.ActionCommit:
 	default:
-		return errors.Newf("policy: unknown action %q (append, read or admin)", args[2])
+		return errors.Newf("policy: unknown action %q (append, read, admin or commit)", args[2])
 	}
 	if channel == "*" {
 		channel = "" // every channel

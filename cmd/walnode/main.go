@@ -61,10 +61,12 @@ import (
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/consumers"
 	"github.com/streamwal/streamwal/coordinator"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/pool"
+	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/selector"
 )
@@ -77,6 +79,8 @@ type params struct {
 	devKafka, kafka       string
 	defaultBackend        string
 	crashAfter            string
+	retentionMaxAge       time.Duration
+	retentionMaxBytes     int64
 	root                  string
 	sessionTTL            time.Duration
 	shutdownTimeout       time.Duration
@@ -128,7 +132,9 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.devKafka, "dev-kafka", "", "run an in-memory Kafka-protocol broker (kfake) on this address and use it (for trying only)")
 	fs.StringVar(&p.kafka, "kafka", "", "use the Kafka backend on these seed brokers, comma-separated (a shortcut for -config)")
 	fs.StringVar(&p.defaultBackend, "default", "", "with -kafka or -dev-kafka: the backend new channels begin on, kafka (the default) or local; both are configured, so walctl migrate moves channels between them")
-	fs.StringVar(&p.crashAfter, "crash-after", "", "for crash tests only: SIGKILL this process right after the named step of a migration or prune (fenced, sealed, opened, prune-deleted)")
+	fs.StringVar(&p.crashAfter, "crash-after", "", "for crash tests only: SIGKILL this process right after the named step of a migration, prune or retention round (fenced, sealed, opened, prune-deleted, floor-recorded, truncated)")
+	fs.DurationVar(&p.retentionMaxAge, "retention-max-age", 0, "drop what no consumer committed on once older than this, in every channel (0: keep; the config file's retention section sets it per channel)")
+	fs.Int64Var(&p.retentionMaxBytes, "retention-max-bytes", 0, "drop the oldest of what no consumer committed on beyond this many bytes per channel (0: keep)")
 	fs.StringVar(&p.root, "root", cluster.DefaultRoot, "the cluster's root in etcd")
 	fs.DurationVar(&p.sessionTTL, "session-ttl", 10*time.Second, "lease TTL: how long after this node stops the coordinator moves its channels")
 	fs.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 15*time.Second, "bound on a graceful shutdown")
@@ -259,9 +265,20 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	}
 	closers = append(closers, func() { _ = pl.Close() })
 
+	// The consumers' checkpoints live beside the chains: every node reads
+	// and writes them, whoever owns a channel.
+	checkpoints, err := consumers.NewStore(store, consumers.Options{})
+	if err != nil {
+		return err
+	}
+	retain, err := retentionConfig(cfg, p)
+	if err != nil {
+		return err
+	}
 	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root, TLS: sec.server,
 		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
-		Chains: &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe, AfterStep: crashAfter(p.crashAfter, logger)}})
+		Chains:    &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe, AfterStep: crashAfter[chainwal.Step](p.crashAfter, logger)},
+		Consumers: checkpoints, Retention: retain, RetentionAfterStep: crashAfter[retention.Step](p.crashAfter, logger)})
 	if err != nil {
 		return err
 	}
@@ -320,11 +337,11 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 
 // crashAfter is the AfterStep of -crash-after: it kills the process, as
 // kill -9 would, right after step.
-func crashAfter(step string, logger *slog.Logger) func(chainwal.Step, string) {
+func crashAfter[S chainwal.Step | retention.Step](step string, logger *slog.Logger) func(S, string) {
 	if step == "" {
 		return nil
 	}
-	return func(s chainwal.Step, channel string) {
+	return func(s S, channel string) {
 		if string(s) == step {
 			logger.Warn("-crash-after: killing this process", "step", step, "channel", channel)
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -349,6 +366,25 @@ func reloadPolicy(path string, n *node.Node, logger *slog.Logger) {
 		return
 	}
 	logger.Info("policy reloaded", "policy", path, "principals", len(pc.Principals), "roles", len(pc.Roles))
+}
+
+// retentionConfig is the configuration's retention section, its policy of
+// every channel replaced by the -retention-* flags that are given.
+func retentionConfig(cfg selector.Config, p params) (retention.Config, error) {
+	rc, err := cfg.RetentionConfig()
+	if err != nil {
+		return retention.Config{}, err
+	}
+	if p.retentionMaxAge != 0 {
+		rc.MaxAge = p.retentionMaxAge
+	}
+	if p.retentionMaxBytes != 0 {
+		rc.MaxBytes = p.retentionMaxBytes
+	}
+	if err := rc.Validate(); err != nil {
+		return retention.Config{}, errors.Wrap(err, "walnode: -retention-max-age, -retention-max-bytes")
+	}
+	return rc, nil
 }
 
 // backendConfig is the configuration file, or what the shortcut flags say.

@@ -29,10 +29,13 @@ const (
 	ActionAppend Action = "append"
 	ActionRead   Action = "read"
 	ActionAdmin  Action = "admin"
+	// ActionCommit commits a consumer's checkpoint: the owner may then
+	// delete what every consumer of the channel is past.
+	ActionCommit Action = "commit"
 )
 
 // Actions are every action, in the order of their index in a policy.
-var actions = [...]Action{ActionAppend, ActionRead, ActionAdmin}
+var actions = [...]Action{ActionAppend, ActionRead, ActionAdmin, ActionCommit}
 
 // index is a's position in actions, or -1.
 func (a Action) index() int {
@@ -43,6 +46,8 @@ func (a Action) index() int {
 		return 1
 	case ActionAdmin:
 		return 2
+	case ActionCommit:
+		return 3
 	}
 	return -1
 }
@@ -60,7 +65,7 @@ type Config struct {
 
 // Grant gives actions on channels.
 type Grant struct {
-	// Actions are "append", "read" or "admin"; at least one.
+	// Actions are "append", "read", "admin" or "commit"; at least one.
 	Actions []Action `yaml:"actions"`
 	// Channels are patterns: a name, a prefix ending in "*", or "*";
 	// at least one.
@@ -123,11 +128,11 @@ func (c Config) Validate() error {
 		for i, g := range c.Roles[role] {
 			gp := fmt.Sprintf("%s[%d]", rp, i)
 			if len(g.Actions) == 0 {
-				add(gp+".actions", "no action (append, read or admin)")
+				add(gp+".actions", "no action (append, read, admin or commit)")
 			}
 			for j, a := range g.Actions {
 				if a.index() < 0 {
-					add(fmt.Sprintf("%s.actions[%d]", gp, j), "unknown action %q (append, read or admin)", string(a))
+					add(fmt.Sprintf("%s.actions[%d]", gp, j), "unknown action %q (append, read, admin or commit)", string(a))
 				}
 			}
 			if len(g.Channels) == 0 {

@@ -50,6 +50,12 @@
 //	        read, see below); cluster actions (move, drain, undrain,
 //	        rebalance, delete) are guarded by etcd's own RBAC, see
 //	        "Administrative actions".
+//	commit  Commit of a consumer's checkpoint on the channel (or one of
+//	        its vchannels): the channel's owner then deletes what every
+//	        consumer is past. A consumer that reads and commits needs read
+//	        and commit; consumer names are not bound to principals, so
+//	        grant commit only to the consumers trusted to say how far they
+//	        processed.
 //
 // No action implies another: an operator who also reads is given both.
 //
@@ -122,6 +128,9 @@
 //
 //	Append, AppendBatch           append on the channel (vchannel rule above)
 //	Read                          read on the channel (vchannel rule above)
+//	Commit                        commit on the channel (vchannel rule above,
+//	                              on the commit's vchannel)
+//	Checkpoints                   read or admin on the channel
 //	Status, GET /admin/channels   read or admin on every channel ("*"): they
 //	                              describe every channel of the node
 //	GET /metrics                  read or admin on every channel ("*")
@@ -155,13 +164,17 @@
 //	                  (the channel pool): nodes and coordinators, which
 //	                  register, assign channels and bump terms
 //	streamwal-admin   read on <root>, readwrite on <root>requests/move/,
-//	                  <root>requests/drain/, <root>requests/migrate/ and
-//	                  <root without its slash>-meta/chain/: walctl move,
+//	                  <root>requests/drain/, <root>requests/migrate/,
+//	                  <root without its slash>-meta/chain/ and
+//	                  <root without its slash>-meta/checkpoints/: walctl move,
 //	                  drain, undrain, rebalance, migrate (and its -cancel,
-//	                  which cancels a pending migration in the chain)
-//	streamwal-reader  read on <root> and on <root without its slash>-meta/chain/:
-//	                  walctl nodes, channels, explain; the client's owner
-//	                  lookups (every client needs it)
+//	                  which cancels a pending migration in the chain),
+//	                  checkpoints -drop (a consumer that no longer holds
+//	                  the log back)
+//	streamwal-reader  read on <root> and on <root without its slash>-meta/chain/
+//	                  and -meta/checkpoints/: walctl nodes, channels,
+//	                  explain, checkpoints; the client's owner lookups
+//	                  (every client needs it)
 //
 // An etcd user bound to streamwal-reader can look but not move, drain or
 // rebalance; only streamwal-admin (or root) can write a request, and only

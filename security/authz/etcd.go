@@ -35,9 +35,11 @@ type EtcdRole struct {
 //
 //	streamwal-node    readwrite <root>, readwrite <root>-meta/
 //	streamwal-admin   read <root>, readwrite <root>requests/move/, <root>requests/drain/,
-//	                  <root>requests/migrate/ and <root>-meta/chain/ (walctl migrate -cancel
-//	                  cancels a pending migration in the channel's chain)
-//	streamwal-reader  read <root>, read <root>-meta/chain/ (the channels' backends)
+//	                  <root>requests/migrate/, <root>-meta/chain/ (walctl migrate -cancel
+//	                  cancels a pending migration in the channel's chain) and
+//	                  <root>-meta/checkpoints/ (walctl checkpoints -drop drops a consumer)
+//	streamwal-reader  read <root>, read <root>-meta/chain/ (the channels' backends) and
+//	                  <root>-meta/checkpoints/ (the consumers' checkpoints)
 //
 // The roles are named alike for every root: give clusters that share an
 // etcd users of their own, not these roles for both.
@@ -57,10 +59,12 @@ func EtcdRoles(root string) ([]EtcdRole, error) {
 			{clientv3.PermissionType(clientv3.PermReadWrite), root + "requests/drain/"},
 			{clientv3.PermissionType(clientv3.PermReadWrite), root + "requests/migrate/"},
 			{clientv3.PermissionType(clientv3.PermReadWrite), meta + "chain/"},
+			{clientv3.PermissionType(clientv3.PermReadWrite), meta + "checkpoints/"},
 		}},
 		{Name: EtcdRoleReader, Permissions: []EtcdPermission{
 			{clientv3.PermissionType(clientv3.PermRead), root},
 			{clientv3.PermissionType(clientv3.PermRead), meta + "chain/"},
+			{clientv3.PermissionType(clientv3.PermRead), meta + "checkpoints/"},
 		}},
 	}, nil
 }

@@ -832,7 +832,10 @@ type ChannelStatus struct {
 	SlowestReaderLagMs int64  `protobuf:"varint,16,opt,name=slowest_reader_lag_ms,json=slowestReaderLagMs,proto3" json:"slowest_reader_lag_ms,omitempty"`
 	// The first acknowledged append at this term: with the Opened report's
 	// times, the last phase of the channel's move here (walctl channels -v).
-	FirstAppend   *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=first_append,json=firstAppend,proto3" json:"first_append,omitempty"`
+	FirstAppend *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=first_append,json=firstAppend,proto3" json:"first_append,omitempty"`
+	// What the channel's log retains, as the owner last measured it; unset
+	// until the owner has read the log once at this term.
+	Retention     *Retention `protobuf:"bytes,18,opt,name=retention,proto3" json:"retention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -986,6 +989,657 @@ func (x *ChannelStatus) GetFirstAppend() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ChannelStatus) GetRetention() *Retention {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+// Retention is what a channel's log retains and why, measured by its
+// owner by reading the log (payload and properties bytes: what a reader
+// receives, not the backend's own overhead).
+type Retention struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes and messages retained (data messages), in all kept segments.
+	Bytes    uint64 `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Messages uint64 `protobuf:"varint,2,opt,name=messages,proto3" json:"messages,omitempty"`
+	// The oldest retained data message: its ID (read from it with
+	// start_from) and when it was appended (from its timetick).
+	OldestId   string                 `protobuf:"bytes,3,opt,name=oldest_id,json=oldestId,proto3" json:"oldest_id,omitempty"`
+	OldestTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=oldest_time,json=oldestTime,proto3" json:"oldest_time,omitempty"`
+	// Who holds the log back at its oldest retained position: "consumer
+	// <name>", "consumer <name> of vchannel <v>", "vchannel <v> (no
+	// consumer)", "no consumer" (nothing committed on the channel and no
+	// retention policy), "retention" (the policy's cap), or "" when nothing
+	// is held back (the log is truncated up to its tail).
+	HeldBy string `protobuf:"bytes,5,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
+	// Where the log is truncated (the last truncation's checkpoint); empty
+	// before the first.
+	TruncatedTo string `protobuf:"bytes,6,opt,name=truncated_to,json=truncatedTo,proto3" json:"truncated_to,omitempty"`
+	// The kept segments of the channel's chain, oldest first (one for a
+	// channel that never migrated).
+	Segments []*SegmentRetention `protobuf:"bytes,7,rep,name=segments,proto3" json:"segments,omitempty"`
+	// What the retention policy dropped that no consumer had committed past,
+	// since this node holds the channel at this term.
+	DroppedMessages uint64 `protobuf:"varint,8,opt,name=dropped_messages,json=droppedMessages,proto3" json:"dropped_messages,omitempty"`
+	DroppedBytes    uint64 `protobuf:"varint,9,opt,name=dropped_bytes,json=droppedBytes,proto3" json:"dropped_bytes,omitempty"`
+	// When the owner measured this.
+	MeasuredAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=measured_at,json=measuredAt,proto3" json:"measured_at,omitempty"`
+	// The retention policy in force (0: no cap).
+	MaxAgeMs      int64 `protobuf:"varint,11,opt,name=max_age_ms,json=maxAgeMs,proto3" json:"max_age_ms,omitempty"`
+	MaxBytes      int64 `protobuf:"varint,12,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Retention) Reset() {
+	*x = Retention{}
+	mi := &file_streamwal_v1_wal_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Retention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Retention) ProtoMessage() {}
+
+func (x *Retention) ProtoReflect() protoreflect.Message {
+	mi := &file_streamwal_v1_wal_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Retention.ProtoReflect.Descriptor instead.
+func (*Retention) Descriptor() ([]byte, []int) {
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Retention) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *Retention) GetMessages() uint64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *Retention) GetOldestId() string {
+	if x != nil {
+		return x.OldestId
+	}
+	return ""
+}
+
+func (x *Retention) GetOldestTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestTime
+	}
+	return nil
+}
+
+func (x *Retention) GetHeldBy() string {
+	if x != nil {
+		return x.HeldBy
+	}
+	return ""
+}
+
+func (x *Retention) GetTruncatedTo() string {
+	if x != nil {
+		return x.TruncatedTo
+	}
+	return ""
+}
+
+func (x *Retention) GetSegments() []*SegmentRetention {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *Retention) GetDroppedMessages() uint64 {
+	if x != nil {
+		return x.DroppedMessages
+	}
+	return 0
+}
+
+func (x *Retention) GetDroppedBytes() uint64 {
+	if x != nil {
+		return x.DroppedBytes
+	}
+	return 0
+}
+
+func (x *Retention) GetMeasuredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.MeasuredAt
+	}
+	return nil
+}
+
+func (x *Retention) GetMaxAgeMs() int64 {
+	if x != nil {
+		return x.MaxAgeMs
+	}
+	return 0
+}
+
+func (x *Retention) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+// SegmentRetention is one kept segment of a channel's chain.
+type SegmentRetention struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The backend entry and its channel that hold the segment's data.
+	Backend        string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
+	BackendChannel string `protobuf:"bytes,3,opt,name=backend_channel,json=backendChannel,proto3" json:"backend_channel,omitempty"`
+	// Sealed segments are read-only; the last one is written.
+	Sealed        bool   `protobuf:"varint,4,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Bytes         uint64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Messages      uint64 `protobuf:"varint,6,opt,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegmentRetention) Reset() {
+	*x = SegmentRetention{}
+	mi := &file_streamwal_v1_wal_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegmentRetention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegmentRetention) ProtoMessage() {}
+
+func (x *SegmentRetention) ProtoReflect() protoreflect.Message {
+	mi := &file_streamwal_v1_wal_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegmentRetention.ProtoReflect.Descriptor instead.
+func (*SegmentRetention) Descriptor() ([]byte, []int) {
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SegmentRetention) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SegmentRetention) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *SegmentRetention) GetBackendChannel() string {
+	if x != nil {
+		return x.BackendChannel
+	}
+	return ""
+}
+
+func (x *SegmentRetention) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
+func (x *SegmentRetention) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *SegmentRetention) GetMessages() uint64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+type CommitRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Channel string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	// The vchannel the consumer processes; empty for the whole channel.
+	Vchannel string `protobuf:"bytes,2,opt,name=vchannel,proto3" json:"vchannel,omitempty"`
+	// The consumer's name ([A-Za-z0-9._-], like a channel): one checkpoint
+	// per consumer and vchannel. Several consumers of one channel (a
+	// flusher, an index builder) each commit their own; the log is kept for
+	// the slowest.
+	Consumer string `protobuf:"bytes,3,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Where the consumer resumes: a Delivered.checkpoint it has durably
+	// processed.
+	Checkpoint string `protobuf:"bytes,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// The term the client expects the owner to hold; 0 for any.
+	Term          int64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitRequest) Reset() {
+	*x = CommitRequest{}
+	mi := &file_streamwal_v1_wal_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitRequest) ProtoMessage() {}
+
+func (x *CommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamwal_v1_wal_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
+func (*CommitRequest) Descriptor() ([]byte, []int) {
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CommitRequest) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *CommitRequest) GetVchannel() string {
+	if x != nil {
+		return x.Vchannel
+	}
+	return ""
+}
+
+func (x *CommitRequest) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *CommitRequest) GetCheckpoint() string {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return ""
+}
+
+func (x *CommitRequest) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+type CommitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The consumer's checkpoint as stored now.
+	Committed     *ConsumerCheckpoint `protobuf:"bytes,1,opt,name=committed,proto3" json:"committed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitResponse) Reset() {
+	*x = CommitResponse{}
+	mi := &file_streamwal_v1_wal_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitResponse) ProtoMessage() {}
+
+func (x *CommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamwal_v1_wal_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
+func (*CommitResponse) Descriptor() ([]byte, []int) {
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CommitResponse) GetCommitted() *ConsumerCheckpoint {
+	if x != nil {
+		return x.Committed
+	}
+	return nil
+}
+
+// ConsumerCheckpoint is one consumer's committed checkpoint.
+type ConsumerCheckpoint struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Consumer string                 `protobuf:"bytes,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Empty for a consumer of the whole channel.
+	Vchannel string `protobuf:"bytes,2,opt,name=vchannel,proto3" json:"vchannel,omitempty"`
+	// The checkpoint it committed last, and its timetick.
+	Checkpoint string `protobuf:"bytes,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Timetick   uint64 `protobuf:"varint,4,opt,name=timetick,proto3" json:"timetick,omitempty"`
+	// Where it resumes: its checkpoint, or a later one when the owner
+	// truncated the log past the checkpoint of a vchannel consumer that had
+	// no message of its vchannel in between (nothing of it lies between).
+	// Read with after_checkpoint from here.
+	Resume string `protobuf:"bytes,5,opt,name=resume,proto3" json:"resume,omitempty"`
+	// The term of the owner that stored it, and when.
+	Term        int64                  `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
+	CommittedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=committed_at,json=committedAt,proto3" json:"committed_at,omitempty"`
+	// True when this consumer holds the log back: its checkpoint is where
+	// the owner truncates.
+	Holding       bool `protobuf:"varint,8,opt,name=holding,proto3" json:"holding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerCheckpoint) Reset() {
+	*x = ConsumerCheckpoint{}
+	mi := &file_streamwal_v1_wal_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerCheckpoint) ProtoMessage() {}
+
+func (x *ConsumerCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_streamwal_v1_wal_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerCheckpoint.ProtoReflect.Descriptor instead.
+func (*ConsumerCheckpoint) Descriptor() ([]byte, []int) {
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ConsumerCheckpoint) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *ConsumerCheckpoint) GetVchannel() string {
+	if x != nil {
+		return x.Vchannel
+	}
+	return ""
+}
+
+func (x *ConsumerCheckpoint) GetCheckpoint() string {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return ""
+}
+
+func (x *ConsumerCheckpoint) GetTimetick() uint64 {
+	if x != nil {
+		return x.Timetick
+	}
+	return 0
+}
+
+func (x *ConsumerCheckpoint) GetResume() string {
+	if x != nil {
+		return x.Resume
+	}
+	return ""
+}
+
+func (x *ConsumerCheckpoint) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ConsumerCheckpoint) GetCommittedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CommittedAt
+	}
+	return nil
+}
+
+func (x *ConsumerCheckpoint) GetHolding() bool {
+	if x != nil {
+		return x.Holding
+	}
+	return false
+}
+
+type CheckpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Channel       string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointsRequest) Reset() {
+	*x = CheckpointsRequest{}
+	mi := &file_streamwal_v1_wal_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointsRequest) ProtoMessage() {}
+
+func (x *CheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamwal_v1_wal_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CheckpointsRequest) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+type CheckpointsResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Consumers []*ConsumerCheckpoint  `protobuf:"bytes,1,rep,name=consumers,proto3" json:"consumers,omitempty"`
+	// What the log retains, as its owner last measured it; unset before.
+	Retention     *Retention `protobuf:"bytes,2,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointsResponse) Reset() {
+	*x = CheckpointsResponse{}
+	mi := &file_streamwal_v1_wal_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointsResponse) ProtoMessage() {}
+
+func (x *CheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamwal_v1_wal_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CheckpointsResponse) GetConsumers() []*ConsumerCheckpoint {
+	if x != nil {
+		return x.Consumers
+	}
+	return nil
+}
+
+func (x *CheckpointsResponse) GetRetention() *Retention {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+// CommitRefused is the error detail of a Commit the owner refused (code
+// FailedPrecondition, or InvalidArgument for a checkpoint that does not
+// decode or lies beyond the log): why, and the consumer's checkpoint as
+// stored, if any.
+type CommitRefused struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "backwards": before the stored checkpoint (a stale consumer);
+	// "truncated": before where the log is truncated (resume from the
+	// stored checkpoint's resume, or the oldest retained message);
+	// "beyond": after what the log holds; "stale_term": a newer owner
+	// stored the checkpoint.
+	Reason string              `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Stored *ConsumerCheckpoint `protobuf:"bytes,2,opt,name=stored,proto3" json:"stored,omitempty"`
+	// Where the log is truncated, for "truncated".
+	TruncatedTo   string `protobuf:"bytes,3,opt,name=truncated_to,json=truncatedTo,proto3" json:"truncated_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitRefused) Reset() {
+	*x = CommitRefused{}
+	mi := &file_streamwal_v1_wal_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitRefused) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitRefused) ProtoMessage() {}
+
+func (x *CommitRefused) ProtoReflect() protoreflect.Message {
+	mi := &file_streamwal_v1_wal_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitRefused.ProtoReflect.Descriptor instead.
+func (*CommitRefused) Descriptor() ([]byte, []int) {
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CommitRefused) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CommitRefused) GetStored() *ConsumerCheckpoint {
+	if x != nil {
+		return x.Stored
+	}
+	return nil
+}
+
+func (x *CommitRefused) GetTruncatedTo() string {
+	if x != nil {
+		return x.TruncatedTo
+	}
+	return ""
+}
+
 type StatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -998,7 +1652,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_streamwal_v1_wal_proto_msgTypes[10]
+	mi := &file_streamwal_v1_wal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1664,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamwal_v1_wal_proto_msgTypes[10]
+	mi := &file_streamwal_v1_wal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1677,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{10}
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -1069,7 +1723,7 @@ type WrongNode struct {
 
 func (x *WrongNode) Reset() {
 	*x = WrongNode{}
-	mi := &file_streamwal_v1_wal_proto_msgTypes[11]
+	mi := &file_streamwal_v1_wal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1735,7 @@ func (x *WrongNode) String() string {
 func (*WrongNode) ProtoMessage() {}
 
 func (x *WrongNode) ProtoReflect() protoreflect.Message {
-	mi := &file_streamwal_v1_wal_proto_msgTypes[11]
+	mi := &file_streamwal_v1_wal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1748,7 @@ func (x *WrongNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WrongNode.ProtoReflect.Descriptor instead.
 func (*WrongNode) Descriptor() ([]byte, []int) {
-	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{11}
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WrongNode) GetChannel() string {
@@ -1136,7 +1790,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_streamwal_v1_wal_proto_msgTypes[12]
+	mi := &file_streamwal_v1_wal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1802,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_streamwal_v1_wal_proto_msgTypes[12]
+	mi := &file_streamwal_v1_wal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1815,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{12}
+	return file_streamwal_v1_wal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Outcome) GetNotStored() bool {
@@ -1244,7 +1898,7 @@ const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"\fReadResponse\x123\n" +
 	"\bmessages\x18\x01 \x03(\v2\x17.streamwal.v1.DeliveredR\bmessages\x12\x1b\n" +
 	"\tcaught_up\x18\x02 \x01(\bR\bcaughtUp\"\x0f\n" +
-	"\rStatusRequest\"\xa2\x05\n" +
+	"\rStatusRequest\"\xd9\x05\n" +
 	"\rChannelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x14\n" +
@@ -1266,7 +1920,62 @@ const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"\rlast_error_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vlastErrorAt\x12\x18\n" +
 	"\areaders\x18\x0f \x01(\rR\areaders\x121\n" +
 	"\x15slowest_reader_lag_ms\x18\x10 \x01(\x03R\x12slowestReaderLagMs\x12=\n" +
-	"\ffirst_append\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\vfirstAppend\"\x8b\x01\n" +
+	"\ffirst_append\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\vfirstAppend\x125\n" +
+	"\tretention\x18\x12 \x01(\v2\x17.streamwal.v1.RetentionR\tretention\"\xd7\x03\n" +
+	"\tRetention\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12\x1a\n" +
+	"\bmessages\x18\x02 \x01(\x04R\bmessages\x12\x1b\n" +
+	"\toldest_id\x18\x03 \x01(\tR\boldestId\x12;\n" +
+	"\voldest_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"oldestTime\x12\x17\n" +
+	"\aheld_by\x18\x05 \x01(\tR\x06heldBy\x12!\n" +
+	"\ftruncated_to\x18\x06 \x01(\tR\vtruncatedTo\x12:\n" +
+	"\bsegments\x18\a \x03(\v2\x1e.streamwal.v1.SegmentRetentionR\bsegments\x12)\n" +
+	"\x10dropped_messages\x18\b \x01(\x04R\x0fdroppedMessages\x12#\n" +
+	"\rdropped_bytes\x18\t \x01(\x04R\fdroppedBytes\x12;\n" +
+	"\vmeasured_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"measuredAt\x12\x1c\n" +
+	"\n" +
+	"max_age_ms\x18\v \x01(\x03R\bmaxAgeMs\x12\x1b\n" +
+	"\tmax_bytes\x18\f \x01(\x03R\bmaxBytes\"\xb5\x01\n" +
+	"\x10SegmentRetention\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x18\n" +
+	"\abackend\x18\x02 \x01(\tR\abackend\x12'\n" +
+	"\x0fbackend_channel\x18\x03 \x01(\tR\x0ebackendChannel\x12\x16\n" +
+	"\x06sealed\x18\x04 \x01(\bR\x06sealed\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x1a\n" +
+	"\bmessages\x18\x06 \x01(\x04R\bmessages\"\x95\x01\n" +
+	"\rCommitRequest\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\x12\x1a\n" +
+	"\bvchannel\x18\x02 \x01(\tR\bvchannel\x12\x1a\n" +
+	"\bconsumer\x18\x03 \x01(\tR\bconsumer\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x04 \x01(\tR\n" +
+	"checkpoint\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x03R\x04term\"P\n" +
+	"\x0eCommitResponse\x12>\n" +
+	"\tcommitted\x18\x01 \x01(\v2 .streamwal.v1.ConsumerCheckpointR\tcommitted\"\x8d\x02\n" +
+	"\x12ConsumerCheckpoint\x12\x1a\n" +
+	"\bconsumer\x18\x01 \x01(\tR\bconsumer\x12\x1a\n" +
+	"\bvchannel\x18\x02 \x01(\tR\bvchannel\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x03 \x01(\tR\n" +
+	"checkpoint\x12\x1a\n" +
+	"\btimetick\x18\x04 \x01(\x04R\btimetick\x12\x16\n" +
+	"\x06resume\x18\x05 \x01(\tR\x06resume\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\x03R\x04term\x12=\n" +
+	"\fcommitted_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vcommittedAt\x12\x18\n" +
+	"\aholding\x18\b \x01(\bR\aholding\".\n" +
+	"\x12CheckpointsRequest\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\"\x8c\x01\n" +
+	"\x13CheckpointsResponse\x12>\n" +
+	"\tconsumers\x18\x01 \x03(\v2 .streamwal.v1.ConsumerCheckpointR\tconsumers\x125\n" +
+	"\tretention\x18\x02 \x01(\v2\x17.streamwal.v1.RetentionR\tretention\"\x84\x01\n" +
+	"\rCommitRefused\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x128\n" +
+	"\x06stored\x18\x02 \x01(\v2 .streamwal.v1.ConsumerCheckpointR\x06stored\x12!\n" +
+	"\ftruncated_to\x18\x03 \x01(\tR\vtruncatedTo\"\x8b\x01\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x18\n" +
@@ -1280,13 +1989,15 @@ const file_streamwal_v1_wal_proto_rawDesc = "" +
 	"\x04term\x18\x04 \x01(\x03R\x04term\"(\n" +
 	"\aOutcome\x12\x1d\n" +
 	"\n" +
-	"not_stored\x18\x01 \x01(\bR\tnotStored2\xab\x02\n" +
+	"not_stored\x18\x01 \x01(\bR\tnotStored2\xc4\x03\n" +
 	"\n" +
 	"WALService\x12C\n" +
 	"\x06Append\x12\x1b.streamwal.v1.AppendRequest\x1a\x1c.streamwal.v1.AppendResponse\x12R\n" +
 	"\vAppendBatch\x12 .streamwal.v1.AppendBatchRequest\x1a!.streamwal.v1.AppendBatchResponse\x12?\n" +
 	"\x04Read\x12\x19.streamwal.v1.ReadRequest\x1a\x1a.streamwal.v1.ReadResponse0\x01\x12C\n" +
-	"\x06Status\x12\x1b.streamwal.v1.StatusRequest\x1a\x1c.streamwal.v1.StatusResponseB=Z;github.com/streamwal/streamwal/api/streamwal/v1;streamwalv1b\x06proto3"
+	"\x06Status\x12\x1b.streamwal.v1.StatusRequest\x1a\x1c.streamwal.v1.StatusResponse\x12C\n" +
+	"\x06Commit\x12\x1b.streamwal.v1.CommitRequest\x1a\x1c.streamwal.v1.CommitResponse\x12R\n" +
+	"\vCheckpoints\x12 .streamwal.v1.CheckpointsRequest\x1a!.streamwal.v1.CheckpointsResponseB=Z;github.com/streamwal/streamwal/api/streamwal/v1;streamwalv1b\x06proto3"
 
 var (
 	file_streamwal_v1_wal_proto_rawDescOnce sync.Once
@@ -1300,7 +2011,7 @@ func file_streamwal_v1_wal_proto_rawDescGZIP() []byte {
 	return file_streamwal_v1_wal_proto_rawDescData
 }
 
-var file_streamwal_v1_wal_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_streamwal_v1_wal_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_streamwal_v1_wal_proto_goTypes = []any{
 	(*Message)(nil),               // 0: streamwal.v1.Message
 	(*AppendRequest)(nil),         // 1: streamwal.v1.AppendRequest
@@ -1312,38 +2023,59 @@ var file_streamwal_v1_wal_proto_goTypes = []any{
 	(*ReadResponse)(nil),          // 7: streamwal.v1.ReadResponse
 	(*StatusRequest)(nil),         // 8: streamwal.v1.StatusRequest
 	(*ChannelStatus)(nil),         // 9: streamwal.v1.ChannelStatus
-	(*StatusResponse)(nil),        // 10: streamwal.v1.StatusResponse
-	(*WrongNode)(nil),             // 11: streamwal.v1.WrongNode
-	(*Outcome)(nil),               // 12: streamwal.v1.Outcome
-	nil,                           // 13: streamwal.v1.Message.PropertiesEntry
-	nil,                           // 14: streamwal.v1.Delivered.PropertiesEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*Retention)(nil),             // 10: streamwal.v1.Retention
+	(*SegmentRetention)(nil),      // 11: streamwal.v1.SegmentRetention
+	(*CommitRequest)(nil),         // 12: streamwal.v1.CommitRequest
+	(*CommitResponse)(nil),        // 13: streamwal.v1.CommitResponse
+	(*ConsumerCheckpoint)(nil),    // 14: streamwal.v1.ConsumerCheckpoint
+	(*CheckpointsRequest)(nil),    // 15: streamwal.v1.CheckpointsRequest
+	(*CheckpointsResponse)(nil),   // 16: streamwal.v1.CheckpointsResponse
+	(*CommitRefused)(nil),         // 17: streamwal.v1.CommitRefused
+	(*StatusResponse)(nil),        // 18: streamwal.v1.StatusResponse
+	(*WrongNode)(nil),             // 19: streamwal.v1.WrongNode
+	(*Outcome)(nil),               // 20: streamwal.v1.Outcome
+	nil,                           // 21: streamwal.v1.Message.PropertiesEntry
+	nil,                           // 22: streamwal.v1.Delivered.PropertiesEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_streamwal_v1_wal_proto_depIdxs = []int32{
-	13, // 0: streamwal.v1.Message.properties:type_name -> streamwal.v1.Message.PropertiesEntry
+	21, // 0: streamwal.v1.Message.properties:type_name -> streamwal.v1.Message.PropertiesEntry
 	0,  // 1: streamwal.v1.AppendRequest.message:type_name -> streamwal.v1.Message
 	0,  // 2: streamwal.v1.AppendBatchRequest.messages:type_name -> streamwal.v1.Message
 	2,  // 3: streamwal.v1.AppendBatchResponse.results:type_name -> streamwal.v1.AppendResponse
-	14, // 4: streamwal.v1.Delivered.properties:type_name -> streamwal.v1.Delivered.PropertiesEntry
+	22, // 4: streamwal.v1.Delivered.properties:type_name -> streamwal.v1.Delivered.PropertiesEntry
 	6,  // 5: streamwal.v1.ReadResponse.messages:type_name -> streamwal.v1.Delivered
-	15, // 6: streamwal.v1.ChannelStatus.assigned_since:type_name -> google.protobuf.Timestamp
-	15, // 7: streamwal.v1.ChannelStatus.last_append:type_name -> google.protobuf.Timestamp
-	15, // 8: streamwal.v1.ChannelStatus.last_error_at:type_name -> google.protobuf.Timestamp
-	15, // 9: streamwal.v1.ChannelStatus.first_append:type_name -> google.protobuf.Timestamp
-	9,  // 10: streamwal.v1.StatusResponse.channels:type_name -> streamwal.v1.ChannelStatus
-	1,  // 11: streamwal.v1.WALService.Append:input_type -> streamwal.v1.AppendRequest
-	3,  // 12: streamwal.v1.WALService.AppendBatch:input_type -> streamwal.v1.AppendBatchRequest
-	5,  // 13: streamwal.v1.WALService.Read:input_type -> streamwal.v1.ReadRequest
-	8,  // 14: streamwal.v1.WALService.Status:input_type -> streamwal.v1.StatusRequest
-	2,  // 15: streamwal.v1.WALService.Append:output_type -> streamwal.v1.AppendResponse
-	4,  // 16: streamwal.v1.WALService.AppendBatch:output_type -> streamwal.v1.AppendBatchResponse
-	7,  // 17: streamwal.v1.WALService.Read:output_type -> streamwal.v1.ReadResponse
-	10, // 18: streamwal.v1.WALService.Status:output_type -> streamwal.v1.StatusResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	23, // 6: streamwal.v1.ChannelStatus.assigned_since:type_name -> google.protobuf.Timestamp
+	23, // 7: streamwal.v1.ChannelStatus.last_append:type_name -> google.protobuf.Timestamp
+	23, // 8: streamwal.v1.ChannelStatus.last_error_at:type_name -> google.protobuf.Timestamp
+	23, // 9: streamwal.v1.ChannelStatus.first_append:type_name -> google.protobuf.Timestamp
+	10, // 10: streamwal.v1.ChannelStatus.retention:type_name -> streamwal.v1.Retention
+	23, // 11: streamwal.v1.Retention.oldest_time:type_name -> google.protobuf.Timestamp
+	11, // 12: streamwal.v1.Retention.segments:type_name -> streamwal.v1.SegmentRetention
+	23, // 13: streamwal.v1.Retention.measured_at:type_name -> google.protobuf.Timestamp
+	14, // 14: streamwal.v1.CommitResponse.committed:type_name -> streamwal.v1.ConsumerCheckpoint
+	23, // 15: streamwal.v1.ConsumerCheckpoint.committed_at:type_name -> google.protobuf.Timestamp
+	14, // 16: streamwal.v1.CheckpointsResponse.consumers:type_name -> streamwal.v1.ConsumerCheckpoint
+	10, // 17: streamwal.v1.CheckpointsResponse.retention:type_name -> streamwal.v1.Retention
+	14, // 18: streamwal.v1.CommitRefused.stored:type_name -> streamwal.v1.ConsumerCheckpoint
+	9,  // 19: streamwal.v1.StatusResponse.channels:type_name -> streamwal.v1.ChannelStatus
+	1,  // 20: streamwal.v1.WALService.Append:input_type -> streamwal.v1.AppendRequest
+	3,  // 21: streamwal.v1.WALService.AppendBatch:input_type -> streamwal.v1.AppendBatchRequest
+	5,  // 22: streamwal.v1.WALService.Read:input_type -> streamwal.v1.ReadRequest
+	8,  // 23: streamwal.v1.WALService.Status:input_type -> streamwal.v1.StatusRequest
+	12, // 24: streamwal.v1.WALService.Commit:input_type -> streamwal.v1.CommitRequest
+	15, // 25: streamwal.v1.WALService.Checkpoints:input_type -> streamwal.v1.CheckpointsRequest
+	2,  // 26: streamwal.v1.WALService.Append:output_type -> streamwal.v1.AppendResponse
+	4,  // 27: streamwal.v1.WALService.AppendBatch:output_type -> streamwal.v1.AppendBatchResponse
+	7,  // 28: streamwal.v1.WALService.Read:output_type -> streamwal.v1.ReadResponse
+	18, // 29: streamwal.v1.WALService.Status:output_type -> streamwal.v1.StatusResponse
+	13, // 30: streamwal.v1.WALService.Commit:output_type -> streamwal.v1.CommitResponse
+	16, // 31: streamwal.v1.WALService.Checkpoints:output_type -> streamwal.v1.CheckpointsResponse
+	26, // [26:32] is the sub-list for method output_type
+	20, // [20:26] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_streamwal_v1_wal_proto_init() }
@@ -1365,7 +2097,7 @@ func file_streamwal_v1_wal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamwal_v1_wal_proto_rawDesc), len(file_streamwal_v1_wal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

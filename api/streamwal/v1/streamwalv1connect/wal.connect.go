@@ -45,6 +45,10 @@ const (
 	WALServiceReadProcedure = "/streamwal.v1.WALService/Read"
 	// WALServiceStatusProcedure is the fully-qualified name of the WALService's Status RPC.
 	WALServiceStatusProcedure = "/streamwal.v1.WALService/Status"
+	// WALServiceCommitProcedure is the fully-qualified name of the WALService's Commit RPC.
+	WALServiceCommitProcedure = "/streamwal.v1.WALService/Commit"
+	// WALServiceCheckpointsProcedure is the fully-qualified name of the WALService's Checkpoints RPC.
+	WALServiceCheckpointsProcedure = "/streamwal.v1.WALService/Checkpoints"
 )
 
 // WALServiceClient is a client for the streamwal.v1.WALService service.
@@ -59,6 +63,17 @@ type WALServiceClient interface {
 	Read(context.Context, *connect.Request[v1.ReadRequest]) (*connect.ServerStreamForClient[v1.ReadResponse], error)
 	// Status describes the node and the channels it holds.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Commit records how far a named consumer has durably processed a
+	// channel, or one vchannel of it: the owner keeps the log from the
+	// earliest committed checkpoint on and may delete what lies before it
+	// (see Retention). It is served by the channel's owner, which stores
+	// the checkpoint with its term by a conditional write: a checkpoint
+	// never moves backwards, never goes past what the log holds, and a
+	// stale owner cannot write one.
+	Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error)
+	// Checkpoints lists a channel's consumers with their committed
+	// checkpoints, and what the log retains.
+	Checkpoints(context.Context, *connect.Request[v1.CheckpointsRequest]) (*connect.Response[v1.CheckpointsResponse], error)
 }
 
 // NewWALServiceClient constructs a client for the streamwal.v1.WALService service. By default, it
@@ -96,6 +111,18 @@ func NewWALServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(wALServiceMethods.ByName("Status")),
 			connect.WithClientOptions(opts...),
 		),
+		commit: connect.NewClient[v1.CommitRequest, v1.CommitResponse](
+			httpClient,
+			baseURL+WALServiceCommitProcedure,
+			connect.WithSchema(wALServiceMethods.ByName("Commit")),
+			connect.WithClientOptions(opts...),
+		),
+		checkpoints: connect.NewClient[v1.CheckpointsRequest, v1.CheckpointsResponse](
+			httpClient,
+			baseURL+WALServiceCheckpointsProcedure,
+			connect.WithSchema(wALServiceMethods.ByName("Checkpoints")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -105,6 +132,8 @@ type wALServiceClient struct {
 	appendBatch *connect.Client[v1.AppendBatchRequest, v1.AppendBatchResponse]
 	read        *connect.Client[v1.ReadRequest, v1.ReadResponse]
 	status      *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	commit      *connect.Client[v1.CommitRequest, v1.CommitResponse]
+	checkpoints *connect.Client[v1.CheckpointsRequest, v1.CheckpointsResponse]
 }
 
 // Append calls streamwal.v1.WALService.Append.
@@ -127,6 +156,16 @@ func (c *wALServiceClient) Status(ctx context.Context, req *connect.Request[v1.S
 	return c.status.CallUnary(ctx, req)
 }
 
+// Commit calls streamwal.v1.WALService.Commit.
+func (c *wALServiceClient) Commit(ctx context.Context, req *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error) {
+	return c.commit.CallUnary(ctx, req)
+}
+
+// Checkpoints calls streamwal.v1.WALService.Checkpoints.
+func (c *wALServiceClient) Checkpoints(ctx context.Context, req *connect.Request[v1.CheckpointsRequest]) (*connect.Response[v1.CheckpointsResponse], error) {
+	return c.checkpoints.CallUnary(ctx, req)
+}
+
 // WALServiceHandler is an implementation of the streamwal.v1.WALService service.
 type WALServiceHandler interface {
 	// Append stores one message on a channel this node owns.
@@ -139,6 +178,17 @@ type WALServiceHandler interface {
 	Read(context.Context, *connect.Request[v1.ReadRequest], *connect.ServerStream[v1.ReadResponse]) error
 	// Status describes the node and the channels it holds.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Commit records how far a named consumer has durably processed a
+	// channel, or one vchannel of it: the owner keeps the log from the
+	// earliest committed checkpoint on and may delete what lies before it
+	// (see Retention). It is served by the channel's owner, which stores
+	// the checkpoint with its term by a conditional write: a checkpoint
+	// never moves backwards, never goes past what the log holds, and a
+	// stale owner cannot write one.
+	Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error)
+	// Checkpoints lists a channel's consumers with their committed
+	// checkpoints, and what the log retains.
+	Checkpoints(context.Context, *connect.Request[v1.CheckpointsRequest]) (*connect.Response[v1.CheckpointsResponse], error)
 }
 
 // NewWALServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -172,6 +222,18 @@ func NewWALServiceHandler(svc WALServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(wALServiceMethods.ByName("Status")),
 		connect.WithHandlerOptions(opts...),
 	)
+	wALServiceCommitHandler := connect.NewUnaryHandler(
+		WALServiceCommitProcedure,
+		svc.Commit,
+		connect.WithSchema(wALServiceMethods.ByName("Commit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	wALServiceCheckpointsHandler := connect.NewUnaryHandler(
+		WALServiceCheckpointsProcedure,
+		svc.Checkpoints,
+		connect.WithSchema(wALServiceMethods.ByName("Checkpoints")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/streamwal.v1.WALService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WALServiceAppendProcedure:
@@ -182,6 +244,10 @@ func NewWALServiceHandler(svc WALServiceHandler, opts ...connect.HandlerOption) 
 			wALServiceReadHandler.ServeHTTP(w, r)
 		case WALServiceStatusProcedure:
 			wALServiceStatusHandler.ServeHTTP(w, r)
+		case WALServiceCommitProcedure:
+			wALServiceCommitHandler.ServeHTTP(w, r)
+		case WALServiceCheckpointsProcedure:
+			wALServiceCheckpointsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -205,4 +271,12 @@ func (UnimplementedWALServiceHandler) Read(context.Context, *connect.Request[v1.
 
 func (UnimplementedWALServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("streamwal.v1.WALService.Status is not implemented"))
+}
+
+func (UnimplementedWALServiceHandler) Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("streamwal.v1.WALService.Commit is not implemented"))
+}
+
+func (UnimplementedWALServiceHandler) Checkpoints(context.Context, *connect.Request[v1.CheckpointsRequest]) (*connect.Response[v1.CheckpointsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("streamwal.v1.WALService.Checkpoints is not implemented"))
 }

@@ -1,0 +1,64 @@
+// Package retention releases a channel's log: its Retainer, run by the
+// channel's owner, truncates each owned channel at the earliest checkpoint
+// its consumers committed (package consumers), drops the sealed segments of
+// its chain once every checkpoint is past them, caps by age and bytes what
+// no consumer committed on (a Policy, off by default), and measures what
+// the log retains and who holds it back.
+//
+// # The rule
+//
+// Each round of a channel reads its log from where the previous round
+// stopped up to a tail it takes then (adaptor.WAL.Tail; the first round
+// at a term reads from the oldest retained message), and learns, per
+// vchannel, its first and last messages, and in blocks of the log how many
+// messages and bytes lie where and since when. Then (decide, pure logic):
+//
+//   - a consumer of the whole channel holds the log back at its checkpoint;
+//   - a consumer of one vchannel holds it back at its checkpoint when its
+//     vchannel has a message after it up to the tail; otherwise it is idle
+//     and holds nothing: when the truncation passes its checkpoint, the
+//     consumer's resume point is recorded at the tail first (nothing of its
+//     vchannel lies between; consumers.Store.Advance);
+//   - without a consumer of the whole channel, a vchannel that has messages
+//     and no consumer holds the log back at its first message, and so do
+//     messages without a vchannel: what nobody committed on is kept;
+//   - a channel without any consumer keeps everything;
+//   - the Policy's cap (MaxAge, MaxBytes), when set, drops what is held
+//     back only by the two rules before — never what a committed checkpoint
+//     needs: a consumer that lags holds the log whatever the cap. What it
+//     drops is counted (streamwal_retention_dropped_*) and logged.
+//
+// The target is the earliest hold, the tail when nothing holds. The round
+// records it as the channel's floor (consumers.Store.Advance: commits
+// before it are refused from then on), reads the consumers again, and
+// truncates at the earliest of the target and every consumer's resume
+// point: a commit that landed between the first read and the floor is seen
+// by the second, and one after it met the floor. So nothing at or after a
+// committed checkpoint is ever truncated, whichever owner runs the round
+// and wherever a kill -9 stops it; a round a crash interrupted is redone by
+// the next owner's first round. A truncation into a later segment of a
+// chain deletes the earlier segments' data on their backends and drops them
+// from the chain (chainwal's Truncate); a reader never recreates them.
+//
+// # When rounds run
+//
+// A commit through the owner (Notify) brings the channel's round within
+// Config.CommitDelay, so the log follows its consumers closely; every owned
+// channel also gets a round every Config.Interval (the age cap, a consumer
+// dropped, a commit through an earlier owner). A round writes a watermark
+// (Tail) and reads the log only when something was appended since the last
+// one (Source.LastAppend): an idle channel costs one store read per
+// Interval and writes nothing.
+//
+// # What it measures
+//
+// Stats: bytes (payload and properties, what a reader receives) and data
+// messages retained, in all and per segment; the oldest retained message
+// and its age; the consumer (or rule) holding the log back; the floor; what
+// the policy dropped. Figures are exact to within one block of the log
+// (about MiB or 4,096 messages, coarser when a channel retains more than
+// 256 blocks' worth): a truncation inside a block keeps counting the block
+// until a later truncation passes it. The first round at a term reads the
+// whole retained log, so the figures of a channel that just moved are
+// unknown until it ends.
+package retention

@@ -1,0 +1,205 @@
+package retention
+
+import (
+	"context"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/utility/hlc"
+)
+
+// A block is closed at a segment's border, at its bounds' messages or
+// bytes, or when it would span more than the age cap allows for
+// (Policy.MaxAge / agePrecision).
+const (
+	agePrecision = 64
+	// maxBlocks bounds the blocks a ledger keeps: past it, neighbours in
+	// its older half merge, so that its older figures grow coarser
+	// instead of its memory, while the newest blocks, where consumers
+	// truncate, stay fine.
+	maxBlocks = 512
+)
+
+// blockBounds are how many messages and bytes a block holds at most.
+type blockBounds struct {
+	messages int64
+	bytes    int64
+}
+
+// defaultBlocks are the bounds of a ledger's blocks.
+var defaultBlocks = blockBounds{messages: 256, bytes: 64 << 10}
+
+// block is a run of data messages of one segment, in log order.
+type block struct {
+	segment         uint64
+	first, last     message.ID // positions of its first and last messages
+	firstTT, lastTT uint64     // the first message's timetick; the highest
+	messages, bytes int64
+}
+
+// written is what the ledger knows of one vchannel's messages ("" for
+// messages without a vchannel).
+type written struct {
+	first, last message.ID // the first retained (or a point before which none is) and the last
+	firstTT     uint64
+	lastTT      uint64 // the highest timetick among them
+}
+
+// ledger is what a retainer read of one channel's log, from the oldest
+// message it retained when the reading began up to at. Owned by the
+// channel's round.
+type ledger struct {
+	at        adaptor.Checkpoint // read up to this tail; zero: nothing read yet
+	blocks    []block
+	vchannels map[string]*written
+	span      time.Duration // how long a block may span; 0: any
+	bounds    blockBounds
+}
+
+func newLedger(policy Policy, bounds blockBounds) *ledger {
+	l := &ledger{vchannels: map[string]*written{}, bounds: bounds}
+	if policy.MaxAge > 0 {
+		l.span = policy.MaxAge / agePrecision
+	}
+	return l
+}
+
+// advance reads w from where the ledger stands up to tail.
+func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail adaptor.Checkpoint) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
+		Name:          "retention",
+		DeliverPolicy: adaptor.DeliverAfter(l.at),
+		Filter:        adaptor.Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
+	})
+	if err != nil {
+		return errors.Wrapf(err, "retention: read after %s", l.at)
+	}
+	defer func() { _ = s.Close() }()
+	for {
+		select {
+		case batch, ok := <-s.Batches():
+			if !ok {
+				<-s.Done()
+				err := s.Error()
+				if err == nil {
+					err = errors.New("the scanner ended")
+				}
+				return errors.Wrapf(err, "retention: read after %s up to the tail %s", l.at, tail)
+			}
+			for _, m := range batch {
+				if adaptor.CaughtUp(m, tail) {
+					l.at = tail
+					return nil
+				}
+				l.note(m, tail)
+			}
+		case <-ctx.Done():
+			return errors.Wrapf(ctx.Err(), "retention: read after %s up to the tail %s", l.at, tail)
+		}
+	}
+}
+
+// note records a data message read at or below the tail.
+func (l *ledger) note(m message.Immutable, tail adaptor.Checkpoint) {
+	tt, ok := m.TimeTick()
+	if m.Kind() != message.KindData || !ok || tt > tail.TimeTick {
+		return
+	}
+	id := m.ID()
+	seg, _, err := chainread.BackendID(id)
+	if err != nil {
+		seg = 0 // a backend's own ID: a channel without a chain
+	}
+	size := int64(m.Size())
+	if n := len(l.blocks); n == 0 || !l.fits(&l.blocks[n-1], seg, tt, size) {
+		l.blocks = append(l.blocks, block{segment: seg, first: id, firstTT: tt})
+		if len(l.blocks) > maxBlocks {
+			old := mergePairs(l.blocks[:maxBlocks/2])
+			l.blocks = append(old, l.blocks[maxBlocks/2:]...)
+		}
+	}
+	b := &l.blocks[len(l.blocks)-1]
+	b.last, b.lastTT = id, max(b.lastTT, tt)
+	b.messages++
+	b.bytes += size
+
+	v := l.vchannels[m.VChannel()]
+	if v == nil {
+		l.vchannels[m.VChannel()] = &written{first: id, last: id, firstTT: tt, lastTT: tt}
+		return
+	}
+	v.last, v.lastTT = id, max(v.lastTT, tt)
+}
+
+// fits reports whether a message of segment seg, at timetick tt, of size
+// bytes still goes into b.
+func (l *ledger) fits(b *block, seg, tt uint64, size int64) bool {
+	switch {
+	case b.segment != seg, b.messages >= l.bounds.messages, b.bytes+size > l.bounds.bytes && b.messages > 0:
+		return false
+	case l.span > 0 && hlc.Physical(tt).Sub(hlc.Physical(b.firstTT)) > l.span:
+		return false
+	}
+	return true
+}
+
+// mergePairs halves the blocks by merging neighbours of one segment, in a
+// new slice.
+func mergePairs(bs []block) []block {
+	out := make([]block, 0, len(bs)/2+1)
+	for i := 0; i < len(bs); i++ {
+		b := bs[i]
+		if i+1 < len(bs) && bs[i+1].segment == b.segment {
+			n := bs[i+1]
+			b.last, b.lastTT = n.last, max(b.lastTT, n.lastTT)
+			b.messages += n.messages
+			b.bytes += n.bytes
+			i++
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// truncated forgets what lies before upTo, a position the log was
+// truncated at: whole blocks before it (a block it falls inside is kept
+// whole), and the vchannels whose last message is before it. It returns
+// what the dropped blocks held.
+func (l *ledger) truncated(upTo message.ID) (messages, bytes int64) {
+	keep := 0
+	for keep < len(l.blocks) && l.blocks[keep].last.LT(upTo) {
+		messages += l.blocks[keep].messages
+		bytes += l.blocks[keep].bytes
+		keep++
+	}
+	l.blocks = append(l.blocks[:0], l.blocks[keep:]...)
+	for name, v := range l.vchannels {
+		switch {
+		case v.last.LT(upTo):
+			delete(l.vchannels, name)
+		case v.first.LT(upTo):
+			// Its first retained message is at or after upTo: upTo is a
+			// point before which it has none.
+			v.first = upTo
+		}
+	}
+	return messages, bytes
+}
+
+// totals are the ledger's messages and bytes, in all and per segment.
+func (l *ledger) totals() (messages, bytes int64, bySegment map[uint64][2]int64) {
+	bySegment = map[uint64][2]int64{}
+	for _, b := range l.blocks {
+		messages += b.messages
+		bytes += b.bytes
+		s := bySegment[b.segment]
+		bySegment[b.segment] = [2]int64{s[0] + b.messages, s[1] + b.bytes}
+	}
+	return messages, bytes, bySegment
+}
