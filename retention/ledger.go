@@ -53,7 +53,13 @@ type written struct {
 // message it retained when the reading began up to at. Owned by the
 // channel's round.
 type ledger struct {
-	at        adaptor.Checkpoint // read up to this tail; zero: nothing read yet
+	// at is how far the log was read: the tail a read reached, or the
+	// checkpoint of the last message a read that did not reach it noted
+	// (the next read goes on from there). tail is the last tail a read
+	// reached (zero before): the rule decides on what lies up to it, and
+	// only when at is tail (complete).
+	at, tail  adaptor.Checkpoint
+	complete  bool
 	blocks    []block
 	vchannels map[string]*written
 	span      time.Duration // how long a block may span; 0: any
@@ -68,7 +74,11 @@ func newLedger(policy Policy, bounds blockBounds) *ledger {
 	return l
 }
 
-// advance reads w from where the ledger stands up to tail.
+// caughtUp reports whether the ledger knows the log up to a tail.
+func (l *ledger) caughtUp() bool { return !l.tail.IsZero() && l.complete }
+
+// advance reads w from where the ledger stands up to tail. A read that
+// fails keeps what it noted: the next goes on after it.
 func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail adaptor.Checkpoint) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -94,10 +104,14 @@ func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail adaptor.Checkp
 			}
 			for _, m := range batch {
 				if adaptor.CaughtUp(m, tail) {
-					l.at = tail
+					l.at, l.tail, l.complete = tail, tail, true
 					return nil
 				}
-				l.note(m, tail)
+				if l.note(m, tail) {
+					if cp, err := adaptor.CheckpointOf(m); err == nil {
+						l.at, l.complete = cp, false
+					}
+				}
 			}
 		case <-ctx.Done():
 			return errors.Wrapf(ctx.Err(), "retention: read after %s up to the tail %s", l.at, tail)
@@ -105,11 +119,12 @@ func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail adaptor.Checkp
 	}
 }
 
-// note records a data message read at or below the tail.
-func (l *ledger) note(m message.Immutable, tail adaptor.Checkpoint) {
+// note records a data message read at or below the tail, and reports
+// whether it did.
+func (l *ledger) note(m message.Immutable, tail adaptor.Checkpoint) bool {
 	tt, ok := m.TimeTick()
 	if m.Kind() != message.KindData || !ok || tt > tail.TimeTick {
-		return
+		return false
 	}
 	id := m.ID()
 	seg, _, err := chainread.BackendID(id)
@@ -132,9 +147,10 @@ func (l *ledger) note(m message.Immutable, tail adaptor.Checkpoint) {
 	v := l.vchannels[m.VChannel()]
 	if v == nil {
 		l.vchannels[m.VChannel()] = &written{first: id, last: id, firstTT: tt, lastTT: tt}
-		return
+		return true
 	}
 	v.last, v.lastTT = id, max(v.lastTT, tt)
+	return true
 }
 
 // fits reports whether a message of segment seg, at timetick tt, of size

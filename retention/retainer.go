@@ -17,6 +17,7 @@ import (
 	"github.com/streamwal/streamwal/consumers"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
+	"github.com/streamwal/streamwal/walimpls"
 )
 
 // Source gives a Retainer the channels this node owns.
@@ -339,14 +340,17 @@ func (r *Retainer) Round(ctx context.Context, channel string) (res Result, err e
 	res.Term = term
 	st := r.stateOf(channel, term)
 
-	// The log, up to a tail taken now, when something may be new.
-	if st.ledger.at.IsZero() || r.src.Appended(channel, st.ledger.at.TimeTick) {
+	// The log, up to a tail taken now, when something may be new (or the
+	// last read did not reach its tail).
+	if !st.ledger.caughtUp() || r.src.Appended(channel, st.ledger.tail.TimeTick) {
 		tail, err := w.Tail(ctx)
 		if err != nil {
 			return res, errors.Wrapf(err, "retention: %s: the tail", channel)
 		}
 		if err := st.ledger.advance(ctx, w, tail); err != nil {
-			st.ledger = newLedger(st.policy, r.blocks) // read it again from its oldest message
+			if errors.Is(err, walimpls.ErrPositionGone) {
+				st.ledger = newLedger(st.policy, r.blocks) // truncated under it: read again from the oldest message
+			}
 			return res, errors.Wrapf(err, "retention: %s", channel)
 		}
 		res.Read = true
@@ -447,7 +451,7 @@ func (r *Retainer) forget(channel string) {
 
 // inputOf is the rule's input: the consumers read, parsed, and the ledger.
 func inputOf(read consumers.Channel, st *state, parse consumers.Parser, now time.Time) (input, error) {
-	in := input{now: now, tail: st.ledger.at, vchannels: st.ledger.vchannels, blocks: st.ledger.blocks, policy: st.policy}
+	in := input{now: now, tail: st.ledger.tail, vchannels: st.ledger.vchannels, blocks: st.ledger.blocks, policy: st.policy}
 	for _, c := range read.Consumers {
 		resume, err := resumeOf(c, parse)
 		if err != nil {
