@@ -58,14 +58,14 @@ func (t *tails) note(channel string, term int64, cp adaptor.Checkpoint) {
 	}
 }
 
-// within reports whether cp lies at or before tail.
-func within(cp, tail adaptor.Checkpoint) bool {
-	if cp.TimeTick > tail.TimeTick {
-		return false
-	}
-	n, err := cp.Position.Compare(tail.Position)
-	return err == nil && n <= 0
-}
+// within reports whether cp names what the log holds at tail: its
+// timetick is at or below the tail's. (Its position is not compared: a
+// tail's position is the watermark before the tail's own, and a message
+// the writer released before that watermark carries a later one. A
+// checkpoint forged with a position past the log's end only makes its
+// truncation fail until the log reaches it; the others' checkpoints hold
+// the log wherever they are.)
+func within(cp, tail adaptor.Checkpoint) bool { return cp.TimeTick <= tail.TimeTick }
 
 // commitRefused is a Commit's refusal with its CommitRefused detail.
 func commitRefused(code connect.Code, reason string, err error, stored *streamwalv1.ConsumerCheckpoint, floor string) *connect.Error {

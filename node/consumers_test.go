@@ -26,27 +26,28 @@ import (
 // consumersEnv is a cluster's nodes in chain mode with the consumers'
 // checkpoints beside the chains, in etcd.
 type consumersEnv struct {
+	def    string // where channels begin: the first kind
 	c      *testCluster
 	b      *backendstest.Backends
 	chains *chain.Store
 	store  *consumers.Store
 }
 
-func newConsumersEnv(t *testing.T, kinds ...string) *consumersEnv {
+func newConsumersEnv(t testing.TB, kinds ...string) *consumersEnv {
 	c := newTestCluster(t)
 	kv, err := etcdstore.New(c.cli, etcdstore.Options{Prefix: etcdtest.Prefix(t) + "meta/"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = kv.Close() })
 	store, err := consumers.NewStore(kv, consumers.Options{})
 	require.NoError(t, err)
-	return &consumersEnv{c: c, b: backendstest.Start(t, kinds...), chains: chain.NewStore(kv, chain.Options{}), store: store}
+	return &consumersEnv{def: kinds[0], c: c, b: backendstest.Start(t, kinds...), chains: chain.NewStore(kv, chain.Options{}), store: store}
 }
 
 // node starts a node whose retainer runs a round soon after each commit
 // (and every owned channel's once an hour).
 func (e *consumersEnv) node(id string, rc retention.Config) *node.Node {
 	t := e.c.t
-	def := "memory"
+	def := e.def
 	d, err := e.b.Describe(def)
 	require.NoError(t, err)
 	if rc.Interval == 0 {
