@@ -16,6 +16,7 @@ import (
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/consumers"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/utility/hlc"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -356,6 +357,23 @@ func (r *Retainer) Round(ctx context.Context, channel string) (res Result, err e
 		res.Read = true
 	}
 
+	// A consumer that commits while the round decides makes its writes
+	// conflict: decide again on what it wrote.
+	for attempt := 0; ; attempt++ {
+		res, err = r.release(ctx, channel, w, st, res)
+		if !errors.Is(err, meta.ErrConflict) || attempt == maxAttempts-1 || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+// maxAttempts bounds a round's decisions that met a commit.
+const maxAttempts = 3
+
+// release decides on the consumers as the store has them and the ledger,
+// records the floor and truncates: the second half of a round.
+func (r *Retainer) release(ctx context.Context, channel string, w adaptor.WAL, st *state, res Result) (_ Result, err error) {
+	term := st.term
 	read, err := r.store.Load(ctx, channel)
 	if err != nil {
 		return res, err
@@ -369,7 +387,7 @@ func (r *Retainer) Round(ctx context.Context, channel string) (res Result, err e
 		return res, errors.Wrapf(err, "retention: %s", channel)
 	}
 	res.Target, res.HeldBy, res.Moved = d.target, d.heldBy, len(d.moves)
-	defer func() { r.publish(ctx, channel, w, st, read, d, err) }()
+	defer func() { r.publish(ctx, channel, st, read, d, err) }()
 
 	if !st.truncated.IsZero() && !st.truncated.Before(d.target) {
 		return res, nil // nothing new to release
@@ -402,11 +420,10 @@ func (r *Retainer) Round(ctx context.Context, channel string) (res Result, err e
 	r.step(StepTruncated, channel)
 	r.metrics.truncations.WithLabelValues("ok").Inc()
 	st.truncated, res.Truncated = upTo, upTo
-	messages, bytes := st.ledger.truncated(upTo.Position)
 	if !d.kept.IsZero() {
 		// What the policy dropped: the part of what went that lay at or
 		// after where the log would have been kept without it.
-		res.Dropped = droppedPast(messages, bytes, d.kept, in.blocks, upTo.Position)
+		res.Dropped = droppedPast(d.kept, st.ledger.blocks, upTo.Position)
 		st.dropped[0] += res.Dropped[0]
 		st.dropped[1] += res.Dropped[1]
 		r.metrics.dropped(channel, res.Dropped)
@@ -414,6 +431,7 @@ func (r *Retainer) Round(ctx context.Context, channel string) (res Result, err e
 			"messages", res.Dropped[0], "bytes", res.Dropped[1], "max_age", st.policy.MaxAge, "max_bytes", st.policy.MaxBytes,
 			"kept_from", upTo.Marshal())
 	}
+	st.ledger.truncated(upTo.Position)
 	r.log.Debug("truncated", "channel", channel, "term", term, "at", upTo.Marshal(), "held_by", d.heldBy,
 		"floor", floor.Checkpoint, "moved", len(d.moves))
 	return res, nil
@@ -502,9 +520,10 @@ func safePoint(target adaptor.Checkpoint, again consumers.Channel, parse consume
 	return upTo, nil
 }
 
-// droppedPast is the part of what a truncation at upTo removed (messages,
-// bytes in all) that lay at or after kept: the blocks that began there.
-func droppedPast(messages, bytes int64, kept message.ID, blocks []block, upTo message.ID) [2]int64 {
+// droppedPast is the part of what a truncation at upTo removes from
+// blocks (whole blocks before it, as ledger.truncated does) that lay at or
+// after kept: the blocks that began there.
+func droppedPast(kept message.ID, blocks []block, upTo message.ID) [2]int64 {
 	var out [2]int64
 	for _, b := range blocks {
 		if !b.last.LT(upTo) {
@@ -515,7 +534,6 @@ func droppedPast(messages, bytes int64, kept message.ID, blocks []block, upTo me
 			out[1] += b.bytes
 		}
 	}
-	out[0], out[1] = min(out[0], messages), min(out[1], bytes)
 	return out
 }
 
@@ -558,7 +576,7 @@ type SegmentStats struct {
 }
 
 // publish updates channel's stats and metrics after a round.
-func (r *Retainer) publish(ctx context.Context, channel string, w adaptor.WAL, st *state, read consumers.Channel, d decision, roundErr error) {
+func (r *Retainer) publish(ctx context.Context, channel string, st *state, read consumers.Channel, d decision, roundErr error) {
 	messages, bytes, bySegment := st.ledger.totals()
 	s := Stats{Channel: channel, Term: st.term, Messages: messages, Bytes: bytes, HeldBy: d.heldBy, Holding: d.holding,
 		Floor: read.Floor.Checkpoint, Dropped: st.dropped, Policy: st.policy, MeasuredAt: r.clock.Now(), Err: roundErr}

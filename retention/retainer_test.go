@@ -412,17 +412,34 @@ func TestPolicy(t *testing.T) {
 	e := newEnv(t, "memory")
 	w := e.open("p", 1)
 	e.write(w, "", "m", 20)
-	size := int64(len("m/10")) // the messages' bytes: payload, and properties of this size at most
-	_ = size
-	r := e.retainer(retention.Config{Policy: retention.Policy{MaxBytes: 1}})
-	res, err := r.Round(e.ctx, "p")
+	measure := e.retainer(retention.Config{})
+	_, err := measure.Round(e.ctx, "p")
+	require.NoError(t, err)
+	all, _ := measure.Stats("p")
+	require.NoError(t, measure.Close())
+
+	// Half the bytes: the oldest go, and the count of what went and what
+	// stays adds up.
+	half := e.retainer(retention.Config{Policy: retention.Policy{MaxBytes: all.Bytes / 2}})
+	res, err := half.Round(e.ctx, "p")
 	require.NoError(t, err)
 	require.Equal(t, "retention", res.HeldBy)
-	require.EqualValues(t, 20, res.Dropped[0], "everything: one byte holds no message")
-	st, _ := r.Stats("p")
-	require.EqualValues(t, 0, st.Messages)
-	require.Equal(t, [2]int64{20, res.Dropped[1]}, st.Dropped)
-	require.Equal(t, 20.0, counter(t, e.reg, "streamwal_retention_dropped_messages_total", "p"))
+	st, _ := half.Stats("p")
+	require.LessOrEqual(t, st.Bytes, all.Bytes/2)
+	require.Positive(t, st.Messages)
+	require.EqualValues(t, 20, st.Messages+res.Dropped[0])
+	require.Equal(t, all.Bytes, st.Bytes+res.Dropped[1])
+	require.NoError(t, half.Close())
+
+	r := e.retainer(retention.Config{Policy: retention.Policy{MaxBytes: 1}})
+	res, err = r.Round(e.ctx, "p")
+	require.NoError(t, err)
+	require.Equal(t, "retention", res.HeldBy)
+	require.Equal(t, st.Messages, res.Dropped[0], "what the half cap kept")
+	st, _ = r.Stats("p")
+	require.EqualValues(t, 0, st.Messages, "everything: one byte holds no message")
+	require.Equal(t, [2]int64{res.Dropped[0], res.Dropped[1]}, st.Dropped)
+	require.Equal(t, float64(res.Dropped[0]), counter(t, e.reg, "streamwal_retention_dropped_messages_total", "p"))
 
 	e.write(w, "", "n", 10)
 	cps := e.checkpoints(w)
