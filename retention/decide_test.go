@@ -1,6 +1,8 @@
 package retention
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -232,4 +234,72 @@ func payloadMessage(t *testing.T, size int, vchannel string) message.Message {
 		m = m.WithVChannel(vchannel)
 	}
 	return m
+}
+
+// failingWAL serves reads of a fixed log that break after a number of
+// batches, and records where each read started.
+type failingWAL struct {
+	adaptor.WAL // nil: only ReadBatches is used
+	log         []message.Immutable
+	breakAfter  int // batches of one message each before a read breaks; <0: never
+	starts      []adaptor.DeliverSpec
+}
+
+func (w *failingWAL) ReadBatches(_ context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
+	spec := opt.DeliverPolicy.Spec()
+	w.starts = append(w.starts, spec)
+	s := &listScanner{batches: make(chan []message.Immutable, len(w.log)), done: make(chan struct{})}
+	sent := 0
+	for _, m := range w.log {
+		tt, _ := m.TimeTick()
+		if spec.Kind == adaptor.KindAfter && (m.ID().LT(spec.ID) || tt <= spec.TimeTick) {
+			continue
+		}
+		if w.breakAfter >= 0 && sent == w.breakAfter {
+			s.err = errors.New("the connection broke")
+			break
+		}
+		s.batches <- []message.Immutable{m}
+		sent++
+	}
+	close(s.done)
+	close(s.batches)
+	return s, nil
+}
+
+type listScanner struct {
+	batches chan []message.Immutable
+	done    chan struct{}
+	err     error
+}
+
+func (s *listScanner) Batches() <-chan []message.Immutable { return s.batches }
+func (s *listScanner) Done() <-chan struct{}               { return s.done }
+func (s *listScanner) Error() error                        { return s.err }
+func (s *listScanner) Close() error                        { return nil }
+
+// A read that breaks keeps what it noted: the next goes on after the
+// last message it noted, and the ledger counts every message once; the
+// rule decides only on a ledger caught up to a tail.
+func TestLedgerGoesOnAfterABrokenRead(t *testing.T) {
+	var log []message.Immutable
+	for s := int64(1); s <= 10; s++ {
+		m := message.NewImmutable(payloadMessage(t, 10, "v").Stamp(message.KindData, 1, tt(s)), id(s)).WithLastConfirmed(id(s))
+		log = append(log, m)
+	}
+	wm := message.NewImmutable(message.Message{}.Stamp(message.KindTimeTick, 1, tt(11)), id(11)).WithLastConfirmed(id(11))
+	log = append(log, wm)
+	w := &failingWAL{log: log, breakAfter: 4}
+	l := newLedger(Policy{}, blockBounds{messages: 1, bytes: 1 << 20})
+	ctx := context.Background()
+	require.Error(t, l.advance(ctx, w, at(11)))
+	require.False(t, l.caughtUp())
+	w.breakAfter = -1
+	require.NoError(t, l.advance(ctx, w, at(11)))
+	require.True(t, l.caughtUp())
+	messages, _, _ := l.totals()
+	require.EqualValues(t, 10, messages, "every message once")
+	require.Equal(t, adaptor.KindAll, w.starts[0].Kind)
+	require.Equal(t, adaptor.KindAfter, w.starts[1].Kind)
+	require.True(t, w.starts[1].ID.EQ(id(4)), "the second read goes on after the fourth message")
 }
