@@ -58,8 +58,14 @@ type ledger struct {
 	// (the next read goes on from there). tail is the last tail a read
 	// reached (zero before): the rule decides on what lies up to it, and
 	// only when at is tail (complete).
-	at, tail  adaptor.Checkpoint
-	complete  bool
+	at, tail adaptor.Checkpoint
+	complete bool
+	// from is where the first read starts when set (at zero): the
+	// channel's floor, before which its log is truncated or about to be
+	// (a truncation into a later segment of a chain that a crash
+	// interrupted leaves segments whose data is gone, which a read from
+	// the oldest would meet); zero: from the oldest retained message.
+	from      message.ID
 	blocks    []block
 	vchannels map[string]*written
 	span      time.Duration // how long a block may span; 0: any
@@ -82,9 +88,13 @@ func (l *ledger) caughtUp() bool { return !l.tail.IsZero() && l.complete }
 func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail adaptor.Checkpoint) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	start := adaptor.DeliverAfter(l.at)
+	if l.at.IsZero() && !l.from.IsZero() {
+		start = adaptor.DeliverStartFrom(l.from)
+	}
 	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
 		Name:          "retention",
-		DeliverPolicy: adaptor.DeliverAfter(l.at),
+		DeliverPolicy: start,
 		Filter:        adaptor.Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
 	})
 	if err != nil {

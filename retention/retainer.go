@@ -106,8 +106,11 @@ type state struct {
 	truncated adaptor.Checkpoint // what this term truncated to; zero: nothing
 	segments  uint64             // the first kept segment's index, as last seen
 	dropped   [2]int64           // messages, bytes the policy dropped at this term
-	stats     Stats              // guarded by Retainer.mu
-	hasStats  bool
+	// fromOldest: a read from the floor met a truncated position; the
+	// ledger reads from the oldest retained message instead.
+	fromOldest bool
+	stats      Stats // guarded by Retainer.mu
+	hasStats   bool
 }
 
 // New returns a retainer; Start runs it.
@@ -344,13 +347,32 @@ func (r *Retainer) Round(ctx context.Context, channel string) (res Result, err e
 	// The log, up to a tail taken now, when something may be new (or the
 	// last read did not reach its tail).
 	if !st.ledger.caughtUp() || r.src.Appended(channel, st.ledger.tail.TimeTick) {
+		if st.ledger.at.IsZero() && !st.fromOldest {
+			// The first read starts at the floor, where an earlier owner
+			// truncated the log (or was about to).
+			read, err := r.store.Load(ctx, channel)
+			if err != nil {
+				return res, err
+			}
+			if read.Floor.Checkpoint != "" {
+				f, err := w.ParseCheckpoint(read.Floor.Checkpoint)
+				if err != nil {
+					return res, errors.Wrapf(err, "retention: %s: the floor", channel)
+				}
+				st.ledger.from = f.Position
+			}
+		}
 		tail, err := w.Tail(ctx)
 		if err != nil {
 			return res, errors.Wrapf(err, "retention: %s: the tail", channel)
 		}
 		if err := st.ledger.advance(ctx, w, tail); err != nil {
 			if errors.Is(err, walimpls.ErrPositionGone) {
-				st.ledger = newLedger(st.policy, r.blocks) // truncated under it: read again from the oldest message
+				// Truncated under it (by another than the retainer, or
+				// past a floor that was not the last): read again, from
+				// the oldest message.
+				st.fromOldest = !st.ledger.from.IsZero()
+				st.ledger = newLedger(st.policy, r.blocks)
 			}
 			return res, errors.Wrapf(err, "retention: %s", channel)
 		}
@@ -392,8 +414,13 @@ func (r *Retainer) release(ctx context.Context, channel string, w adaptor.WAL, s
 	if !st.truncated.IsZero() && !st.truncated.Before(d.target) {
 		return res, nil // nothing new to release
 	}
-	if bs := st.ledger.blocks; len(bs) > 0 && !bs[0].first.LT(d.target.Position) {
-		return res, nil // up to the oldest data message: only watermarks to release
+	// Up to the oldest data message there are only watermarks to release;
+	// but the first truncation at a term goes through whatever the floor
+	// says: it finishes what an earlier owner's round left half done (a
+	// prune of sealed segments), which reading from the floor never meets.
+	first := st.truncated.IsZero() && read.Floor.Checkpoint != ""
+	if bs := st.ledger.blocks; len(bs) > 0 && !bs[0].first.LT(d.target.Position) && !first {
+		return res, nil
 	}
 	floor, err := r.store.Advance(ctx, read, term, d.target, d.moves, w.ParseCheckpoint)
 	if err != nil {

@@ -559,3 +559,38 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, channel string) float64
 func counter(t *testing.T, reg *prometheus.Registry, name, channel string) float64 {
 	return gauge(t, reg, name, channel)
 }
+
+// A round a crash interrupted after the sealed segments' data was deleted
+// but before they were dropped from the chain: the next owner's retainer
+// reads from the floor (a read from the oldest would meet the deleted
+// segment), and its truncation finishes the prune.
+func TestFinishesAnInterruptedPrune(t *testing.T) {
+	e := newEnv(t, "memory", "local")
+	w1 := e.open("p", 1)
+	e.write(w1, "", "s0", 5)
+	_, err := e.opener.Migrate(e.ctx, e.mgr, "p", "local", "test")
+	require.NoError(t, err)
+	w := e.open("p", 2)
+	e.write(w, "", "s1", 5)
+	cps := e.checkpoints(w)
+	e.commit("p", consumers.Scope{Consumer: "f"}, cps[7], w)
+	// What the interrupted round did: the floor, then segment 0's data.
+	read, err := e.store.Load(e.ctx, "p")
+	require.NoError(t, err)
+	_, err = e.store.Advance(e.ctx, read, 2, cps[7], nil, w.ParseCheckpoint)
+	require.NoError(t, err)
+	require.NoError(t, e.b.Entry("memory").Delete(e.ctx, "p"))
+	_, err = e.read(w, adaptor.DeliverAll(), "")
+	require.ErrorIs(t, err, walimpls.ErrPositionGone, "the half-done prune: a read from the oldest meets the deleted segment")
+
+	r := e.retainer(retention.Config{})
+	res, err := r.Round(e.ctx, "p")
+	require.NoError(t, err)
+	require.Equal(t, cps[7].Marshal(), res.Truncated.Marshal())
+	c, err := e.chains.Get(e.ctx, "p")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, c.First(), "the prune finished")
+	got, err := e.read(w, adaptor.DeliverAll(), "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"s1/3", "s1/4"}, payloads(got))
+}
