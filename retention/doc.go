@@ -9,7 +9,8 @@
 //
 // Each round of a channel reads its log from where the previous round
 // stopped up to a tail it takes then (adaptor.WAL.Tail; the first round
-// at a term reads from the oldest retained message), and learns, per
+// at a term reads from the channel's floor, where the log was last
+// truncated, or from the oldest retained message), and learns, per
 // vchannel, its first and last messages, and in blocks of the log how many
 // messages and bytes lie where and since when. Then (decide, pure logic):
 //
@@ -36,7 +37,8 @@
 // by the second, and one after it met the floor. So nothing at or after a
 // committed checkpoint is ever truncated, whichever owner runs the round
 // and wherever a kill -9 stops it; a round a crash interrupted is redone by
-// the next owner's first round. A truncation into a later segment of a
+// the next owner's first round, whose truncation goes through the floor
+// recorded before the crash (Step names the points a crash test stops at). A truncation into a later segment of a
 // chain deletes the earlier segments' data on their backends and drops them
 // from the chain (chainwal's Truncate); a reader never recreates them.
 //
@@ -59,6 +61,7 @@
 // (about MiB or 4,096 messages, coarser when a channel retains more than
 // 256 blocks' worth): a truncation inside a block keeps counting the block
 // until a later truncation passes it. The first round at a term reads the
-// whole retained log, so the figures of a channel that just moved are
-// unknown until it ends.
+// whole retained log from the floor on (a read that does not reach its
+// tail within a round goes on in the next from where it stopped), so the
+// figures of a channel that just moved are unknown until it ends.
 package retention
