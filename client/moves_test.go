@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -169,4 +170,65 @@ func startStallingNode(t *testing.T, cli *clientv3.Client, root string, mem *mem
 		require.NoError(t, n.Shutdown(ctx))
 		_ = o.Close()
 	})
+}
+
+// A Read that follows the tail while the channel moves between nodes ends
+// its stream at each move (the old owner's stream ends with an error
+// naming the new owner, or the client abandons it when the view shows the
+// move first) and goes on at the new owner after the last checkpoint it
+// delivered: every acknowledged append once, in order.
+func TestReadFollowsTheTailAcrossMoves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cli := etcdtest.Client(t, srv.Endpoints())
+	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
+	require.NoError(t, err)
+	mem := memory.NewCluster()
+	startNode(t, cli, l.Root, mem, "a")
+	startNode(t, cli, l.Root, mem, "b")
+	assign(t, cli, l, "ch", "a", 1)
+	c, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root})
+	require.NoError(t, err)
+	defer c.Close()
+
+	got := make(chan string, 100)
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	readDone := make(chan error, 1)
+	go func() {
+		readDone <- c.Read(rctx, "ch", client.ReadOptions{}, func(d *streamwalv1.Delivered) error {
+			got <- string(d.GetPayload())
+			return nil
+		})
+	}()
+	var want []string
+	for term, owner := range []string{"a", "b", "a", "b"} {
+		if term > 0 {
+			assign(t, cli, l, "ch", owner, int64(term+1))
+			_, err := c.View().WaitFor(ctx, func(s cluster.Snapshot) bool { return s.Assignments["ch"].Value.Term == int64(term+1) })
+			require.NoError(t, err)
+		}
+		for range 10 {
+			p := fmt.Sprintf("m%02d", len(want))
+			r, err := c.Append(ctx, "ch", client.Message{Payload: []byte(p)}, client.Options{})
+			require.NoError(t, err)
+			require.EqualValues(t, term+1, r.Term)
+			want = append(want, p)
+		}
+	}
+	var read []string
+	for len(read) < len(want) {
+		select {
+		case p := <-got:
+			read = append(read, p)
+		case err := <-readDone:
+			t.Fatalf("the read ended: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("read %d of %d: %v", len(read), len(want), read)
+		}
+	}
+	require.Equal(t, want, read)
+	rcancel()
+	require.NoError(t, <-readDone)
+	require.Empty(t, got, "more than was appended")
 }
