@@ -268,11 +268,13 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 			return Result{}, c.final(fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err), retry)
 		case refused(code):
 			return Result{}, c.final(errors.Mark(err, ErrRefused), retry)
-		case wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != addr && wn.GetTerm() > tg.term:
+		case wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != addr:
 			// Try where the node says the owner is, when it knows a newer
 			// term than the attempt's: a new owner that has not yet seen
 			// its assignment names the old one.
-			hint = wn
+			if wn.GetTerm() > tg.term {
+				hint = wn
+			}
 		}
 		c.log.Debug("append attempt failed", "channel", channel, "node", tg.node, "code", code, "not_stored", notStored, "error", err)
 	}
