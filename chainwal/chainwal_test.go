@@ -232,7 +232,9 @@ func TestTargetThisNodeCannotOpen(t *testing.T) {
 }
 
 // TestScannersDoNotAccumulate: a WAL read many times keeps no scanner its
-// consumer closed, and Close stops those still open.
+// consumer closed, and Close stops those still open, which end with
+// ErrClosed (a consumer's Close leaves no error): their reader can tell
+// the WAL's end from the end of what it read.
 func TestScannersDoNotAccumulate(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, "memory")
@@ -245,16 +247,25 @@ func TestScannersDoNotAccumulate(t *testing.T) {
 		b, err := w.ReadBatches(ctx, adaptor.ReadOption{})
 		require.NoError(t, err)
 		require.NoError(t, b.Close())
+		require.NoError(t, b.Error())
 	}
 	require.Equal(t, 0, chainwal.OpenScanners(w))
 	open, err := w.Read(ctx, adaptor.ReadOption{})
 	require.NoError(t, err)
-	require.Equal(t, 1, chainwal.OpenScanners(w))
+	batches, err := w.ReadBatches(ctx, adaptor.ReadOption{})
+	require.NoError(t, err)
+	require.Equal(t, 2, chainwal.OpenScanners(w))
 	require.NoError(t, w.Close())
-	select {
-	case <-open.Done():
-	case <-ctx.Done():
-		require.FailNow(t, "Close left a scanner running")
+	for _, sc := range []interface {
+		Done() <-chan struct{}
+		Error() error
+	}{open, batches} {
+		select {
+		case <-sc.Done():
+		case <-ctx.Done():
+			require.FailNow(t, "Close left a scanner running")
+		}
+		require.ErrorIs(t, sc.Error(), walimpls.ErrClosed, "a scanner its WAL's Close stopped")
 	}
 }
 

@@ -136,6 +136,9 @@ func (w *wal) prune(ctx context.Context, index uint64) error {
 }
 
 // Close implements adaptor.WAL: it stops every scanner, then the writer.
+// A scanner stopped so ends with an error matching walimpls.ErrClosed, as
+// the adaptor's do when their WAL closes: its consumer can tell the WAL's
+// end (a new term, a move, a shutdown) from the end of what it read.
 func (w *wal) Close() error {
 	w.mu.Lock()
 	if w.closed {
@@ -146,10 +149,23 @@ func (w *wal) Close() error {
 	scanners := w.scanners
 	w.scanners = nil
 	w.mu.Unlock()
+	reason := errors.Wrapf(walimpls.ErrClosed, "chainwal: %s at term %d closed", w.ch.Name, w.ch.Term)
 	for s := range scanners {
+		if st, ok := s.(stopper); ok {
+			st.Stop(reason)
+			<-st.Done()
+			continue
+		}
 		_ = s.Close()
 	}
 	return w.seg.Close()
+}
+
+// stopper is a scanner that can be stopped with a reason its Error then
+// reports (a lifecycle.Run's, as chainread's scanners are).
+type stopper interface {
+	Stop(reason error)
+	Done() <-chan struct{}
 }
 
 // goneID is the backend ID of a position in a pruned segment: its string,

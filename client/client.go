@@ -17,6 +17,20 @@
 // ErrOutcomeUnknown) says whether an earlier attempt may have stored it: a
 // later Append with the same Options.Key resolves it the same way; an error
 // without it stored nothing.
+//
+// # Following the owner
+//
+// An attempt in flight is watched against the cluster's assignments: when
+// they show that its node no longer owns the channel (the channel was
+// assigned to another node at a higher term, or the node's registration
+// is gone: its lease expired), the attempt is abandoned and the append
+// retried at the new owner at once, as an attempt of unknown outcome.
+// So an append sent to an owner that stalls (a stopped process, a
+// partition) is answered about when the cluster moves the channel, not
+// when the caller's context ends; the stalled owner, fenced by the new
+// owner's open, acknowledges nothing it could still store after that.
+// The new owner is tried as soon as it is assigned: it waits for its own
+// open of the channel if that is in flight.
 package client
 
 import (
@@ -98,6 +112,8 @@ type Client struct {
 	// report the last owner lookup saw: a retry's pause ends when either
 	// changes.
 	looked map[string][2]int64
+
+	moves *moves // abandons the attempts whose owner moved away (moves.go)
 }
 
 type resolvePoint struct {
@@ -124,7 +140,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, view: view, layout: layout, log: cfg.Logger,
+	return &Client{cfg: cfg, view: view, layout: layout, log: cfg.Logger, moves: newMoves(view),
 		conns: map[string]streamwalv1connect.WALServiceClient{}, resolveFrom: map[string]resolvePoint{}, looked: map[string][2]int64{}}, nil
 }
 
@@ -137,6 +153,7 @@ func (c *Client) Close() {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	c.moves.close()
 	c.view.Close()
 	if t, ok := c.cfg.HTTP.Transport.(*http.Transport); ok {
 		t.CloseIdleConnections()
@@ -206,28 +223,38 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 	c.mu.Lock()
 	from := c.resolveFrom[channel].text
 	c.mu.Unlock()
-	var hint string // an owner address a refusal named
+	var hint *streamwalv1.WrongNode // an owner a refusal named
 	for attempt := 0; ; attempt++ {
-		addr, node, err := c.owner(ctx, channel, hint, attempt)
+		tg, err := c.owner(ctx, channel, hint, attempt)
 		if err != nil {
 			return Result{}, c.final(err, retry)
 		}
+		addr := tg.addr
 		cl, err := c.conn(addr)
 		if err != nil {
 			return Result{}, c.final(err, retry)
 		}
 		req := connect.NewRequest(&streamwalv1.AppendRequest{Channel: channel, Key: key, Retry: retry, ResolveFrom: from,
 			Message: &streamwalv1.Message{Payload: m.Payload, Properties: m.Properties, Vchannel: m.VChannel}})
-		resp, err := cl.Append(ctx, req)
+		actx, watched := c.moves.watch(ctx, channel, tg)
+		resp, err := cl.Append(actx, req)
+		moved := watched()
 		if err == nil {
 			r := resp.Msg
 			c.noteAck(channel, r)
-			return Result{ID: r.GetId(), TimeTick: r.GetTimetick(), Term: r.GetTerm(), Node: node, Duplicate: r.GetDuplicate()}, nil
+			return Result{ID: r.GetId(), TimeTick: r.GetTimetick(), Term: r.GetTerm(), Node: tg.node, Duplicate: r.GetDuplicate()}, nil
+		}
+		hint = nil
+		if moved && ctx.Err() == nil {
+			// Abandoned: its node no longer owns the channel. Whether it
+			// stored the message is unknown; the new owner resolves it.
+			retry = true
+			c.log.Debug("append attempt abandoned: the channel moved", "channel", channel, "node", tg.node, "term", tg.term)
+			continue
 		}
 		if terr := c.tlsRefusal(ctx, addr, err); terr != nil {
 			return Result{}, c.final(errors.Mark(errors.Wrapf(terr, "client: append to %q at %s", channel, addr), ErrRefused), retry)
 		}
-		hint = ""
 		code := connect.CodeOf(err)
 		wn, notStored := details(err)
 		if !notStored {
@@ -242,9 +269,14 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 		case refused(code):
 			return Result{}, c.final(errors.Mark(err, ErrRefused), retry)
 		case wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != addr:
-			hint = wn.GetOwnerAddr() // try where the node says the owner is
+			// Try where the node says the owner is, when it knows a newer
+			// term than the attempt's: a new owner that has not yet seen
+			// its assignment names the old one.
+			if wn.GetTerm() > tg.term {
+				hint = wn
+			}
 		}
-		c.log.Debug("append attempt failed", "channel", channel, "node", node, "code", code, "not_stored", notStored, "error", err)
+		c.log.Debug("append attempt failed", "channel", channel, "node", tg.node, "code", code, "not_stored", notStored, "error", err)
 	}
 }
 
@@ -291,18 +323,20 @@ func details(err error) (*streamwalv1.WrongNode, bool) {
 	return wn, notStored
 }
 
-// owner returns the address and node of channel's owner: the hint when a
-// refusal named one, else the assignment, waiting (with backoff after a
-// failed attempt) for one to a live node. The backoff ends early when the
-// channel's assignment or its owner's open report changes: a new owner, or
-// one that has just opened the channel, is worth trying at once.
-func (c *Client) owner(ctx context.Context, channel, hint string, attempt int) (addr, node string, err error) {
-	if hint != "" {
-		return hint, "", nil
+// owner returns channel's owner: the one a refusal named (hint), else the
+// assignment, waiting (with backoff after a failed attempt) for one to a
+// live node. The backoff ends early when the channel's assignment or its
+// owner's open report changes: a new owner, or one that has just opened
+// the channel, is worth trying at once.
+func (c *Client) owner(ctx context.Context, channel string, hint *streamwalv1.WrongNode, attempt int) (target, error) {
+	if hint != nil {
+		s, _ := c.view.Snapshot()
+		_, registered := s.Nodes[hint.GetOwner()]
+		return target{addr: hint.GetOwnerAddr(), node: hint.GetOwner(), term: hint.GetTerm(), registered: registered}, nil
 	}
 	if attempt > 0 {
 		if err := c.pause(ctx, channel, attempt-1); err != nil {
-			return "", "", err
+			return target{}, err
 		}
 	}
 	s, err := c.view.WaitFor(ctx, func(s cluster.Snapshot) bool {
@@ -310,13 +344,13 @@ func (c *Client) owner(ctx context.Context, channel, hint string, attempt int) (
 		return ok
 	})
 	if err != nil {
-		return "", "", errors.Wrapf(err, "client: no live owner of channel %q", channel)
+		return target{}, errors.Wrapf(err, "client: no live owner of channel %q", channel)
 	}
 	a, n, _ := s.Owner(channel)
 	c.mu.Lock()
 	c.looked[channel] = revisions(s, channel)
 	c.mu.Unlock()
-	return n.Addr, a.Node, nil
+	return target{addr: n.Addr, node: a.Node, term: a.Term, registered: true}, nil
 }
 
 // pause waits for the backoff of attempt, or until channel's assignment or

@@ -52,14 +52,28 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 		}
 		return nil
 	}
+	// unwatch ends the watch of the current stream (moves.go): a stream
+	// from an owner the channel moved away from is abandoned, and the read
+	// goes on at the new owner.
+	var unwatch func() (moved bool)
+	defer func() {
+		if unwatch != nil {
+			unwatch()
+		}
+	}()
 	for attempt := 0; ; attempt++ {
-		addr, _, err := c.owner(ctx, channel, "", attempt)
+		if unwatch != nil {
+			unwatch()
+			unwatch = nil
+		}
+		tg, err := c.owner(ctx, channel, nil, attempt)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ended()
 			}
 			return err
 		}
+		addr := tg.addr
 		cl, err := c.conn(addr)
 		if err != nil {
 			return err
@@ -75,10 +89,15 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 		case latest:
 			req.Start = &streamwalv1.ReadRequest_Latest{Latest: true}
 		}
-		stream, err := cl.Read(ctx, connect.NewRequest(req))
+		sctx, uw := c.moves.watch(ctx, channel, tg)
+		unwatch = uw
+		stream, err := cl.Read(sctx, connect.NewRequest(req))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ended()
+			}
+			if unwatch() {
+				continue // abandoned: the channel moved
 			}
 			if readRefused(connect.CodeOf(err)) {
 				return errors.Mark(err, ErrRefused)
@@ -110,9 +129,12 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 		}
 		err = stream.Err()
 		_ = stream.Close()
+		moved := unwatch()
 		switch {
 		case ctx.Err() != nil:
 			return ended()
+		case moved:
+			// Abandoned: its node no longer owns the channel.
 		case readRefused(connect.CodeOf(err)):
 			return errors.Mark(err, ErrRefused)
 		case err != nil:
@@ -120,7 +142,7 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 				return errors.Mark(errors.Wrapf(terr, "client: read %q at %s", channel, addr), ErrRefused)
 			}
 		}
-		c.log.Debug("read stream ended; following the owner", "channel", channel, "error", err)
+		c.log.Debug("read stream ended; following the owner", "channel", channel, "node", tg.node, "moved", moved, "error", err)
 	}
 }
 

@@ -22,8 +22,8 @@ import (
 )
 
 // chainNode starts a node in chain mode over backends b, chains in store,
-// new channels on def.
-func (c *testCluster) chainNode(id string, b *backendstest.Backends, store *chain.Store, def string, reg *prometheus.Registry) *node.Node {
+// new channels on def; each of tweaks changes its configuration.
+func (c *testCluster) chainNode(id string, b *backendstest.Backends, store *chain.Store, def string, reg *prometheus.Registry, tweaks ...func(*node.Config)) *node.Node {
 	t := c.t
 	d, err := b.Describe(def)
 	require.NoError(t, err)
@@ -31,6 +31,9 @@ func (c *testCluster) chainNode(id string, b *backendstest.Backends, store *chai
 		Chains: &chainwal.Config{Store: store, Openers: b, Default: d, Describe: b.Describe}}
 	if reg != nil {
 		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
 	}
 	n, err := node.New(c.cli, b.Entry(def), cfg)
 	require.NoError(t, err)

@@ -60,6 +60,21 @@
 // carries an Outcome detail: not_stored when nothing was stored (safe to
 // send again), otherwise the outcome is unknown.
 //
+// # Reads across terms
+//
+// A Read stream follows the tail until its client cancels it (or reaches
+// until_caught_up), across the channel's terms on this node: when the
+// channel gets a new term here (a migration's term goes to the same owner,
+// whose open seals the old segment), the manager closes the old term's
+// WAL, and the read goes on with the new term's WAL, waiting for its open,
+// after the last message it delivered: nothing lost, nothing twice, and
+// the tail taken when the read began stays what until_caught_up and last
+// aim at. A channel that moved to another node ends the stream with
+// FailedPrecondition and a WrongNode detail naming the owner this node
+// knows; a node shutting down, a failed open, or a WAL closed without a
+// newer term end it Unavailable. Only until_caught_up (or the client)
+// ends a read with OK.
+//
 // # Channel health
 //
 // GET /admin/channels reports, per channel assigned to or held by the

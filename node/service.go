@@ -342,13 +342,22 @@ func validateRead(r *streamwalv1.ReadRequest) error {
 	return nil
 }
 
+// Read streams a channel's messages from this node, following the tail
+// until the client cancels (or until_caught_up is reached). The WAL the
+// read started on ends when the channel gets a new term: the manager
+// closes it as it opens the new one. On this node (a migration's term is
+// assigned to the same owner) the read goes on with the new term's WAL
+// after the last message it delivered (readFeed.pos), so that nothing is
+// lost or delivered twice and the tail taken at the start stays its
+// target; elsewhere, or without a newer WAL, the stream ends with an
+// error that says why (nextWAL), never OK.
 func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.ReadRequest], stream *connect.ServerStream[streamwalv1.ReadResponse]) (err error) {
 	defer func() { s.count("Read", err) }()
 	r := req.Msg
 	if err := validateRead(r); err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	w, _, err := s.owned(ctx, r.GetChannel(), 0)
+	w, a, err := s.owned(ctx, r.GetChannel(), 0)
 	if err != nil {
 		return err
 	}
@@ -395,19 +404,53 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 		}
 		opt.Filter.Kinds = append(opt.Filter.Kinds, message.KindTimeTick)
 	}
+	tr := s.traffic.of(r.GetChannel())
+	rd := tr.addReader()
+	defer tr.removeReader(rd)
+	for term := a.Term; ; {
+		scanErr, err := s.feed(ctx, w, opt, f, stream, rd)
+		if err != nil || f.done || ctx.Err() != nil {
+			return err
+		}
+		next, nextTerm, err := s.nextWAL(ctx, r.GetChannel(), term, scanErr)
+		if err != nil {
+			return err
+		}
+		if f.pos != "" {
+			// After the last message delivered: its checkpoint names its
+			// place in the chain (or the backend), which the next WAL
+			// reads across a seal.
+			cp, err := next.ParseCheckpoint(f.pos)
+			if err != nil {
+				return s.appendError(r.GetChannel(), err)
+			}
+			opt.DeliverPolicy = adaptor.DeliverAfter(cp)
+		}
+		s.n.log.Debug("read goes on at a newer term", "channel", r.GetChannel(), "term", term, "next", nextTerm, "after", f.pos)
+		w, term = next, nextTerm
+	}
+}
+
+// feed sends what a scanner of w reads with opt, through f, until the read
+// is done (f.done), ctx ends, or the scanner ends: then it returns the
+// scanner's error (nil when it ended without one). err is a failure that
+// ends the read: a stream that broke, a truncated start.
+func (s *service) feed(ctx context.Context, w adaptor.WAL, opt adaptor.ReadOption, f *readFeed,
+	stream *connect.ServerStream[streamwalv1.ReadResponse], rd *reader) (scanErr, err error) {
+	channel := w.Channel().Name
 	// A batch scanner: the messages come in slices, a response takes up to
 	// batch of them, from one slice or several.
 	sc, err := w.ReadBatches(ctx, opt)
 	if err != nil {
 		if errors.Is(err, walimpls.ErrPositionGone) {
-			return connect.NewError(connect.CodeOutOfRange, err)
+			return nil, connect.NewError(connect.CodeOutOfRange, err)
 		}
-		return s.appendError(r.GetChannel(), err)
+		if errors.IsAny(err, walimpls.ErrClosed, walimpls.ErrFenced) {
+			return err, nil // closed as the read switched to it: the next one
+		}
+		return nil, s.appendError(channel, err)
 	}
 	defer func() { _ = sc.Close() }()
-	tr := s.traffic.of(r.GetChannel())
-	rd := tr.addReader()
-	defer tr.removeReader(rd)
 	ended := false
 	for {
 		select {
@@ -415,7 +458,7 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 			ended = !ok
 			f.push(msgs)
 		case <-ctx.Done():
-			return nil
+			return nil, nil
 		}
 		// Take what else is ready, up to a batch.
 		for more := true; more && !ended && len(f.out) < f.batch; {
@@ -429,24 +472,51 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 		}
 		for _, resp := range f.responses() {
 			if err := stream.Send(resp); err != nil {
-				return err
+				return nil, err
 			}
 			if ms := resp.GetMessages(); len(ms) > 0 {
 				rd.tt.Store(max(rd.tt.Load(), ms[len(ms)-1].GetTimetick()))
 			}
 		}
 		if f.done {
-			return nil
+			return nil, nil
 		}
 		if ended {
-			if err := sc.Error(); errors.Is(err, walimpls.ErrPositionGone) {
-				return connect.NewError(connect.CodeOutOfRange, err)
-			} else if err != nil {
-				return s.appendError(r.GetChannel(), err)
+			err := sc.Error()
+			if errors.Is(err, walimpls.ErrPositionGone) {
+				return nil, connect.NewError(connect.CodeOutOfRange, err)
 			}
-			return nil
+			return err, nil
 		}
 	}
+}
+
+// nextWAL is the WAL a read goes on with once its scanner of channel's
+// WAL at term ended with scanErr: the channel's WAL at a newer term on
+// this node, waited for while its open is in flight (owned). Otherwise the
+// read ends with the error that says why: the channel is not owned here
+// (FailedPrecondition with WrongNode naming the owner this node knows),
+// the node is shutting down or the new term's open failed (Unavailable),
+// no newer term came (Unavailable with WrongNode), or the scanner failed
+// on its own (its error, mapped).
+func (s *service) nextWAL(ctx context.Context, channel string, term int64, scanErr error) (adaptor.WAL, int64, error) {
+	if scanErr != nil && !errors.IsAny(scanErr, walimpls.ErrClosed, walimpls.ErrFenced) {
+		return nil, 0, s.appendError(channel, scanErr)
+	}
+	w, a, err := s.owned(ctx, channel, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	if a.Term <= term {
+		cause := scanErr
+		if cause == nil {
+			cause = errors.Newf("the read of channel %q at term %d ended", channel, term)
+		}
+		snap, _ := s.n.view.Snapshot()
+		return nil, 0, s.wrongNode(snap, channel, connect.CodeUnavailable,
+			errors.Wrapf(cause, "no newer term of channel %q on node %s to go on with", channel, s.n.cfg.ID))
+	}
+	return w, a.Term, nil
 }
 
 // readFeed turns what a scanner delivers into a read's responses: pure

@@ -239,6 +239,7 @@ func (c *e2eCluster) ensureOwns(ctx context.Context, node string) {
 type ack struct {
 	at   time.Time
 	term int64
+	node string // the node that answered
 }
 
 // Three walnode processes on one etcd and one Kafka, appenders through the
