@@ -10,6 +10,8 @@
 //	walctl migrate <channel> <backend> move a channel's writes to another backend (-all, -cancel, -dry-run)
 //	walctl append <channel> [msg...]   append the arguments, or stdin's lines
 //	walctl tail <channel>              print a channel's messages, and follow it
+//	walctl commit <ch> <consumer> <cp> commit a consumer's checkpoint through the channel's owner
+//	walctl checkpoints <channel>       a channel's consumers and what its log retains (-drop)
 //	walctl token create                a bearer token, and its hash for the policy
 //	walctl policy <file> [<p> <a> <ch>] check a policy file, or one decision of it
 //	walctl etcd-roles                  create the etcd roles that guard the cluster's keys
@@ -57,6 +59,7 @@ import (
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/consumers"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 )
 
@@ -82,6 +85,8 @@ type options struct {
 	verbose       bool
 	// migrate's.
 	all, dryRun, cancel bool
+	// commit's and checkpoints' (checkpoints.go).
+	vchannel, drop string
 	// Credentials (auth.go): files, so that no secret is on the command
 	// line.
 	tokenFile, etcdUser, etcdPasswordFile string
@@ -145,6 +150,12 @@ var commandFlags = map[string]flagDef{
 	"until-caught-up": {"until-caught-up", true, func(fs *flag.FlagSet, o *options) {
 		fs.BoolVar(&o.untilCaughtUp, "until-caught-up", false, "exit once every message appended before tail started is printed")
 	}},
+	"vchannel": {"vchannel", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.vchannel, "vchannel", "", "the consumer's `vchannel` (default: a consumer of the whole channel)")
+	}},
+	"drop": {"drop", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.drop, "drop", "", "remove this `consumer` (with -vchannel: its consumer of that vchannel): it no longer holds the log back")
+	}},
 }
 
 // command is one walctl command.
@@ -157,6 +168,10 @@ type command struct {
 	// offline: the command needs no cluster (no etcd connection).
 	offline bool
 	run     func(ctx context.Context, c *ctl, args []string) error
+
+	// check, when set, reports flags and arguments the command cannot
+	// run with ("" when it can).
+	check func(o options, args []string) string
 }
 
 var commands = []*command{
@@ -171,14 +186,20 @@ of the log found, the term-begin written) and first (the first append
 acknowledged at the term). decide spans the leader's clock and the owner's.
 From the channels' chains (in the cluster's meta store) it also shows the
 backend entry and channel each one writes on, its segment, and a migration
-pending or requested (walctl migrate).`,
+pending or requested (walctl migrate); from the owners' status, what each
+log retains (RETAINED: bytes and messages; OLDEST: the oldest message's
+age; HELD BY: the consumer, or rule, that keeps it; walctl checkpoints).`,
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.channels(ctx) }},
 	{name: "explain", args: "<channel>", minArgs: 1, maxArgs: 1,
 		summary: "why a channel serves or not: owner, term, state, health, last append, readers",
 		detail: `Reads the cluster's state and asks the owner for its view of the channel
 (its Status), and says why the channel is not serving when it is not: no
 live node, owner gone or drained, opening since when, open failing with
-which error, fenced, or stalled.`,
+which error, fenced, or stalled. It also shows the backend and segments
+the channel's chain keeps, what its log retains as the owner measured it
+(bytes and messages, per segment when several; the oldest message and its
+age; who holds the log back; what the retention policy dropped) and its
+consumers with their checkpoints' ages, the slowest first.`,
 		run: func(ctx context.Context, c *ctl, args []string) error { return c.explain(ctx, args[0]) }},
 	{name: "move", args: "<channel> [<node>]", minArgs: 1, maxArgs: 2, flags: []string{"wait"},
 		summary: "move a channel to a node (default: the least loaded other live node)",
@@ -246,6 +267,8 @@ term of the owner that stored it, and its payload. -from <position> starts
 at the message printed with that position. Without -from or -n it starts
 at the first message kept.`,
 		run: func(ctx context.Context, c *ctl, args []string) error { return c.tail(ctx, args[0]) }},
+	commitCommand,
+	checkpointsCommand,
 	{name: "token", args: "create", minArgs: 1, maxArgs: 1, offline: true,
 		summary: "create a bearer token: prints it once, and the hash line for the policy",
 		detail: `Prints the new token on the first line (give it to its holder, for
@@ -266,8 +289,9 @@ cluster.`,
 		summary: "create the etcd roles that guard the cluster's keys (node, admin, reader)",
 		detail: `Creates streamwal-node (readwrite on the root and its pool's keys),
 streamwal-admin (read on the root, readwrite on its move, drain and migrate
-requests and on the channels' chains) and streamwal-reader (read on the
-root and the chains), granting them again if
+requests, on the channels' chains and on the consumers' checkpoints) and
+streamwal-reader (read on the root, the chains and the checkpoints),
+granting them again if
 they exist. Run it as etcd's root user; then bind users to the roles and
 turn authentication on with etcdctl (printed at the end).`,
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.etcdRoles(ctx) }},
@@ -348,6 +372,11 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	if cmd.name == "migrate" {
 		if _, _, msg := migrateArgs(o, pos); msg != "" {
+			return usageError(e, cmd, msg)
+		}
+	}
+	if cmd.check != nil {
+		if msg := cmd.check(o, pos); msg != "" {
 			return usageError(e, cmd, msg)
 		}
 	}
@@ -432,7 +461,10 @@ type ctl struct {
 	// chainStore reads and changes the channels' chains (made on first
 	// use, chains); closers close what it needs.
 	chainStore *chain.Store
-	closers    []func()
+	// consumerStore reads and changes the consumers' checkpoints (made on
+	// first use, checkpoints.go).
+	consumerStore *consumers.Store
+	closers       []func()
 }
 
 func (c *ctl) close() {

@@ -496,7 +496,7 @@ func TestExplain(t *testing.T) {
 	require.Equal(t, exitOK, r.code, "%s", r)
 	for _, want := range []string{"channel:", "c0", "owner:", owner + " (", ", live)", "term:", "assigned since",
 		"serving:", "yes", "health:", "healthy", "appends:", "1 ok, 0 failed, 0 waiting; last at",
-		"readers:", "0 on " + owner, "retained:", "unknown: the memory backend does not report it"} {
+		"readers:", "0 on " + owner, "retained:", "unknown: " + owner + " has not measured the log at term 1", "backend:", "memory"} {
 		require.Contains(t, r.out, want)
 	}
 	r = h.walctl("explain", "c0", "-json")

@@ -63,10 +63,10 @@ func (c *ctl) channels(ctx context.Context) error {
 		return err
 	}
 	names := sortedKeys(s.Assignments)
-	var firsts map[string]time.Time
+	var statuses map[string]*streamwalv1.ChannelStatus
 	var chains map[string]chain.Chain
 	if c.opts.verbose {
-		firsts = c.firstAppends(ctx, s)
+		statuses = c.ownerStatuses(ctx, s)
 		if chains, err = c.readChains(ctx, names); err != nil {
 			fmt.Fprintf(c.errOut, "walctl: the chains could not be read (backends not shown): %v\n", err)
 		}
@@ -79,8 +79,11 @@ func (c *ctl) channels(ctx context.Context) error {
 			v := map[string]any{"channel": name, "owner": a.Node, "term": a.Term, "state": a.State,
 				"owner_live": live, "since": a.Since, "previous": a.Previous, "open_error": s.Opened[name].Value.Error}
 			if c.opts.verbose {
-				v["move"] = movePhasesOf(s, name, firsts[name])
+				v["move"] = movePhasesOf(s, name, firstAppend(statuses[name]))
 				v["chain"] = chainOf(s, chains, name)
+				if r := retentionOfStatus(statuses[name]); r != nil {
+					v["retention"] = r
+				}
 			}
 			if err := enc.Encode(v); err != nil {
 				return err
@@ -90,7 +93,7 @@ func (c *ctl) channels(ctx context.Context) error {
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	if c.opts.verbose {
-		fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE\tDETECTED\tDECIDE\tFENCE\tTAIL\tFIRST\tBACKEND\tSEGMENT\tMIGRATION")
+		fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE\tDETECTED\tDECIDE\tFENCE\tTAIL\tFIRST\tBACKEND\tSEGMENT\tMIGRATION\tRETAINED\tOLDEST\tHELD BY")
 	} else {
 		fmt.Fprintln(w, "CHANNEL\tOWNER\tTERM\tSTATE\tSINCE")
 	}
@@ -105,7 +108,7 @@ func (c *ctl) channels(ctx context.Context) error {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s", name, a.Node, a.Term, state, a.Since.Format(time.RFC3339))
 		if c.opts.verbose {
-			m := movePhasesOf(s, name, firsts[name])
+			m := movePhasesOf(s, name, firstAppend(statuses[name]))
 			detected := "-"
 			if m.Detected != nil {
 				detected = m.Detected.Format(time.RFC3339Nano)
@@ -117,6 +120,7 @@ func (c *ctl) channels(ctx context.Context) error {
 				backend, seg = ci.Backend, fmt.Sprint(ci.Segment)
 			}
 			fmt.Fprintf(w, "\t%s\t%s\t%s", backend, seg, orDash(ci.migrationText()))
+			fmt.Fprintf(w, "\t%s", retentionColumns(retentionOfStatus(statuses[name])))
 		}
 		fmt.Fprintln(w)
 	}
@@ -129,8 +133,12 @@ type chainInfo struct {
 	// index; "" when the channel has no chain (or it was not read).
 	Backend string `json:"backend,omitempty"`
 	Segment uint64 `json:"segment"`
-	// Segments is how many segments the chain keeps.
-	Segments int `json:"segments,omitempty"`
+	// Segments is how many segments the chain keeps; Kept names them,
+	// oldest first ("<index> <entry>/<channel>").
+	Segments int      `json:"segments,omitempty"`
+	Kept     []string `json:"kept,omitempty"`
+	// Entry is the backend entry of the last segment.
+	Entry string `json:"entry,omitempty"`
 	// Pending is the migration pending in the chain, if any.
 	Pending *chain.Migration `json:"pending,omitempty"`
 	// Request is the channel's migrate request, if any.
@@ -141,7 +149,10 @@ func chainOf(s cluster.Snapshot, chains map[string]chain.Chain, channel string) 
 	var ci chainInfo
 	if c, ok := chains[channel]; ok {
 		last := c.Last()
-		ci.Backend, ci.Segment, ci.Segments, ci.Pending = last.Backend.String(), last.Index, len(c.Segments), c.Pending
+		ci.Backend, ci.Segment, ci.Segments, ci.Pending, ci.Entry = last.Backend.String(), last.Index, len(c.Segments), c.Pending, last.Backend.Name
+		for _, seg := range c.Segments {
+			ci.Kept = append(ci.Kept, fmt.Sprintf("%d %s", seg.Index, seg.Backend))
+		}
 	}
 	if r, ok := s.Migrations[channel]; ok {
 		req := r.Value
@@ -216,12 +227,12 @@ func phase(ms *float64) string {
 	return strconv.FormatFloat(*ms, 'f', 1, 64) + "ms"
 }
 
-// firstAppends asks every live owner in s for its status and returns, per
-// channel it holds at its assigned term, the time of its first
-// acknowledged append. An owner that does not answer leaves its channels
-// out.
-func (c *ctl) firstAppends(ctx context.Context, s cluster.Snapshot) map[string]time.Time {
-	out := map[string]time.Time{}
+// ownerStatuses asks every live owner in s for its status and returns,
+// per channel it holds at its assigned term, its status there (the first
+// acknowledged append, what the log retains). An owner that does not
+// answer leaves its channels out.
+func (c *ctl) ownerStatuses(ctx context.Context, s cluster.Snapshot) map[string]*streamwalv1.ChannelStatus {
+	out := map[string]*streamwalv1.ChannelStatus{}
 	asked := map[string]bool{}
 	for _, v := range s.Assignments {
 		a := v.Value
@@ -236,12 +247,21 @@ func (c *ctl) firstAppends(ctx context.Context, s cluster.Snapshot) map[string]t
 			continue
 		}
 		for _, cs := range st.GetChannels() {
-			if as, ok := s.Assignments[cs.GetName()]; ok && as.Value.Node == a.Node && as.Value.Term == cs.GetTerm() && cs.GetFirstAppend() != nil {
-				out[cs.GetName()] = cs.GetFirstAppend().AsTime()
+			if as, ok := s.Assignments[cs.GetName()]; ok && as.Value.Node == a.Node && as.Value.Term == cs.GetTerm() {
+				out[cs.GetName()] = cs
 			}
 		}
 	}
 	return out
+}
+
+// firstAppend is the time of the first append acknowledged at the term of
+// cs; zero when unknown.
+func firstAppend(cs *streamwalv1.ChannelStatus) time.Time {
+	if cs.GetFirstAppend() == nil {
+		return time.Time{}
+	}
+	return cs.GetFirstAppend().AsTime()
 }
 
 // errUnknownChannel is the answer for a channel without an assignment.
@@ -300,16 +320,24 @@ type explanation struct {
 	LastError    string     `json:"last_error,omitempty"`
 	Readers      uint32     `json:"readers"`
 	ReaderLagMS  *int64     `json:"slowest_reader_lag_ms,omitempty"`
-	Backend      string     `json:"backend,omitempty"`
-	// Retained is the channel's retained size as the backend reports it:
-	// none reports it yet, so this says so.
-	Retained    string  `json:"retained"`
-	MoveRequest *string `json:"move_request,omitempty"`
+	// Backend is the backend entry the channel writes on: its chain's last
+	// segment's, or (a channel without a chain) its owner's backend.
+	Backend string `json:"backend,omitempty"`
+	// Retained says what the log retains in one line; Retention is the
+	// owner's measure (nil when unknown), Consumers the channel's
+	// consumers, the slowest first (checkpoints.go).
+	Retained    string         `json:"retained"`
+	Retention   *retentionView `json:"retention,omitempty"`
+	Consumers   []consumerView `json:"consumers,omitempty"`
+	MoveRequest *string        `json:"move_request,omitempty"`
 	// LastRefusal is the coordinator's reason for dropping the last move
 	// or migrate request of the channel it refused, if any.
 	LastRefusal string `json:"last_refusal,omitempty"`
 	// Chain is where the channel writes, and its migration.
 	Chain chainInfo `json:"chain"`
+
+	// consumersRead: Consumers were read (none is an answer).
+	consumersRead bool
 }
 
 // explain says why a channel serves or not.
@@ -326,8 +354,7 @@ func (c *ctl) explain(ctx context.Context, channel string) error {
 		return errUnknownChannel(channel)
 	}
 	a := av.Value
-	x := explanation{Channel: channel, Owner: a.Node, Term: a.Term, State: a.State, Since: a.Since, Previous: a.Previous,
-		Retained: "unknown: no backend reports a channel's retained size yet"}
+	x := explanation{Channel: channel, Owner: a.Node, Term: a.Term, State: a.State, Since: a.Since, Previous: a.Previous}
 	n, live := s.Nodes[a.Node]
 	_, drained := s.Drains[a.Node]
 	x.OwnerLive, x.OwnerDrained, x.OwnerAddr = live, drained, n.Value.Addr
@@ -370,12 +397,13 @@ func (c *ctl) explain(ctx context.Context, channel string) error {
 			}
 		default:
 			x.Backend = st.GetBackend()
-			if x.Backend != "" {
-				x.Retained = fmt.Sprintf("unknown: the %s backend does not report it", x.Backend)
-			}
 			c.fromStatus(&x, st)
 		}
 	}
+	if x.Chain.Entry != "" {
+		x.Backend = x.Chain.Entry
+	}
+	c.explainRetention(ctx, s, &x)
 	if x.Why == "" && a.State == cluster.Assigning && x.NodeState != "available" {
 		x.Why = fmt.Sprintf("opening on %s at term %d since %s (%s ago)", a.Node, a.Term, a.Since.Format(time.RFC3339), age(a.Since))
 	}
@@ -405,6 +433,7 @@ func (c *ctl) fromStatus(x *explanation, st *streamwalv1.StatusResponse) {
 		return
 	}
 	x.NodeState, x.Health, x.HealthReason = cs.GetState(), cs.GetHealth(), cs.GetReason()
+	x.Retention = retentionOfStatus(cs)
 	x.AppendsOK, x.AppendsFail, x.Waiting = cs.GetAppendsOk(), cs.GetAppendsFailed(), cs.GetAppendsWaiting()
 	if cs.GetLastAppend() != nil {
 		t := cs.GetLastAppend().AsTime()
@@ -472,10 +501,16 @@ func (c *ctl) printExplanation(x explanation) error {
 	if x.LastError != "" {
 		line("last error:", "%s", x.LastError)
 	}
-	line("retained:", "%s", x.Retained)
 	if x.Chain.Backend != "" {
-		line("chain:", "writes on %s (segment %d of %d kept)", x.Chain.Backend, x.Chain.Segment, x.Chain.Segments)
+		kept := ""
+		if len(x.Chain.Kept) > 1 {
+			kept = ": " + strings.Join(x.Chain.Kept, ", ")
+		}
+		line("chain:", "writes on %s (segment %d of %d kept%s)", x.Chain.Backend, x.Chain.Segment, x.Chain.Segments, kept)
+	} else if x.Backend != "" {
+		line("backend:", "%s", x.Backend)
 	}
+	printRetention(line, x)
 	if m := x.Chain.migrationText(); m != "" {
 		line("migration:", "%s", m)
 	}
