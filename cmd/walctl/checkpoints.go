@@ -352,7 +352,11 @@ func (c *ctl) checkpoints(ctx context.Context, channel string) error {
 		if v.TruncatedTo != "" {
 			t = "truncated to " + v.TruncatedTo
 		}
-		fmt.Fprintf(c.out, "retention: unknown (the owner did not answer); %s\n", t)
+		why := "the owner did not answer"
+		if v.Owner == "" {
+			why = "the channel has no owner"
+		}
+		fmt.Fprintf(c.out, "retention: unknown (%s); %s\n", why, t)
 	}
 	return nil
 }

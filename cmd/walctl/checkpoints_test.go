@@ -5,20 +5,25 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/consumers"
 	"github.com/streamwal/streamwal/internal/backendstest"
+	"github.com/streamwal/streamwal/internal/etcdtest"
+	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/retention"
+	"github.com/streamwal/streamwal/security/authz"
 )
 
 // consumersHarness is a harness whose nodes keep consumers' checkpoints,
@@ -284,4 +289,66 @@ func TestRetentionText(t *testing.T) {
 	require.Equal(t, "12 message(s), 4.0 KiB (policy: max age 24h0m0s, max bytes 1.0 GiB)", r.dropped())
 	r.HeldBy = ""
 	require.Equal(t, "2.0 KiB in 3 message(s), held by nothing (truncated up to its tail)", r.summary())
+}
+
+// With etcd's authentication on and the roles of walctl etcd-roles, a
+// viewer (streamwal-reader) lists a channel's checkpoints from the meta
+// store but cannot drop a consumer; an operator (streamwal-admin) can.
+func TestCheckpointsDropNeedsAdmin(t *testing.T) {
+	es := etcdtest.Start(t) // authentication is server-wide: a server of its own
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	root := etcdtest.Client(t, es.Endpoints())
+	passwords := map[string]string{}
+	for _, user := range []string{"root", "operator", "viewer"} {
+		passwords[user] = user + "-password"
+		_, err := root.UserAdd(ctx, user, passwords[user])
+		require.NoError(t, err)
+	}
+	_, err := root.UserGrantRole(ctx, "root", "root")
+	require.NoError(t, err)
+	h := newHarnessOn(t, root, es.Endpoints(), "")
+	r := h.walctl("etcd-roles")
+	require.Equal(t, exitOK, r.code, "%s", r)
+	for user, role := range map[string]string{"operator": authz.EtcdRoleAdmin, "viewer": authz.EtcdRoleReader} {
+		_, err := root.UserGrantRole(ctx, user, role)
+		require.NoError(t, err)
+	}
+
+	// A consumer's checkpoint, as an owner would have stored it.
+	kv, err := etcdstore.New(root, etcdstore.Options{Prefix: metaPrefix(h.layout.Root)})
+	require.NoError(t, err)
+	defer func() { _ = kv.Close() }()
+	store, err := consumers.NewStore(kv, consumers.Options{})
+	require.NoError(t, err)
+	parse := func(s string) (adaptor.Checkpoint, error) {
+		tt, id, _ := strings.Cut(s, "@")
+		n, err := strconv.ParseUint(tt, 10, 64)
+		if err != nil {
+			return adaptor.Checkpoint{}, err
+		}
+		pos, err := message.UnmarshalSeqID("memory", id)
+		return adaptor.Checkpoint{Position: pos, TimeTick: n}, err
+	}
+	_, err = store.Commit(ctx, "c0", consumers.Scope{Consumer: "old"}, adaptor.Checkpoint{Position: message.NewSeqID("memory", 5), TimeTick: 10}, 1, parse)
+	require.NoError(t, err)
+	h.view.Close()
+	_, err = root.AuthEnable(ctx)
+	require.NoError(t, err)
+
+	as := func(user string, args ...string) result {
+		return h.walctl(append(args, "-etcd-user", user, "-etcd-password-file", secretFile(t, passwords[user]))...)
+	}
+	r = as("viewer", "checkpoints", "c0")
+	require.Equal(t, exitOK, r.code, "%s", r)
+	require.Regexp(t, `(?m)^old +- +10@`, r.out)
+	require.Contains(t, r.out, "retention: unknown (the channel has no owner); never truncated")
+	r = as("viewer", "checkpoints", "c0", "-drop", "old")
+	require.Equal(t, exitFailed, r.code, "%s", r)
+	require.Contains(t, r.errOut, "permission denied")
+	r = as("operator", "checkpoints", "c0", "-drop", "old")
+	require.Equal(t, exitOK, r.code, "%s", r)
+	r = as("viewer", "checkpoints", "c0")
+	require.Equal(t, exitFailed, r.code, "nothing left of c0: %s", r)
+	require.Contains(t, r.errOut, `unknown channel "c0"`)
 }
