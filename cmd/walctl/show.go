@@ -133,16 +133,18 @@ type chainInfo struct {
 	// index; "" when the channel has no chain (or it was not read).
 	Backend string `json:"backend,omitempty"`
 	Segment uint64 `json:"segment"`
-	// Segments is how many segments the chain keeps; Kept names them,
-	// oldest first ("<index> <entry>/<channel>").
-	Segments int      `json:"segments,omitempty"`
-	Kept     []string `json:"kept,omitempty"`
-	// Entry is the backend entry of the last segment.
-	Entry string `json:"entry,omitempty"`
+	// Segments is how many segments the chain keeps.
+	Segments int `json:"segments,omitempty"`
 	// Pending is the migration pending in the chain, if any.
 	Pending *chain.Migration `json:"pending,omitempty"`
 	// Request is the channel's migrate request, if any.
 	Request *cluster.MigrateRequest `json:"migrate_request,omitempty"`
+
+	// Kept names the kept segments, oldest first ("<index>
+	// <entry>/<channel>"), and Entry is the last one's backend entry
+	// (explain; not in the JSON, whose backend says it).
+	Kept  []string `json:"-"`
+	Entry string   `json:"-"`
 }
 
 func chainOf(s cluster.Snapshot, chains map[string]chain.Chain, channel string) chainInfo {
