@@ -199,18 +199,18 @@ func consumerOf(c consumers.Checkpoint, st *retention.Stats) *streamwalv1.Consum
 
 // retentionReport is a channel's retention on /admin/channels.
 type retentionReport struct {
-	Bytes       int64             `json:"bytes"`
-	Messages    int64             `json:"messages"`
-	OldestID    string            `json:"oldest_id,omitempty"`
-	OldestTime  *time.Time        `json:"oldest_time,omitempty"`
-	OldestAgeMS *int64            `json:"oldest_age_ms,omitempty"`
-	HeldBy      string            `json:"held_by"`
-	TruncatedTo string            `json:"truncated_to,omitempty"`
-	Segments    []segmentReport   `json:"segments,omitempty"`
-	Dropped     *droppedReport    `json:"dropped,omitempty"`
-	Policy      *retention.Policy `json:"policy,omitempty"`
-	MeasuredAt  time.Time         `json:"measured_at"`
-	LastError   string            `json:"last_error,omitempty"`
+	Bytes       int64           `json:"bytes"`
+	Messages    int64           `json:"messages"`
+	OldestID    string          `json:"oldest_id,omitempty"`
+	OldestTime  *time.Time      `json:"oldest_time,omitempty"`
+	OldestAgeMS *int64          `json:"oldest_age_ms,omitempty"`
+	HeldBy      string          `json:"held_by"`
+	TruncatedTo string          `json:"truncated_to,omitempty"`
+	Segments    []segmentReport `json:"segments,omitempty"`
+	Dropped     *droppedReport  `json:"dropped,omitempty"`
+	Policy      *policyReport   `json:"policy,omitempty"`
+	MeasuredAt  time.Time       `json:"measured_at"`
+	LastError   string          `json:"last_error,omitempty"`
 }
 
 type segmentReport struct {
@@ -220,6 +220,12 @@ type segmentReport struct {
 	Sealed         bool   `json:"sealed,omitempty"`
 	Bytes          int64  `json:"bytes"`
 	Messages       int64  `json:"messages"`
+}
+
+// policyReport is the retention policy in force.
+type policyReport struct {
+	MaxAge   string `json:"max_age,omitempty"`
+	MaxBytes int64  `json:"max_bytes,omitempty"`
 }
 
 type droppedReport struct {
@@ -243,9 +249,11 @@ func retentionReportOf(st retention.Stats, now time.Time) *retentionReport {
 	if st.Dropped != [2]int64{} {
 		r.Dropped = &droppedReport{Messages: st.Dropped[0], Bytes: st.Dropped[1]}
 	}
-	if !st.Policy.IsZero() {
-		p := st.Policy
-		r.Policy = &p
+	if p := st.Policy; !p.IsZero() {
+		r.Policy = &policyReport{MaxBytes: p.MaxBytes}
+		if p.MaxAge > 0 {
+			r.Policy.MaxAge = p.MaxAge.String()
+		}
 	}
 	if st.Err != nil {
 		r.LastError = st.Err.Error()

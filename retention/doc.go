@@ -58,8 +58,8 @@
 // messages retained, in all and per segment; the oldest retained message
 // and its age; the consumer (or rule) holding the log back; the floor; what
 // the policy dropped. Figures are exact to within one block of the log
-// (about MiB or 4,096 messages, coarser when a channel retains more than
-// 256 blocks' worth): a truncation inside a block keeps counting the block
+// (64 KiB or 256 messages; the older blocks of a channel that retains
+// more than 512 blocks' worth merge, and grow coarser): a truncation inside a block keeps counting the block
 // until a later truncation passes it. The first round at a term reads the
 // whole retained log from the floor on (a read that does not reach its
 // tail within a round goes on in the next from where it stopped), so the
