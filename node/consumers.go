@@ -320,7 +320,7 @@ func (rs retentionSource) Appended(channel string, since uint64) bool {
 // validateRetention checks a retention configuration for Config.Validate.
 func validateRetention(c retention.Config) error {
 	if err := c.Validate(); err != nil {
-		return errors.WithStack(fmt.Errorf("Retention: %w: %w", err, ErrInvalidConfig))
+		return errors.WithStack(fmt.Errorf("retention: %w: %w", err, ErrInvalidConfig))
 	}
 	return nil
 }
