@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -69,8 +68,8 @@ principals:
 	for name, c := range map[string]*client.Client{"reader": r, "no token": anon} {
 		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
 		_, err = c.Append(actx, "orders", client.Message{Payload: []byte("x")}, client.Options{})
-		require.True(t, errors.Is(err, client.ErrRefused), "%s: %v", name, err)
-		require.False(t, errors.Is(err, client.ErrOutcomeUnknown), name)
+		isBoth(t, err, client.ErrRefused, true)
+		isBoth(t, err, client.ErrOutcomeUnknown, false)
 		require.NoError(t, actx.Err(), "%s: refused at once, not retried", name)
 		acancel()
 	}
@@ -81,7 +80,7 @@ principals:
 	}))
 	require.Equal(t, []string{"m1"}, got)
 	err = w.Read(ctx, "orders", client.ReadOptions{UntilCaughtUp: true}, func(*streamwalv1.Delivered) error { return nil })
-	require.True(t, errors.Is(err, client.ErrRefused), "%v", err)
+	isBoth(t, err, client.ErrRefused, true)
 }
 
 // startNodeWith starts a node of cfg on the memory backend mem until tb
