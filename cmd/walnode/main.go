@@ -330,7 +330,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	err = n.Shutdown(sctx)
 	stopCoord()
 	if cerr := <-coordDone; cerr != nil && !errors.Is(cerr, context.Canceled) {
-		err = errors.CombineErrors(err, cerr)
+		err = errors.Join(err, cerr) // both in the text: CombineErrors would print only the first
 	}
 	return err
 }
