@@ -12,6 +12,7 @@ import (
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/security/authz"
@@ -68,8 +69,8 @@ principals:
 	for name, c := range map[string]*client.Client{"reader": r, "no token": anon} {
 		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
 		_, err = c.Append(actx, "orders", client.Message{Payload: []byte("x")}, client.Options{})
-		isBoth(t, err, client.ErrRefused, true)
-		isBoth(t, err, client.ErrOutcomeUnknown, false)
+		errmarktest.Is(t, err, client.ErrRefused)
+		errmarktest.IsNot(t, err, client.ErrOutcomeUnknown)
 		require.NoError(t, actx.Err(), "%s: refused at once, not retried", name)
 		acancel()
 	}
@@ -80,7 +81,7 @@ principals:
 	}))
 	require.Equal(t, []string{"m1"}, got)
 	err = w.Read(ctx, "orders", client.ReadOptions{UntilCaughtUp: true}, func(*streamwalv1.Delivered) error { return nil })
-	isBoth(t, err, client.ErrRefused, true)
+	errmarktest.Is(t, err, client.ErrRefused)
 }
 
 // startNodeWith starts a node of cfg on the memory backend mem until tb

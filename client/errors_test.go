@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	crerrors "github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
@@ -34,14 +34,6 @@ func (l loseAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	_ = resp.Body.Close()
 	l.lost()
 	return nil, stderrors.New("connection reset by test")
-}
-
-// isBoth checks errors.Is of the standard library and of cockroachdb/errors
-// alike: callers use either.
-func isBoth(t *testing.T, err, target error, want bool) {
-	t.Helper()
-	require.Equalf(t, want, stderrors.Is(err, target), "standard errors.Is(%q, %q)", err, target)
-	require.Equalf(t, want, crerrors.Is(err, target), "cockroachdb errors.Is(%q, %q)", err, target)
 }
 
 // The errors Append returns are seen by the standard errors.Is: an append
@@ -67,9 +59,9 @@ func TestAppendErrorsStandardIs(t *testing.T) {
 	defer lossy.Close()
 	_, err = lossy.Append(actx, "orders", client.Message{Payload: []byte("m1")}, client.Options{Key: "k1"})
 	require.Error(t, err)
-	isBoth(t, err, client.ErrOutcomeUnknown, true)
-	isBoth(t, err, context.Canceled, true) // why it gave up
-	isBoth(t, err, client.ErrRefused, false)
+	errmarktest.Is(t, err, client.ErrOutcomeUnknown)
+	errmarktest.Is(t, err, context.Canceled) // why it gave up
+	errmarktest.IsNot(t, err, client.ErrRefused)
 
 	c, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root})
 	require.NoError(t, err)
@@ -81,10 +73,10 @@ func TestAppendErrorsStandardIs(t *testing.T) {
 	// A refusal (a reserved property key): nothing stored, nothing unknown.
 	bad := client.Message{Payload: []byte("m2"), Properties: map[string]string{"_term": "9"}}
 	_, err = c.Append(ctx, "orders", bad, client.Options{})
-	isBoth(t, err, client.ErrRefused, true)
-	isBoth(t, err, client.ErrOutcomeUnknown, false)
+	errmarktest.Is(t, err, client.ErrRefused)
+	errmarktest.IsNot(t, err, client.ErrOutcomeUnknown)
 	// The same refusal of a retry: an earlier attempt may have stored it.
 	_, err = c.Append(ctx, "orders", bad, client.Options{Key: "k2", Retry: true})
-	isBoth(t, err, client.ErrRefused, true)
-	isBoth(t, err, client.ErrOutcomeUnknown, true)
+	errmarktest.Is(t, err, client.ErrRefused)
+	errmarktest.Is(t, err, client.ErrOutcomeUnknown)
 }
