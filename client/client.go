@@ -18,6 +18,11 @@
 // later Append with the same Options.Key resolves it the same way; an error
 // without it stored nothing.
 //
+// The errors carry their sentinels (ErrOutcomeUnknown, ErrRefused,
+// ErrClosed, a context's end) for the standard library's errors.Is and
+// cockroachdb/errors' alike, with the node's or the connection's error
+// kept beneath them.
+//
 // # Following the owner
 //
 // An attempt in flight is watched against the cluster's assignments: when
