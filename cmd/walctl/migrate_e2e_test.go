@@ -34,8 +34,9 @@ func newChainHarness(t *testing.T, def string, kinds ...string) *chainHarness {
 	return &chainHarness{harness: h, b: backendstest.Start(t, kinds...), store: chain.NewStore(kv, chain.Options{}), def: def}
 }
 
-// startNode starts a node in chain mode.
-func (h *chainHarness) startNode(id string) {
+// startNode starts a node in chain mode; the returned func stops it (also
+// at cleanup).
+func (h *chainHarness) startNode(id string) func() {
 	t := h.t
 	d, err := h.b.Describe(h.def)
 	require.NoError(t, err)
@@ -43,11 +44,18 @@ func (h *chainHarness) startNode(id string) {
 		Chains: &chainwal.Config{Store: h.store, Openers: h.b, Default: d, Describe: h.b.Describe}})
 	require.NoError(t, err)
 	require.NoError(t, n.Start(h.ctx))
-	t.Cleanup(func() {
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
 		require.NoError(t, n.Shutdown(ctx))
-	})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // startCoordinator runs a coordinator with the chains, and waits until
