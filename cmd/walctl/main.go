@@ -37,7 +37,8 @@
 // A request that cannot take effect is refused before it is written when
 // the cluster's current state already says so (an unknown channel or node,
 // a node that is not live or drained, nowhere to move to, draining the last
-// node, migrating a channel to the backend it is on), and otherwise
+// node, migrating a channel to the backend it is on or to one the
+// coordinator does not have), and otherwise
 // reported when the coordinator refuses it: move and migrate wait for the
 // coordinator's decision (it records why it drops a request,
 // cluster.MoveRefusal), drain until the node's channels have moved.
@@ -251,9 +252,12 @@ printing "k/n migrated".
                                        (once sealed, migrate back to undo it)
 
 Refused at once for an unknown channel, one on <backend> already, or one
-with another migration pending. -dry-run prints each channel's backend
-and segment, its term and the new one, and its owner, and writes nothing.
-Exit status 1 names every channel refused, with the reason.
+with another migration pending, and for what the coordinator would refuse:
+a <backend> that is none of the entries it publishes (the error lists
+them), or a coordinator that runs without chains. -dry-run is refused the
+same way; otherwise it prints each channel's backend and segment, its term
+and the new one, and its owner, and writes nothing. Exit status 1 names
+every channel refused, with the reason.
 
 When walctl gives up (-timeout, Ctrl-C, etcd failing) it takes back what
 is not done, so that a migrate reported as failed never takes effect

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -217,6 +218,12 @@ func (c *ctl) migrate(ctx context.Context, channel, backend string) error {
 	if err != nil {
 		return err
 	}
+	// What the coordinator would refuse is refused here, by a dry run too.
+	if len(plan) > 0 || c.opts.dryRun {
+		if err := c.checkMigrationTarget(ctx, backend); err != nil {
+			return err
+		}
+	}
 	if c.opts.dryRun {
 		return c.printPlan(plan)
 	}
@@ -225,9 +232,6 @@ func (c *ctl) migrate(ctx context.Context, channel, backend string) error {
 			fmt.Fprintf(c.out, "every channel is on %s already\n", backend)
 		}
 		return nil
-	}
-	if err := c.checkCoordinator(ctx); err != nil {
-		return err
 	}
 	revs, errs := c.requestMigrations(ctx, plan)
 	if err := errors.Join(errs...); err != nil {
@@ -244,6 +248,65 @@ func (c *ctl) migrate(ctx context.Context, channel, backend string) error {
 		return c.giveUp(ctx, sts, len(plan), cause)
 	}
 	return c.awaitMigrations(ctx, plan, revs)
+}
+
+// checkMigrationTarget refuses a migration to backend that the leading
+// coordinator would refuse, from what it publishes beside its election
+// key (cluster.CandidateInfo.Migrations): none runs, it runs without
+// chains, or backend is none of its entries. A leader that publishes
+// nothing (an older walnode) decides alone: a dry run says so on stderr.
+func (c *ctl) checkMigrationTarget(ctx context.Context, backend string) error {
+	if err := c.checkCoordinator(ctx); err != nil {
+		return err
+	}
+	m, leader, err := c.leaderMigrations(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case m == nil:
+		if c.opts.dryRun {
+			fmt.Fprintf(c.errOut, "walctl: the coordinator %s does not publish its backend entries: it decides on %q itself\n", leader, backend)
+		}
+		return nil
+	case !m.Chains:
+		return errors.Newf("this cluster runs without chains: its coordinator %s refuses every migration (a node configuration with several backends runs one)", leader)
+	case !slices.Contains(m.Backends, backend):
+		return errors.Newf("unknown backend %q: the cluster's backend entries are %s (the coordinator %s's configuration)", backend, strings.Join(m.Backends, ", "), leader)
+	}
+	return nil
+}
+
+// leaderMigrations returns the migrations the leading coordinator carries
+// out, as it published them (nil when it does not say), and its ID.
+func (c *ctl) leaderMigrations(ctx context.Context) (*cluster.MigrationTargets, string, error) {
+	resp, err := c.cli.Get(ctx, c.layout.Election()+"/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return nil, "", errors.Wrap(err, "look for the coordinator")
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, "", errors.Newf("no coordinator runs for this cluster (no candidate under %s)", c.layout.Election())
+	}
+	leader := string(resp.Kvs[0].Value)
+	key := string(resp.Kvs[0].Key)
+	lease, err := strconv.ParseInt(key[strings.LastIndex(key, "/")+1:], 16, 64)
+	if err != nil {
+		return nil, leader, nil // not a key of this version's election: it says nothing
+	}
+	infoKey := c.layout.Candidate(lease)
+	info, err := c.cli.Get(ctx, infoKey)
+	if err != nil {
+		return nil, leader, errors.Wrap(err, "read the coordinator's candidate info")
+	}
+	if len(info.Kvs) == 0 {
+		return nil, leader, nil
+	}
+	ci, err := cluster.Decode[cluster.CandidateInfo](infoKey, info.Kvs[0].Value)
+	if err != nil {
+		return nil, leader, err
+	}
+	return ci.Migrations, leader, nil
 }
 
 // requestMigrations writes the migrate request of every planned channel,
