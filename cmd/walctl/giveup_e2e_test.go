@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -115,11 +116,12 @@ func TestMigrateGiveUpWithdraws(t *testing.T) {
 	}
 }
 
-// A migrate whose coordinator recorded the intent, but whose channel's
-// only node died (nobody opens it at the migration's term): walctl gives
-// up and cancels the intent before its seal (exit 1, the chain stays as
-// it was); when an owner sealed it already before dying, it cannot be
-// taken back: PENDING, with the command that undoes it (exit 3).
+// A migrate whose coordinator recorded the intent and assigned the
+// channel at the migration's term, to an owner that never opens it (a
+// node registered whose process does nothing): walctl gives up and
+// cancels the intent before its seal (exit 1, the chain stays as it was);
+// when the owner sealed it already (and did not serve it yet), it cannot
+// be taken back: PENDING, with the command that undoes it (exit 3).
 func TestMigrateGiveUpAfterIntent(t *testing.T) {
 	h := newChainHarness(t, "memory", "memory", "local")
 	stop := h.startNode("n1")
@@ -127,20 +129,29 @@ func TestMigrateGiveUpAfterIntent(t *testing.T) {
 	h.waitFor("c0 and c1 open", func(s cluster.Snapshot) bool {
 		return s.Opened["c0"].Value.Term == 1 && s.Opened["c1"].Value.Term == 1
 	})
+	// ghost is live (its lease, no address to probe) and opens nothing.
+	lease, err := h.cli.Grant(h.ctx, 60)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = h.cli.Revoke(context.Background(), lease.ID) })
+	_, err = h.cli.Put(h.ctx, h.layout.Node("ghost"), string(cluster.Encode(cluster.NodeInfo{ID: "ghost", Started: time.Now()})), clientv3.WithLease(lease.ID))
+	require.NoError(t, err)
 	stop()
-	h.waitFor("n1 gone", func(s cluster.Snapshot) bool { _, ok := s.Nodes["n1"]; return !ok })
+	h.waitFor("c0 and c1 on ghost at term 2", func(s cluster.Snapshot) bool {
+		return s.Assignments["c0"].Value.Node == "ghost" && s.Assignments["c1"].Value.Term == 2 && s.Assignments["c1"].Value.Node == "ghost"
+	})
+	// started: the intent is recorded and the channel assigned at its term.
+	started := func(ctx context.Context, ch string) bool {
+		_, err := h.view.WaitFor(ctx, func(s cluster.Snapshot) bool { return s.Migrations[ch].Value.Term != 0 })
+		return err == nil
+	}
 
 	// Cancelled before its seal.
-	var pending *chain.Migration
-	r := h.walctlUntil(func(ctx context.Context) {
-		if c, ok := h.waitChain(ctx, "c0", func(c chain.Chain) bool { return c.Pending != nil }); ok {
-			pending = c.Pending
-		}
-	}, "migrate", "c0", "local", "-wait")
-	require.NotNil(t, pending, "the coordinator recorded the intent:\n%s", r)
+	var ok bool
+	r := h.walctlUntil(func(ctx context.Context) { ok = started(ctx, "c0") }, "migrate", "c0", "local", "-wait")
+	require.True(t, ok, "the migration started:\n%s", r)
 	require.Equal(t, exitFailed, r.code, "%s", r)
 	t.Logf("walctl migrate c0 local -wait, cancelled:\n%s", r)
-	require.Contains(t, r.errOut, "the migration to local at term 2 cancelled before its seal: it stays on memory/c0")
+	require.Contains(t, r.errOut, "c0: the migration to local at term 3 cancelled before its seal: it stays on memory/c0")
 	require.NotContains(t, r.errOut, "PENDING")
 	c, err := h.store.Get(h.ctx, "c0")
 	require.NoError(t, err)
@@ -148,21 +159,21 @@ func TestMigrateGiveUpAfterIntent(t *testing.T) {
 	require.Len(t, c.Segments, 1)
 	require.Empty(t, h.requests())
 
-	// Sealed already (by an owner that opened at the migration's term and
-	// died before it served): pending.
+	// Sealed already (by the owner, which then hangs): pending.
 	r = h.walctlUntil(func(ctx context.Context) {
-		c, ok := h.waitChain(ctx, "c1", func(c chain.Chain) bool { return c.Pending != nil })
-		if !ok {
+		if !started(ctx, "c1") {
 			return
 		}
-		_, err := h.store.Seal(ctx, "c1", chain.SealRequest{Segment: 0, Term: c.Pending.Term})
+		c, err := h.store.Get(ctx, "c1")
+		require.NoError(t, err)
+		require.NotNil(t, c.Pending)
+		_, err = h.store.Seal(ctx, "c1", chain.SealRequest{Segment: 0, Term: c.Pending.Term})
 		require.NoError(t, err)
 	}, "migrate", "c1", "local", "-wait")
 	require.Equal(t, exitPending, r.code, "%s", r)
 	t.Logf("walctl migrate c1 local -wait, sealed:\n%s", r)
 	require.Contains(t, r.errOut, "1 pending, not taken back: it may still take effect, or did")
-	require.Contains(t, r.errOut, "PENDING c1:")
-	require.Contains(t, r.errOut, "sealed already: it writes on local/c1-s1 (segment 1) from term 2 (not served yet: its owner n1 is not live)")
+	require.Contains(t, r.errOut, "PENDING c1: sealed already: it writes on local/c1-s1 (segment 1) from term 3 (not served yet: ghost is opening it at term 3 since")
 	require.Contains(t, r.errOut, "walctl migrate c1 memory undoes it")
 	c, err = h.store.Get(h.ctx, "c1")
 	require.NoError(t, err)

@@ -702,10 +702,8 @@ func (c *ctl) sealedDetail(ctx context.Context, store *chain.Store, p planned) s
 		if n := len(cur.Segments); n >= 2 {
 			undo = fmt.Sprintf("walctl migrate %s %s undoes it", p.Channel, cur.Segments[n-2].Backend.Name)
 		}
-		if c.view != nil {
-			if s, _ := c.view.Snapshot(); !opened(s, p.Channel, last.FirstTerm) {
-				serving = " (not served yet: " + notServing(s, p.Channel, last.FirstTerm) + ")"
-			}
+		if s, err := c.snapshot(ctx); err == nil && !opened(s, p.Channel, last.FirstTerm) {
+			serving = " (not served yet: " + notServing(s, p.Channel, last.FirstTerm) + ")"
 		}
 	}
 	return fmt.Sprintf("sealed already: it writes on %s%s; %s", where, serving, undo)
