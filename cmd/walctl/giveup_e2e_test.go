@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/coordinator"
 )
 
 // walctlUntil runs walctl like walctl, and stops it as Ctrl-C would once
@@ -114,6 +115,21 @@ func TestMigrateGiveUpWithdraws(t *testing.T) {
 		require.NotContains(t, r.errOut, "PENDING")
 		t.Logf("walctl %s:\n%s", strings.Join(tc.args, " "), r)
 	}
+
+	// Another operator's request of c0 to pulsar: c0 is refused, c1's
+	// request is withdrawn, the other operator's stays.
+	_, err = coordinator.RequestMigrate(h.ctx, h.cli, h.layout, "c0", "pulsar", "ops")
+	require.NoError(t, err)
+	r := h.walctlUntil(func(ctx context.Context) {
+		_, _ = h.view.WaitFor(ctx, func(s cluster.Snapshot) bool { return len(s.Migrations) == 2 })
+	}, "migrate", "-all", "kafka")
+	require.Equal(t, exitFailed, r.code, "%s", r)
+	t.Logf("walctl migrate -all kafka:\n%s", r)
+	require.Contains(t, r.errOut, "1 migration(s) refused:\n  c0: coordinator: migrate c0 to kafka: a migration to pulsar is requested already")
+	require.Contains(t, r.errOut, "1 of 1 migration(s) not done (context canceled); taken back: none takes effect:\n  c1: its request withdrawn")
+	require.Equal(t, []string{"c0"}, h.requests())
+	s, _ := h.view.Snapshot()
+	require.Equal(t, "pulsar", s.Migrations["c0"].Value.To)
 }
 
 // A migrate whose coordinator recorded the intent and assigned the

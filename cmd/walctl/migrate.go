@@ -234,20 +234,35 @@ func (c *ctl) migrate(ctx context.Context, channel, backend string) error {
 		return nil
 	}
 	revs, errs := c.requestMigrations(ctx, plan)
-	if err := errors.Join(errs...); err != nil {
+	var (
+		sts     []*migState
+		refused []string // another migration requested there: nothing written
+		unknown bool     // a write whose outcome is unknown
+	)
+	for i, p := range plan {
+		switch err := errs[i]; {
+		case err == nil:
+			sts = append(sts, &migState{p: p, rev: revs[i]})
+		case errors.Is(err, coordinator.ErrMigrateRequested):
+			refused = append(refused, fmt.Sprintf("%s: %v", p.Channel, err))
+		default:
+			unknown = true
+		}
+	}
+	if unknown {
 		// Some requests may be written: take them back, so that a migrate
 		// that fails never takes effect later.
-		sts := make([]*migState, len(plan))
+		all := make([]*migState, len(plan))
 		for i, p := range plan {
-			sts[i] = &migState{p: p, rev: revs[i], writeErr: errs[i]}
+			all[i] = &migState{p: p, rev: revs[i], writeErr: errs[i]}
 		}
 		cause := ctx.Err()
 		if cause == nil {
 			cause = errors.New("a request could not be written")
 		}
-		return c.giveUp(ctx, sts, len(plan), cause)
+		return c.giveUp(ctx, all, len(plan), cause)
 	}
-	return c.awaitMigrations(ctx, plan, revs)
+	return c.awaitMigrations(ctx, sts, refused)
 }
 
 // checkMigrationTarget refuses a migration to backend that the leading
@@ -369,17 +384,15 @@ type migState struct {
 // settled reports whether walctl is done with st: finished or refused.
 func (st *migState) settled() bool { return st.finished || st.refused != "" }
 
-// awaitMigrations waits for the coordinator's decision on each request
-// (the migration started, or refused) and, with -wait, until each channel
-// writes on its new segment. The error names the channels refused, with
-// their reasons. When walctl stops waiting first (ctx ends, etcd fails),
-// it takes back what is not done (giveUp).
-func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64) error {
-	sts := make([]*migState, len(plan))
-	for i, p := range plan {
-		sts[i] = &migState{p: p, rev: revs[i]}
-	}
-	refused, err := c.followMigrations(ctx, sts)
+// awaitMigrations waits for the coordinator's decision on each request of
+// sts (the migration started, or refused) and, with -wait, until each
+// channel writes on its new segment. The error names the channels refused
+// (those refused already, then the coordinator's), with their reasons.
+// When walctl stops waiting first (ctx ends, etcd fails), it takes back
+// what is not done (giveUp).
+func (c *ctl) awaitMigrations(ctx context.Context, sts []*migState, refused []string) error {
+	more, err := c.followMigrations(ctx, sts)
+	refused = append(refused, more...)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err() // why walctl stops, whatever call it stopped
@@ -510,7 +523,7 @@ func (c *ctl) followMigrations(ctx context.Context, sts []*migState) (refused []
 
 func refusedError(refused []string) error {
 	slices.Sort(refused)
-	return errors.Newf("the coordinator refused %d migration(s):\n  %s", len(refused), strings.Join(refused, "\n  "))
+	return errors.Newf("%d migration(s) refused:\n  %s", len(refused), strings.Join(refused, "\n  "))
 }
 
 // migrateRefusal returns the coordinator's reason for refusing the
