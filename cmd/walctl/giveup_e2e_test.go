@@ -45,34 +45,6 @@ func (h *harness) requests() []string {
 	return keys
 }
 
-// waitChain waits until cond holds for channel's chain, watching its key
-// in the meta store; false when ctx ends first.
-func (h *chainHarness) waitChain(ctx context.Context, channel string, cond func(chain.Chain) bool) (chain.Chain, bool) {
-	key := metaPrefix(h.layout.Root) + chain.Key(channel)
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	resp, err := h.cli.Get(wctx, key, clientv3.WithKeysOnly())
-	if err != nil {
-		return chain.Chain{}, false
-	}
-	check := func() (chain.Chain, bool) {
-		c, err := h.store.Get(wctx, channel)
-		return c, err == nil && cond(c)
-	}
-	if c, ok := check(); ok {
-		return c, true
-	}
-	for wr := range h.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
-		if wr.Err() != nil {
-			return chain.Chain{}, false
-		}
-		if c, ok := check(); ok {
-			return c, true
-		}
-	}
-	return chain.Chain{}, false
-}
-
 // A migrate that gives up before any coordinator acted on its requests
 // (the one registered is stopped: its election key is there, it does
 // nothing) withdraws them: exit 1, and no request is left for a

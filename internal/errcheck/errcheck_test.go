@@ -189,6 +189,7 @@ func constString(e ast.Expr) (string, bool) {
 func TestNoHiddenSentinels(t *testing.T) {
 	var problems []string
 	marks := 0
+	secondaries := map[string]bool{} // files of secondaryAllowed that use one
 	for _, s := range parseModule(t) {
 		ast.Inspect(s.file, func(n ast.Node) bool {
 			c, ok := n.(*ast.CallExpr)
@@ -215,6 +216,7 @@ func TestNoHiddenSentinels(t *testing.T) {
 			case name == "Handled", name == "HandledWithMessage", name == "HandledWithMessagef", name == "HandledInDomain", name == "Opaque":
 				problems = append(problems, fmt.Sprintf("%s: errors.%s hides its cause from every errors.Is", s.pos(c.Pos()), name))
 			case name == "CombineErrors", name == "WithSecondaryError":
+				secondaries[s.rel] = true
 				if _, ok := secondaryAllowed[s.rel]; !ok {
 					problems = append(problems, fmt.Sprintf("%s: errors.%s: no errors.Is sees the second error, and the text leaves it out; use errors.Join", s.pos(c.Pos()), name))
 				}
@@ -237,6 +239,11 @@ func TestNoHiddenSentinels(t *testing.T) {
 			}
 			return true
 		})
+	}
+	for file := range secondaryAllowed {
+		if !secondaries[file] {
+			problems = append(problems, file+": listed in secondaryAllowed, but uses no secondary error any more: take it off the list")
+		}
 	}
 	if len(problems) > 0 {
 		t.Fatalf("errors hidden from the standard errors.Is:\n%s", strings.Join(problems, "\n"))
