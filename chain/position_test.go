@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -42,7 +43,7 @@ func TestParsePositionRefusesCorruptStrings(t *testing.T) {
 	} {
 		_, err := chain.ParsePosition(s)
 		require.Error(t, err, "%q", s)
-		require.True(t, errors.Is(err, message.ErrCorruptID), "%q: %v", s, err)
+		errmarktest.Is(t, err, message.ErrCorruptID)
 	}
 	require.Error(t, chain.Position{Segment: 2}.Validate(), "a segment without an id has no string")
 }
@@ -55,11 +56,11 @@ func TestLocate(t *testing.T) {
 	require.Equal(t, uint64(2), s.Index)
 
 	_, err = c.Locate(chain.Position{ID: "17"})
-	require.True(t, errors.Is(err, walimpls.ErrPositionGone), "%v", err)
+	errmarktest.Is(t, err, walimpls.ErrPositionGone)
 	require.Contains(t, err.Error(), "the chain starts at segment 1")
 
 	_, err = c.Locate(chain.Position{Segment: 3, ID: "1"})
-	require.True(t, errors.Is(err, chain.ErrUnknownSegment), "%v", err)
+	errmarktest.Is(t, err, chain.ErrUnknownSegment)
 }
 
 // FuzzParsePosition: whatever a string is, ParsePosition answers without

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/meta"
 )
 
@@ -53,7 +54,7 @@ func Decode(key string, data []byte) (Chain, error) {
 	case head.V == nil:
 		return Chain{}, corrupt(key, errors.New("no format version"))
 	case *head.V > FormatVersion:
-		return Chain{}, errors.Mark(errors.Wrapf(ErrNewerFormat,
+		return Chain{}, errmark.Mark(errors.Wrapf(ErrNewerFormat,
 			"%s: format version %d, this streamwal reads up to %d: upgrade it before it reads or changes this chain", key, *head.V, FormatVersion), meta.ErrCorrupt)
 	case *head.V != FormatVersion:
 		return Chain{}, corrupt(key, errors.Newf("format version %d", *head.V))

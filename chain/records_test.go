@@ -4,10 +4,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/meta"
 )
 
@@ -40,8 +40,8 @@ func TestDecodeRefusesWhatItCannotRead(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := chain.Decode(key, []byte(tc.data))
-			require.True(t, errors.Is(err, meta.ErrCorrupt), "%v", err)
-			require.False(t, errors.Is(err, chain.ErrNewerFormat), "%v", err)
+			errmarktest.Is(t, err, meta.ErrCorrupt)
+			errmarktest.IsNot(t, err, chain.ErrNewerFormat)
 			require.Contains(t, err.Error(), tc.want)
 			require.Contains(t, err.Error(), key)
 		})
@@ -54,7 +54,7 @@ func TestDecodeRefusesWhatItCannotRead(t *testing.T) {
 	require.False(t, spaced.Equal(local))
 
 	_, err = chain.Decode(key, []byte(`{"v":2,"layout":"unknown to v1"}`))
-	require.True(t, errors.Is(err, chain.ErrNewerFormat), "%v", err)
-	require.True(t, errors.Is(err, meta.ErrCorrupt), "%v", err)
+	errmarktest.Is(t, err, chain.ErrNewerFormat)
+	errmarktest.Is(t, err, meta.ErrCorrupt)
 	require.Contains(t, err.Error(), "format version 2, this streamwal reads up to 1")
 }

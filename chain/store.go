@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -157,7 +158,7 @@ func (s *Store) CancelMigration(ctx context.Context, channel string, segment uin
 func (s *Store) Seal(ctx context.Context, channel string, req SealRequest) (Chain, error) {
 	if req.End != "" {
 		if err := validateID("seal end", req.End); err != nil {
-			return Chain{}, errors.Mark(errors.Wrapf(err, "chain %s: seal", channel), ErrInvalid)
+			return Chain{}, errmark.Mark(errors.Wrapf(err, "chain %s: seal", channel), ErrInvalid)
 		}
 	}
 	return s.update(ctx, channel, func(c *Chain) (bool, error) {
@@ -279,13 +280,13 @@ func (s *Store) update(ctx context.Context, channel string, change func(c *Chain
 
 func (s *Store) get(ctx context.Context, channel string) (Chain, int64, error) {
 	if err := walimpls.ValidateChannelName(channel); err != nil {
-		return Chain{}, 0, errors.Mark(errors.Wrap(err, "chain"), ErrInvalid)
+		return Chain{}, 0, errmark.Mark(errors.Wrap(err, "chain"), ErrInvalid)
 	}
 	key := Key(channel)
 	kv, err := s.kv.Get(ctx, key)
 	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
-			return Chain{}, 0, errors.Mark(errors.Wrapf(err, "chain %s", channel), ErrNotFound)
+			return Chain{}, 0, errmark.Mark(errors.Wrapf(err, "chain %s", channel), ErrNotFound)
 		}
 		return Chain{}, 0, errors.Wrapf(err, "chain %s: read", channel)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/walimpls"
@@ -19,14 +20,14 @@ func TestStoreMigrations(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func() meta.Store) {
 		ctx, s := testCtx(t), newStore(open())
 		_, err := s.Get(ctx, "orders")
-		require.True(t, errors.Is(err, chain.ErrNotFound), "%v", err)
-		require.True(t, errors.Is(err, meta.ErrNotFound), "%v", err)
+		errmarktest.Is(t, err, chain.ErrNotFound)
+		errmarktest.Is(t, err, meta.ErrNotFound)
 
 		c, err := s.Create(ctx, "orders", local, 1)
 		require.NoError(t, err)
 		require.Len(t, c.Segments, 1)
 		_, err = s.Create(ctx, "orders", kafka("orders"), 1)
-		require.True(t, errors.Is(err, chain.ErrExists), "%v", err)
+		errmarktest.Is(t, err, chain.ErrExists)
 
 		// Step 1, and its retry.
 		req := chain.MigrationRequest{Segment: 0, Target: kafka("orders-s1"), Term: 4, By: "walctl@ops-1"}
@@ -61,7 +62,7 @@ func TestStoreMigrations(t *testing.T) {
 		// Back to local, on a channel of its own.
 		back := chain.Backend{Name: "local", Kind: "local", Channel: "orders-s3"}
 		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 2, Target: local, Term: 12, By: "walctl@ops-1"})
-		require.True(t, errors.Is(err, chain.ErrInvalid), "segment 0's backend channel: %v", err)
+		errmarktest.Is(t, err, chain.ErrInvalid)
 		c, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 2, Target: back, Term: 12, By: "walctl@ops-1"})
 		require.NoError(t, err)
 
@@ -84,11 +85,11 @@ func TestStoreRefusals(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func() meta.Store) {
 		ctx, s := testCtx(t), newStore(open())
 		_, err := s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 4, By: "op"})
-		require.True(t, errors.Is(err, chain.ErrNotFound), "%v", err)
+		errmarktest.Is(t, err, chain.ErrNotFound)
 		_, err = s.Get(ctx, "../orders")
-		require.True(t, errors.Is(err, chain.ErrInvalid), "%v", err)
+		errmarktest.Is(t, err, chain.ErrInvalid)
 		_, err = s.Create(ctx, "orders", local, -1)
-		require.True(t, errors.Is(err, chain.ErrInvalid), "%v", err)
+		errmarktest.Is(t, err, chain.ErrInvalid)
 		_, err = s.Create(ctx, "orders", local, 1)
 		require.NoError(t, err)
 		before, err := s.Get(ctx, "orders")
@@ -108,17 +109,17 @@ func TestStoreRefusals(t *testing.T) {
 		}
 		for _, r := range refusals {
 			_, err := s.BeginMigration(ctx, "orders", r.req)
-			require.True(t, errors.Is(err, r.is), "%s: %v", r.name, err)
+			errmarktest.Is(t, err, r.is)
 			require.Contains(t, err.Error(), r.want, r.name)
 		}
 
 		_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 4, End: "17", TimeTick: 100})
-		require.True(t, errors.Is(err, chain.ErrNoMigration), "%v", err)
+		errmarktest.Is(t, err, chain.ErrNoMigration)
 
 		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 4, By: "op"})
 		require.NoError(t, err)
 		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: pulsar("orders-s1"), Term: 5, By: "op"})
-		require.True(t, errors.Is(err, chain.ErrMigrationPending), "%v", err)
+		errmarktest.Is(t, err, chain.ErrMigrationPending)
 		require.Contains(t, err.Error(), "migration to kafka/orders-s1 at term 4, requested by \"op\"")
 
 		sealRefusals := []struct {
@@ -133,7 +134,7 @@ func TestStoreRefusals(t *testing.T) {
 		}
 		for _, r := range sealRefusals {
 			_, err := s.Seal(ctx, "orders", r.req)
-			require.True(t, errors.Is(err, r.is), "%s: %v", r.name, err)
+			errmarktest.Is(t, err, r.is)
 		}
 		c, err := s.Get(ctx, "orders")
 		require.NoError(t, err)
@@ -163,7 +164,7 @@ func TestStoreChecksTheTargetAgainBeforeTheSeal(t *testing.T) {
 		require.NoError(t, err)
 		fail = true
 		_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 4, End: "17", TimeTick: 100})
-		require.True(t, errors.Is(err, refuse), "%v", err)
+		errmarktest.Is(t, err, refuse)
 		require.Len(t, checked, 2)
 		require.True(t, checked[1].Equal(kafka("orders-s1")), "the recorded target is checked, not a configuration")
 		c, err := s.Get(ctx, "orders")
@@ -179,20 +180,20 @@ func TestStoreCancel(t *testing.T) {
 		_, err := s.Create(ctx, "orders", local, 1)
 		require.NoError(t, err)
 		_, err = s.CancelMigration(ctx, "orders", 0, 4)
-		require.True(t, errors.Is(err, chain.ErrNoMigration), "%v", err)
+		errmarktest.Is(t, err, chain.ErrNoMigration)
 
 		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: kafka("orders-s1"), Term: 4, By: "op"})
 		require.NoError(t, err)
 		_, err = s.CancelMigration(ctx, "orders", 0, 5)
-		require.True(t, errors.Is(err, chain.ErrMigrationMismatch), "%v", err)
+		errmarktest.Is(t, err, chain.ErrMigrationMismatch)
 		c, err := s.CancelMigration(ctx, "orders", 0, 4)
 		require.NoError(t, err)
 		require.Nil(t, c.Pending)
 		require.Len(t, c.Segments, 1)
 		_, err = s.CancelMigration(ctx, "orders", 0, 4)
-		require.True(t, errors.Is(err, chain.ErrNoMigration), "a cancelled migration: %v", err)
+		errmarktest.Is(t, err, chain.ErrNoMigration)
 		_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 4, End: "17", TimeTick: 100})
-		require.True(t, errors.Is(err, chain.ErrNoMigration), "a cancelled migration is not sealed: %v", err)
+		errmarktest.Is(t, err, chain.ErrNoMigration)
 
 		// Another one, at a new term, goes through; then it is too late.
 		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Target: pulsar("orders-s1"), Term: 5, By: "op"})
@@ -200,7 +201,7 @@ func TestStoreCancel(t *testing.T) {
 		_, err = s.Seal(ctx, "orders", chain.SealRequest{Segment: 0, Term: 5, End: "17", TimeTick: 100})
 		require.NoError(t, err)
 		_, err = s.CancelMigration(ctx, "orders", 0, 5)
-		require.True(t, errors.Is(err, chain.ErrSegmentMismatch), "%v", err)
+		errmarktest.Is(t, err, chain.ErrSegmentMismatch)
 		require.Contains(t, err.Error(), "too late to cancel; migrate again to undo it")
 	})
 }
@@ -221,9 +222,9 @@ func TestStoreDropFront(t *testing.T) {
 		}
 
 		_, err = s.DropFront(ctx, "orders", 2, 3)
-		require.True(t, errors.Is(err, chain.ErrInvalid), "the last segment: %v", err)
+		errmarktest.Is(t, err, chain.ErrInvalid)
 		_, err = s.DropFront(ctx, "orders", 1, 1)
-		require.True(t, errors.Is(err, chain.ErrSegmentMismatch), "%v", err)
+		errmarktest.Is(t, err, chain.ErrSegmentMismatch)
 		c, err := s.DropFront(ctx, "orders", 2, 2)
 		require.NoError(t, err)
 		require.Equal(t, uint64(2), c.First())
@@ -238,13 +239,13 @@ func TestStoreDropFront(t *testing.T) {
 			pos, err := chain.ParsePosition(p)
 			require.NoError(t, err)
 			_, err = got.Locate(pos)
-			require.True(t, errors.Is(err, walimpls.ErrPositionGone), "%s: %v", p, err)
+			errmarktest.Is(t, err, walimpls.ErrPositionGone)
 		}
 		_, err = got.Locate(chain.Position{Segment: 2, ID: "1:0"})
 		require.NoError(t, err)
 
 		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 0, Target: local, Term: 12, By: "op"})
-		require.True(t, errors.Is(err, chain.ErrSegmentMismatch), "%v", err)
+		errmarktest.Is(t, err, chain.ErrSegmentMismatch)
 		require.Contains(t, err.Error(), "that segment was pruned")
 		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 2, Target: local, Term: 12, By: "op"})
 		require.NoError(t, err, "segment 0's backend channel may be used again once it is dropped")
@@ -264,14 +265,19 @@ func TestStoreKeepsWhatItCannotRead(t *testing.T) {
 			_, err := kv.Put(ctx, chain.Key(name), []byte(value), meta.Absent)
 			require.NoError(t, err)
 			_, err = s.Get(ctx, name)
-			require.True(t, errors.Is(err, meta.ErrCorrupt), "%v", err)
-			require.Equal(t, name == "newer", errors.Is(err, chain.ErrNewerFormat), "%v", err)
+			errmarktest.Is(t, err, meta.ErrCorrupt)
+			if name == "newer" {
+				errmarktest.Is(t, err, chain.ErrNewerFormat)
+			} else {
+				errmarktest.IsNot(t, err, chain.ErrNewerFormat)
+				errmarktest.Is(t, err, chain.ErrInvalid) // a chain of no segments
+			}
 			_, err = s.BeginMigration(ctx, name, chain.MigrationRequest{Target: kafka(name + "-s1"), Term: 4, By: "op"})
-			require.True(t, errors.Is(err, meta.ErrCorrupt), "%v", err)
+			errmarktest.Is(t, err, meta.ErrCorrupt)
 			_, err = s.DropFront(ctx, name, 0, 0)
-			require.True(t, errors.Is(err, meta.ErrCorrupt), "%v", err)
+			errmarktest.Is(t, err, meta.ErrCorrupt)
 			_, err = s.Create(ctx, name, local, 1)
-			require.True(t, errors.Is(err, chain.ErrExists), "%v", err)
+			errmarktest.Is(t, err, chain.ErrExists)
 			got, err := kv.Get(ctx, chain.Key(name))
 			require.NoError(t, err)
 			require.Equal(t, value, string(got.Value))
@@ -302,11 +308,11 @@ func TestStoreListAndRemove(t *testing.T) {
 		require.Len(t, all[0].Segments, 2)
 
 		err = s.Remove(ctx, "a", 0)
-		require.True(t, errors.Is(err, chain.ErrSegmentMismatch), "%v", err)
+		errmarktest.Is(t, err, chain.ErrSegmentMismatch)
 		require.NoError(t, s.Remove(ctx, "a", 1))
 		require.NoError(t, s.Remove(ctx, "a", 1), "removing what is gone is not an error")
 		_, err = s.Get(ctx, "a")
-		require.True(t, errors.Is(err, chain.ErrNotFound), "%v", err)
+		errmarktest.Is(t, err, chain.ErrNotFound)
 		all, err = s.List(ctx)
 		require.NoError(t, err)
 		require.Len(t, all, 1)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -23,7 +24,7 @@ const (
 // package documentation that c breaks.
 func (c Chain) Validate() error {
 	if err := walimpls.ValidateChannelName(c.Channel); err != nil {
-		return errors.Mark(errors.Wrap(err, "chain"), ErrInvalid)
+		return errmark.Mark(errors.Wrap(err, "chain"), ErrInvalid)
 	}
 	n := len(c.Segments)
 	if n == 0 || n > MaxSegments {
@@ -92,7 +93,7 @@ func (c Chain) validateSegment(s Segment, last bool, prevTT uint64) error {
 	}
 	if seal.End != "" {
 		if err := validateID("seal end", seal.End); err != nil {
-			return errors.Mark(errors.Wrapf(err, "chain %s: segment %d", c.Channel, s.Index), ErrInvalid)
+			return errmark.Mark(errors.Wrapf(err, "chain %s: segment %d", c.Channel, s.Index), ErrInvalid)
 		}
 	}
 	return nil
@@ -110,9 +111,9 @@ func (c Chain) validatePending(used map[[2]string]uint64) error {
 	}
 	switch {
 	case m.Target.Name == last.Backend.Name:
-		return errors.Mark(errors.Wrapf(ErrInvalid, "chain %s: pending migration targets backend %q, the last segment's", c.Channel, m.Target.Name), ErrSameBackend)
+		return errmark.Mark(errors.Wrapf(ErrInvalid, "chain %s: pending migration targets backend %q, the last segment's", c.Channel, m.Target.Name), ErrSameBackend)
 	case m.Term <= last.FirstTerm:
-		return errors.Mark(errors.Wrapf(ErrInvalid, "chain %s: pending migration's term %d is not above the last segment's first term %d", c.Channel, m.Term, last.FirstTerm), ErrStaleTerm)
+		return errmark.Mark(errors.Wrapf(ErrInvalid, "chain %s: pending migration's term %d is not above the last segment's first term %d", c.Channel, m.Term, last.FirstTerm), ErrStaleTerm)
 	case m.At.IsZero():
 		return errors.Wrapf(ErrInvalid, "chain %s: pending migration has no time", c.Channel)
 	}
@@ -128,7 +129,7 @@ func (b Backend) Validate() error {
 		return err
 	}
 	if err := walimpls.ValidateChannelName(b.Channel); err != nil {
-		return errors.Mark(errors.Wrapf(err, "backend %s", b.Name), ErrInvalid)
+		return errmark.Mark(errors.Wrapf(err, "backend %s", b.Name), ErrInvalid)
 	}
 	if len(b.Params) == 0 {
 		return nil

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 )
 
 func TestValidateAcceptsValidChains(t *testing.T) {
@@ -93,13 +93,13 @@ func TestValidateRejectsBrokenInvariants(t *testing.T) {
 			tc.mutate(&c)
 			err := c.Validate()
 			require.Error(t, err)
-			require.True(t, errors.Is(err, chain.ErrInvalid), "%v", err)
+			errmarktest.Is(t, err, chain.ErrInvalid)
 			require.Contains(t, err.Error(), tc.want)
 			if tc.is != nil {
-				require.True(t, errors.Is(err, tc.is), "%v", err)
+				errmarktest.Is(t, err, tc.is)
 			}
 			_, err = chain.Encode(c)
-			require.True(t, errors.Is(err, chain.ErrInvalid), "Encode validates: %v", err)
+			errmarktest.Is(t, err, chain.ErrInvalid)
 		})
 	}
 }

@@ -34,17 +34,3 @@ var (
 // errCorruptCheckpoint is adaptor.ErrCorruptCheckpoint: one sentinel for
 // a checkpoint string that does not decode, whichever package read it.
 var errCorruptCheckpoint = adaptor.ErrCorruptCheckpoint
-
-// markedError is cause that also matches mark (errors.Is, the standard
-// library's too), and unwraps to cause: the sentinel callers branch on,
-// without losing the cause.
-type markedError struct {
-	cause error
-	mark  error
-}
-
-func mark(cause, sentinel error) error { return &markedError{cause: cause, mark: sentinel} }
-
-func (e *markedError) Error() string        { return e.cause.Error() }
-func (e *markedError) Unwrap() error        { return e.cause }
-func (e *markedError) Is(target error) bool { return target == e.mark }

@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 )
 
@@ -99,7 +100,7 @@ func CheckpointOf(m message.Immutable) (Checkpoint, error) {
 	}
 	pos, err := PositionOf(lc)
 	if err != nil {
-		return Checkpoint{}, mark(err, ErrNoResumePosition)
+		return Checkpoint{}, errmark.Mark(err, ErrNoResumePosition)
 	}
 	tt, ok := m.TimeTick()
 	if !ok {
@@ -145,7 +146,7 @@ func ParseCheckpoint(s string) (Checkpoint, error) {
 	}
 	pos, err := chain.ParsePosition(posText)
 	if err != nil || pos.IsZero() {
-		return Checkpoint{}, mark(errors.Wrapf(errCorruptCheckpoint, "%q: position: %v", s, err), message.ErrCorruptID)
+		return Checkpoint{}, errmark.Mark(errors.Wrapf(errCorruptCheckpoint, "%q: position: %v", s, err), message.ErrCorruptID)
 	}
 	return Checkpoint{Position: pos, TimeTick: tt}, nil
 }

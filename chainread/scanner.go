@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
@@ -172,7 +173,7 @@ func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool, resta
 	if err != nil {
 		if seg.Seal != nil && errors.Is(err, walimpls.ErrNoChannel) {
 			// A sealed segment's channel existed: its data is gone.
-			err = mark(errors.Wrap(err, "the sealed segment's data is gone"), walimpls.ErrPositionGone)
+			err = errmark.Mark(errors.Wrap(err, "the sealed segment's data is gone"), walimpls.ErrPositionGone)
 		}
 		return nil, err
 	}

@@ -3,13 +3,13 @@ package chainwal_test
 import (
 	"testing"
 
-	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -52,6 +52,10 @@ func TestMigrateFourBackends(t *testing.T) {
 	parsed, err := w.ParseCheckpoint(cp.Marshal())
 	require.NoError(t, err)
 	readAll(t, w, &l, adaptor.DeliverAfter(parsed), 11)
+	// A checkpoint in a segment the chain does not have is corrupt, and
+	// says why.
+	_, err = w.ParseCheckpoint("5@s9/1")
+	errmarktest.Is(t, err, adaptor.ErrCorruptCheckpoint, chain.ErrUnknownSegment)
 	id, err := w.ParseID(all[70].ID().Marshal())
 	require.NoError(t, err)
 	readFrom(t, w, &l, id)
@@ -60,9 +64,9 @@ func TestMigrateFourBackends(t *testing.T) {
 	// Migrating to where the channel is, or to an entry the configuration
 	// lacks, is refused and changes nothing.
 	_, err = o.Migrate(ctx, m, "orders", "local", "test")
-	require.True(t, errors.Is(err, chain.ErrSameBackend), "%v", err)
+	errmarktest.Is(t, err, chain.ErrSameBackend)
 	_, err = o.Migrate(ctx, m, "orders", "kafka-west", "test")
-	require.True(t, errors.Is(err, chainwal.ErrUnknownBackend), "%v", err)
+	errmarktest.Is(t, err, chainwal.ErrUnknownBackend)
 	w, err = m.GetAvailableWAL(adaptor.Channel{Name: "orders", Term: 4})
 	require.NoError(t, err)
 	l.appendN(t, w, "after", 5, 1)
@@ -305,4 +309,14 @@ func TestMetricsKeepTheChannel(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"mx"}, labels)
+}
+
+// A Config whose WAL options do not validate is ErrInvalidConfig, and the
+// adaptor's reason stays visible.
+func TestConfigInvalidWAL(t *testing.T) {
+	e := newEnv(t, "memory")
+	d, err := e.b.Describe("memory")
+	require.NoError(t, err)
+	err = chainwal.Config{Store: e.store, Openers: e.b, Default: d, WAL: adaptor.Options{TimeTickInterval: -1}}.Validate()
+	errmarktest.Is(t, err, chainwal.ErrInvalidConfig, adaptor.ErrInvalidOptions)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -67,7 +68,7 @@ func (w *wal) ParseCheckpoint(s string) (adaptor.Checkpoint, error) {
 	}
 	id, err := w.idOf(cp.Position)
 	if err != nil {
-		return adaptor.Checkpoint{}, errors.Mark(err, adaptor.ErrCorruptCheckpoint)
+		return adaptor.Checkpoint{}, errmark.Mark(err, adaptor.ErrCorruptCheckpoint)
 	}
 	return adaptor.Checkpoint{Position: id, TimeTick: cp.TimeTick}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
 )
@@ -21,7 +22,7 @@ func (o *Opener) Target(c chain.Chain, name string) (chain.Backend, error) {
 	case o.cfg.Describe != nil:
 		var err error
 		if b, err = o.cfg.Describe(name); err != nil {
-			return chain.Backend{}, errors.Mark(errors.Wrapf(err, "chainwal: migrate %s to %q", c.Channel, name), ErrUnknownBackend)
+			return chain.Backend{}, errmark.Mark(errors.Wrapf(err, "chainwal: migrate %s to %q", c.Channel, name), ErrUnknownBackend)
 		}
 	case name == o.cfg.Default.Name:
 		b = o.cfg.Default

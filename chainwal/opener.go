@@ -11,6 +11,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -97,7 +98,7 @@ func (c Config) Validate() error {
 		return errors.Wrap(ErrInvalidConfig, "WAL options are a writer's: ReadOnly is not allowed")
 	}
 	if err := c.WAL.Validate(); err != nil {
-		return errors.WithStack(errors.Mark(err, ErrInvalidConfig))
+		return errors.WithStack(errmark.Mark(err, ErrInvalidConfig))
 	}
 	return nil
 }

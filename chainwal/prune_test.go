@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -61,7 +62,7 @@ func TestPrune(t *testing.T) {
 
 	require.NoError(t, m.Delete(ctx, adaptor.Channel{Name: "p", Term: 4}))
 	_, err = e.store.Get(ctx, "p")
-	require.True(t, errors.Is(err, chain.ErrNotFound), "%v", err)
+	errmarktest.Is(t, err, chain.ErrNotFound)
 	for _, seg := range []struct{ entry, name string }{{"local", "p-s1"}, {"kafka", "p-s2"}} {
 		_, err = e.b.Entry(seg.entry).Open(ctx, walimpls.Channel{Name: seg.name, Mode: walimpls.ReadOnly})
 		require.ErrorIs(t, err, walimpls.ErrNoChannel, "%s not deleted", seg.name)

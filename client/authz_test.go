@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/security/authz"
@@ -69,8 +69,8 @@ principals:
 	for name, c := range map[string]*client.Client{"reader": r, "no token": anon} {
 		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
 		_, err = c.Append(actx, "orders", client.Message{Payload: []byte("x")}, client.Options{})
-		require.True(t, errors.Is(err, client.ErrRefused), "%s: %v", name, err)
-		require.False(t, errors.Is(err, client.ErrOutcomeUnknown), name)
+		errmarktest.Is(t, err, client.ErrRefused)
+		errmarktest.IsNot(t, err, client.ErrOutcomeUnknown)
 		require.NoError(t, actx.Err(), "%s: refused at once, not retried", name)
 		acancel()
 	}
@@ -81,7 +81,7 @@ principals:
 	}))
 	require.Equal(t, []string{"m1"}, got)
 	err = w.Read(ctx, "orders", client.ReadOptions{UntilCaughtUp: true}, func(*streamwalv1.Delivered) error { return nil })
-	require.True(t, errors.Is(err, client.ErrRefused), "%v", err)
+	errmarktest.Is(t, err, client.ErrRefused)
 }
 
 // startNodeWith starts a node of cfg on the memory backend mem until tb

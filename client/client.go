@@ -18,6 +18,11 @@
 // later Append with the same Options.Key resolves it the same way; an error
 // without it stored nothing.
 //
+// The errors carry their sentinels (ErrOutcomeUnknown, ErrRefused,
+// ErrClosed, a context's end) for the standard library's errors.Is and
+// cockroachdb/errors' alike, with the node's or the connection's error
+// kept beneath them.
+//
 // # Following the owner
 //
 // An attempt in flight is watched against the cluster's assignments: when
@@ -51,6 +56,7 @@ import (
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/utility/backoff"
 )
 
@@ -128,7 +134,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	layout, err := cluster.NewLayout(cfg.Root)
 	if err != nil {
-		return nil, errors.Mark(err, ErrRefused)
+		return nil, errmark.Mark(err, ErrRefused)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -253,7 +259,7 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 			continue
 		}
 		if terr := c.tlsRefusal(ctx, addr, err); terr != nil {
-			return Result{}, c.final(errors.Mark(errors.Wrapf(terr, "client: append to %q at %s", channel, addr), ErrRefused), retry)
+			return Result{}, c.final(errmark.Mark(errors.Wrapf(terr, "client: append to %q at %s", channel, addr), ErrRefused), retry)
 		}
 		code := connect.CodeOf(err)
 		wn, notStored := details(err)
@@ -267,7 +273,7 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 			// one %w).
 			return Result{}, c.final(fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err), retry)
 		case refused(code):
-			return Result{}, c.final(errors.Mark(err, ErrRefused), retry)
+			return Result{}, c.final(errmark.Mark(err, ErrRefused), retry)
 		case wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != addr:
 			// Try where the node says the owner is, when it knows a newer
 			// term than the attempt's: a new owner that has not yet seen
@@ -284,7 +290,7 @@ func (c *Client) Append(ctx context.Context, channel string, m Message, opts Opt
 // attempt may have stored the message.
 func (c *Client) final(err error, unknown bool) error {
 	if unknown {
-		return errors.Mark(err, ErrOutcomeUnknown)
+		return errmark.Mark(err, ErrOutcomeUnknown)
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
+	"github.com/streamwal/streamwal/internal/errmark"
 )
 
 // ReadOptions tune Read.
@@ -100,10 +101,10 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 				continue // abandoned: the channel moved
 			}
 			if readRefused(connect.CodeOf(err)) {
-				return errors.Mark(err, ErrRefused)
+				return errmark.Mark(err, ErrRefused)
 			}
 			if terr := c.tlsRefusal(ctx, addr, err); terr != nil {
-				return errors.Mark(errors.Wrapf(terr, "client: read %q at %s", channel, addr), ErrRefused)
+				return errmark.Mark(errors.Wrapf(terr, "client: read %q at %s", channel, addr), ErrRefused)
 			}
 			continue
 		}
@@ -136,10 +137,10 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 		case moved:
 			// Abandoned: its node no longer owns the channel.
 		case readRefused(connect.CodeOf(err)):
-			return errors.Mark(err, ErrRefused)
+			return errmark.Mark(err, ErrRefused)
 		case err != nil:
 			if terr := c.tlsRefusal(ctx, addr, err); terr != nil {
-				return errors.Mark(errors.Wrapf(terr, "client: read %q at %s", channel, addr), ErrRefused)
+				return errmark.Mark(errors.Wrapf(terr, "client: read %q at %s", channel, addr), ErrRefused)
 			}
 		}
 		c.log.Debug("read stream ended; following the owner", "channel", channel, "node", tg.node, "moved", moved, "error", err)

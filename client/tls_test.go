@@ -18,6 +18,7 @@ import (
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/internal/readback"
 	"github.com/streamwal/streamwal/node"
@@ -159,8 +160,8 @@ func TestTLSRefusals(t *testing.T) {
 			cl := newClient(c.cfg)
 			start := time.Now()
 			_, err := cl.Append(ctx, c.channel, client.Message{Payload: []byte("refused")}, client.Options{})
-			require.True(t, errors.Is(err, client.ErrRefused), "%+v", err)
-			require.False(t, errors.Is(err, client.ErrOutcomeUnknown), "nothing was sent: %v", err)
+			errmarktest.Is(t, err, client.ErrRefused)
+			errmarktest.IsNot(t, err, client.ErrOutcomeUnknown) // nothing was sent
 			require.Contains(t, err.Error(), c.want)
 			require.Less(t, time.Since(start), 10*time.Second, "refused at once, not retried until the deadline")
 			err = cl.Read(ctx, c.channel, client.ReadOptions{UntilCaughtUp: true}, func(*streamwalv1.Delivered) error { return nil })

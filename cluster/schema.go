@@ -145,6 +145,23 @@ type Opened struct {
 type CandidateInfo struct {
 	ID   string `json:"id"`
 	Node string `json:"node,omitempty"`
+	// Migrations says which migrations the candidate carries out once it
+	// leads: walctl migrate (and its -dry-run) refuses up front a target
+	// the leader would refuse. Nil from a candidate that does not say (an
+	// older one, or one not told its entries): the leader decides alone.
+	Migrations *MigrationTargets `json:"migrations,omitempty"`
+}
+
+// MigrationTargets are the migrations a coordinator candidate carries
+// out (CandidateInfo.Migrations).
+type MigrationTargets struct {
+	// Chains is false for a candidate that runs without chains: it refuses
+	// every migrate request.
+	Chains bool `json:"chains"`
+	// Backends are the names of the backend entries a migration may
+	// target, sorted: those of the nodes' configuration the candidate
+	// runs with.
+	Backends []string `json:"backends,omitempty"`
 }
 
 // MoveRequest asks the coordinator to move a channel to a node ("" for the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -189,7 +190,7 @@ func CancelMigrate(ctx context.Context, cli *clientv3.Client, layout cluster.Lay
 	case err == nil, errors.Is(err, chain.ErrNoMigration):
 		return nil
 	case errors.Is(err, chain.ErrSegmentMismatch):
-		return errors.Mark(errors.Wrapf(err, "coordinator: cancel the migration of %s: sealed already: migrate back to undo it", channel), ErrMigrationSealed)
+		return errmark.Mark(errors.Wrapf(err, "coordinator: cancel the migration of %s: sealed already: migrate back to undo it", channel), ErrMigrationSealed)
 	}
 	return errors.Wrapf(err, "coordinator: cancel the migration of %s", channel)
 }

@@ -92,6 +92,13 @@ type Config struct {
 	// channel, chainwal.SegmentChannel). An error refuses a migration to
 	// name. Required with Chains.
 	Describe func(name string) (chain.Backend, error)
+	// Backends names every entry Describe knows (selector.Backends.Names).
+	// They are published beside the candidate's election key
+	// (cluster.CandidateInfo.Migrations), so that walctl migrate refuses a
+	// target the leader would refuse before writing a request, and its
+	// -dry-run says so. Nil publishes nothing: the leader decides alone.
+	// Only with Chains.
+	Backends []string
 	// Logger receives the coordinator's logs, with channel, node, term and
 	// reason as attributes. Nil discards them.
 	Logger *slog.Logger
@@ -137,7 +144,27 @@ func (c Config) Validate() error {
 	if c.Chains != nil && c.Describe == nil {
 		return errors.New("coordinator: Chains without Describe: the leader could not name a migration's target")
 	}
+	if c.Chains == nil && c.Backends != nil {
+		return errors.New("coordinator: Backends without Chains: no migration can target them")
+	}
+	for _, name := range c.Backends {
+		if _, err := c.Describe(name); err != nil {
+			return errors.Wrapf(err, "coordinator: Backends names %q, which Describe does not know", name)
+		}
+	}
 	return nil
+}
+
+// migrationTargets is what the candidate publishes of the migrations it
+// carries out (cluster.CandidateInfo.Migrations).
+func (c Config) migrationTargets() *cluster.MigrationTargets {
+	switch {
+	case c.Chains == nil:
+		return &cluster.MigrationTargets{}
+	case c.Backends == nil:
+		return nil
+	}
+	return &cluster.MigrationTargets{Chains: true, Backends: sortedUnique(c.Backends)}
 }
 
 // withDefaults fills the zero fields.

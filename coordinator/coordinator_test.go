@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 )
@@ -701,14 +702,18 @@ func TestConfigValidate(t *testing.T) {
 	ok := Config{ID: "c1", Channels: StaticChannels("a")}
 	require.NoError(t, ok.Validate())
 	for name, mod := range map[string]func(*Config){
-		"no id":         func(c *Config) { c.ID = "" },
-		"bad id":        func(c *Config) { c.ID = "a b" },
-		"bad root":      func(c *Config) { c.Root = "no-slash" },
-		"short ttl":     func(c *Config) { c.SessionTTL = 500 * time.Millisecond },
-		"negative ttl":  func(c *Config) { c.SessionTTL = -time.Second },
-		"no channels":   func(c *Config) { c.Channels = nil },
-		"neg interval":  func(c *Config) { c.ReconcileInterval = -1 },
-		"neg open time": func(c *Config) { c.OpenTimeout = -1 },
+		"no id":                   func(c *Config) { c.ID = "" },
+		"bad id":                  func(c *Config) { c.ID = "a b" },
+		"bad root":                func(c *Config) { c.Root = "no-slash" },
+		"short ttl":               func(c *Config) { c.SessionTTL = 500 * time.Millisecond },
+		"negative ttl":            func(c *Config) { c.SessionTTL = -time.Second },
+		"no channels":             func(c *Config) { c.Channels = nil },
+		"neg interval":            func(c *Config) { c.ReconcileInterval = -1 },
+		"neg open time":           func(c *Config) { c.OpenTimeout = -1 },
+		"backends without chains": func(c *Config) { c.Backends = []string{"kafka"} },
+		"a backend describe does not know": func(c *Config) {
+			c.Chains, c.Describe, c.Backends = chain.NewStore(nil, chain.Options{}), testDescribe, []string{"kafka", "nosuch"}
+		},
 	} {
 		c := ok
 		mod(&c)
@@ -718,6 +723,15 @@ func TestConfigValidate(t *testing.T) {
 	}
 	_, err := New(nil, ok)
 	require.Error(t, err)
+
+	// What a candidate publishes of the migrations it carries out.
+	require.Equal(t, &cluster.MigrationTargets{}, ok.migrationTargets(), "without chains: none")
+	with := ok
+	with.Chains, with.Describe = chain.NewStore(nil, chain.Options{}), testDescribe
+	require.Nil(t, with.migrationTargets(), "chains, entries unsaid: nothing published")
+	with.Backends = []string{"pulsar", "kafka", "local", "kafka"}
+	require.NoError(t, with.Validate())
+	require.Equal(t, &cluster.MigrationTargets{Chains: true, Backends: []string{"kafka", "local", "pulsar"}}, with.migrationTargets())
 
 	d := ok.withDefaults()
 	require.Equal(t, cluster.DefaultRoot, d.Root)

@@ -20,7 +20,9 @@
 // crashed leader is replaced as soon as the candidate behind it confirms
 // its process gone (see Failure detection), else when its lease expires.
 // Beside its election key each candidate puts a cluster.CandidateInfo
-// naming the node in its process (Config.Node), under the same lease.
+// naming the node in its process (Config.Node) and the migrations it
+// carries out (with Config.Chains, the entries of Config.Backends: walctl
+// migrate refuses another target up front), under the same lease.
 //
 // # Writes
 //

@@ -37,7 +37,7 @@ import (
 func (c *Coordinator) campaign(ctx context.Context, s *concurrency.Session) (fence, error) {
 	prefix := c.layout.Election() + "/"
 	key := fmt.Sprintf("%s%x", prefix, s.Lease())
-	info := cluster.Encode(cluster.CandidateInfo{ID: c.cfg.ID, Node: c.cfg.Node})
+	info := cluster.Encode(cluster.CandidateInfo{ID: c.cfg.ID, Node: c.cfg.Node, Migrations: c.cfg.migrationTargets()})
 	resp, err := c.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, c.cfg.ID, clientv3.WithLease(s.Lease())),

@@ -16,6 +16,8 @@ import (
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
+	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 )
 
@@ -663,4 +665,52 @@ func TestCancelDuringIntent(t *testing.T) {
 	_, refused := e.refusal("a")
 	require.False(t, refused)
 	e.check(s)
+}
+
+// sealOnRead is a meta store that runs seal just before its nth read of
+// key: a leader that seals between a canceller's reads of the chain.
+type sealOnRead struct {
+	meta.Store
+	key   string
+	nth   int
+	reads int
+	seal  func()
+}
+
+func (s *sealOnRead) Get(ctx context.Context, key string) (meta.KV, error) {
+	if key == s.key {
+		if s.reads++; s.reads == s.nth {
+			s.seal()
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// TestCancelMigrateSealedMeanwhile: a cancel that read the migration
+// pending, but whose cancelling write finds it sealed, is
+// ErrMigrationSealed (for the standard errors.Is too), with the chain's
+// mismatch as its cause.
+func TestCancelMigrateSealedMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 10*time.Second)
+	kv, err := etcdstore.New(e.cli, etcdstore.Options{Prefix: strings.TrimSuffix(e.layout.Root, "/") + "-meta/"})
+	require.NoError(t, err)
+	defer func() { _ = kv.Close() }()
+	leader := chain.NewStore(kv, chain.Options{})
+	local, target := testEntries["local"], testEntries["kafka"]
+	local.Channel, target.Channel = "x", "x-s1"
+	_, err = leader.Create(e.ctx, "x", local, 0)
+	require.NoError(t, err)
+	_, err = leader.BeginMigration(e.ctx, "x", chain.MigrationRequest{Segment: 0, Target: target, Term: 4, By: "ops"})
+	require.NoError(t, err)
+	// The cancel reads the chain once to decide (read 1), then once more
+	// to cancel it (read 2): the leader seals in between.
+	racing := &sealOnRead{Store: kv, key: chain.Key("x"), nth: 2, seal: func() {
+		_, err := leader.Seal(e.ctx, "x", chain.SealRequest{Segment: 0, Term: 4})
+		require.NoError(t, err)
+	}}
+	err = CancelMigrate(e.ctx, e.cli, e.layout, chain.NewStore(racing, chain.Options{}), "x")
+	require.Equal(t, 2, racing.reads)
+	errmarktest.Is(t, err, ErrMigrationSealed, chain.ErrSegmentMismatch)
+	require.Contains(t, err.Error(), "migrate back to undo it")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/security/authz"
 )
 
@@ -33,7 +34,7 @@ func (n *Node) SetPolicy(p *authz.Policy) error {
 		return errors.Wrap(ErrInvalidConfig, "node: authorization is off (no Config.Authz): turning it on takes a restart")
 	}
 	if err := n.guard.SetPolicy(p); err != nil {
-		return errors.Mark(err, ErrInvalidConfig)
+		return errmark.Mark(err, ErrInvalidConfig)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/internal/readback"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/security/authz"
@@ -241,7 +242,7 @@ func TestSetPolicy(t *testing.T) {
 	}
 	n := c.startSecureNode(t, "n1", nil, grant("orders"))
 	open := c.startNode("n2")
-	require.ErrorIs(t, open.SetPolicy(grant("orders")), node.ErrInvalidConfig)
+	errmarktest.Is(t, open.SetPolicy(grant("orders")), node.ErrInvalidConfig)
 	c.assign("orders", "n1", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -251,7 +252,7 @@ func TestSetPolicy(t *testing.T) {
 	require.NoError(t, n.SetPolicy(grant("other")))
 	_, err = api.Append(ctx, appendReq("orders", "after", ""))
 	require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err), "%v", err)
-	require.Error(t, n.SetPolicy(nil), "authorization cannot be turned off while serving")
+	errmarktest.Is(t, n.SetPolicy(nil), node.ErrInvalidConfig) // authorization cannot be turned off while serving
 	_, err = api.Append(ctx, appendReq("orders", "after", ""))
 	require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err), "%v", err)
 }

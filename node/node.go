@@ -386,17 +386,19 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.accepting.Store(false)
 	drained := make(chan struct{})
 	go func() { n.appends.Wait(); close(drained) }()
-	var errs error
+	// errors.Join, not CombineErrors: every step's error stays in the text
+	// and visible to errors.Is (a context end as much as the first).
+	var errs []error
 	select {
 	case <-drained:
 	case <-ctx.Done():
-		errs = errors.CombineErrors(errs, errors.Wrap(ctx.Err(), "node: appends in flight abandoned"))
+		errs = append(errs, errors.Wrap(ctx.Err(), "node: appends in flight abandoned"))
 	}
 	if n.retainer != nil {
 		_ = n.retainer.Close() // before the WALs: a round in flight ends first
 	}
 	if err := n.mgr.Close(ctx); err != nil {
-		errs = errors.CombineErrors(errs, errors.Wrap(err, "node: close wals"))
+		errs = append(errs, errors.Wrap(err, "node: close wals"))
 	}
 	n.sessMu.Lock()
 	n.stopping = true
@@ -404,19 +406,19 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.sessMu.Unlock()
 	if sess != nil {
 		if err := sess.Close(); err != nil { // revokes the lease: the coordinator moves the channels at once
-			errs = errors.CombineErrors(errs, errors.Wrap(err, "node: revoke lease"))
+			errs = append(errs, errors.Wrap(err, "node: revoke lease"))
 		}
 	}
 	n.cancel()
 	if err := n.srv.Shutdown(ctx); err != nil {
 		_ = n.srv.Close()
-		errs = errors.CombineErrors(errs, errors.Wrap(err, "node: stop serving"))
+		errs = append(errs, errors.Wrap(err, "node: stop serving"))
 	}
 	n.view.Close()
 	n.wg.Wait()
 	n.metrics.unregister()
 	n.log.Info("node stopped")
-	return errs
+	return errors.Join(errs...)
 }
 
 // metrics are the node's own series.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -174,7 +175,7 @@ func (bs *Backends) Opener(b chain.Backend) (walimpls.Opener, error) {
 	if !ok {
 		err := errors.Wrapf(chainread.ErrNoOpener, "selector: the chain names backend %q (kind %s, channel %s), which the configuration does not have%s",
 			b.Name, b.Kind, b.Channel, entriesHint(b.Name, bs.order))
-		return nil, &markedError{cause: err, mark: ErrUnknownEntry}
+		return nil, errmark.Mark(err, ErrUnknownEntry)
 	}
 	same, perr := sameParams(b.Params, be.desc.Params)
 	if b.Kind == be.desc.Kind && perr == nil && same {
@@ -205,14 +206,3 @@ func (bs *Backends) Close() error {
 	})
 	return bs.closeErr
 }
-
-// markedError is cause that also matches mark (errors.Is, the standard
-// library's too), and unwraps to cause.
-type markedError struct {
-	cause error
-	mark  error
-}
-
-func (e *markedError) Error() string        { return e.cause.Error() }
-func (e *markedError) Unwrap() error        { return e.cause }
-func (e *markedError) Is(target error) bool { return target == e.mark }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/internal/errmark"
 )
 
 // Sentinel errors. Backends wrap them with context; callers check them with
@@ -107,7 +109,7 @@ func MarkNotStored(err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.Mark(err, errNotStored)
+	return errmark.Mark(err, errNotStored)
 }
 
 // MarkOutcomeUnknown marks err as the error of an Append whose outcome is
@@ -117,7 +119,7 @@ func MarkOutcomeUnknown(err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.Mark(err, errOutcomeUnknown)
+	return errmark.Mark(err, errOutcomeUnknown)
 }
 
 // NotStored reports whether the Append that failed with err certainly stored

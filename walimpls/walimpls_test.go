@@ -2,12 +2,14 @@ package walimpls_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -114,4 +116,23 @@ func TestNotStored(t *testing.T) {
 	require.False(t, walimpls.NotStored(walimpls.MarkOutcomeUnknown(errors.Wrap(walimpls.ErrTooLarge, "x"))))
 	require.NoError(t, walimpls.MarkNotStored(nil))
 	require.NoError(t, walimpls.MarkOutcomeUnknown(nil))
+
+	// The marks add no text, and the sentinels and causes under them stay
+	// visible to the standard errors.Is and cockroachdb's, through the
+	// shapes the adaptor's retries give them (a cause and the last
+	// attempt's error side by side).
+	closed := errors.Wrap(walimpls.ErrClosed, "append to c")
+	require.Equal(t, closed.Error(), walimpls.MarkNotStored(closed).Error())
+	for name, err := range map[string]error{
+		"marked":  walimpls.MarkNotStored(closed),
+		"wrapped": errors.Wrap(walimpls.MarkNotStored(closed), "adaptor"),
+		"retries": walimpls.MarkNotStored(fmt.Errorf("after 3 attempts: %w (last attempt: %w)", context.Canceled, walimpls.MarkNotStored(closed))),
+		"joined":  errors.Join(errors.New("close"), walimpls.MarkNotStored(closed)),
+	} {
+		require.Truef(t, walimpls.NotStored(err), "%s: %v", name, err)
+		errmarktest.Is(t, err, walimpls.ErrClosed)
+	}
+	unknown := fmt.Errorf("after 2 attempts: %w (last attempt: %w)", context.Canceled, walimpls.MarkNotStored(closed))
+	require.False(t, walimpls.NotStored(walimpls.MarkOutcomeUnknown(unknown)), "unknown wins over a NotStored attempt under it")
+	errmarktest.Is(t, walimpls.MarkOutcomeUnknown(unknown), walimpls.ErrClosed, context.Canceled)
 }

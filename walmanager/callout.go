@@ -1,6 +1,10 @@
 package walmanager
 
-import "github.com/cockroachdb/errors"
+import (
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/internal/errmark"
+)
 
 // errCallDidNotReturn is the cause of a failure whose call into the opener
 // or a WAL never returned: it ended its goroutine with runtime.Goexit. That
@@ -30,6 +34,6 @@ func callOut(f func()) (returned bool) {
 // didNotReturn is the error of a call (named like "the WAL's Available()")
 // that did not return.
 func didNotReturn(call, name string, term int64) error {
-	return errors.Mark(errors.Newf("walmanager: channel %q at term %d: %s did not return: it ended its goroutine "+
+	return errmark.Mark(errors.Newf("walmanager: channel %q at term %d: %s did not return: it ended its goroutine "+
 		"with runtime.Goexit (a mock's t.FailNow on a call the test set no expectation for?)", name, term, call), errCallDidNotReturn)
 }

@@ -29,13 +29,16 @@
 // command's own (walctl help <command>).
 //
 // Exit status: 0 when the command took effect, 1 when it failed or the
-// cluster refused it (the reason is printed), 2 for a command line walctl
-// cannot run (with the usage).
+// cluster refused it (the reason is printed; it does not take effect
+// later), 2 for a command line walctl cannot run (with the usage), 3 when
+// migrate gave up on a migration it could not take back: pending, it may
+// still take effect (the command that cancels or undoes it is printed).
 //
 // A request that cannot take effect is refused before it is written when
 // the cluster's current state already says so (an unknown channel or node,
 // a node that is not live or drained, nowhere to move to, draining the last
-// node, migrating a channel to the backend it is on), and otherwise
+// node, migrating a channel to the backend it is on or to one the
+// coordinator does not have), and otherwise
 // reported when the coordinator refuses it: move and migrate wait for the
 // coordinator's decision (it records why it drops a request,
 // cluster.MoveRefusal), drain until the node's channels have moved.
@@ -66,8 +69,9 @@ import (
 // Exit statuses.
 const (
 	exitOK      = 0
-	exitFailed  = 1 // the command failed, or the cluster refused it
+	exitFailed  = 1 // the command failed, or the cluster refused it: it does not take effect
 	exitUsage   = 2 // a command line walctl cannot run
+	exitPending = 3 // the command gave up, but what it asked for may still take effect (errPending)
 	defaultEtcd = "http://127.0.0.1:2379"
 )
 
@@ -248,9 +252,22 @@ printing "k/n migrated".
                                        (once sealed, migrate back to undo it)
 
 Refused at once for an unknown channel, one on <backend> already, or one
-with another migration pending. -dry-run prints each channel's backend
-and segment, its term and the new one, and its owner, and writes nothing.
-Exit status 1 names every channel refused, with the reason.`,
+with another migration pending, and for what the coordinator would refuse:
+a <backend> that is none of the entries it publishes (the error lists
+them), or a coordinator that runs without chains. -dry-run is refused the
+same way; otherwise it prints each channel's backend and segment, its term
+and the new one, and its owner, and writes nothing. Exit status 1 names
+every channel refused, with the reason.
+
+When walctl gives up (-timeout, Ctrl-C, etcd failing) it takes back what
+is not done, so that a migrate reported as failed never takes effect
+later: a request the coordinator has not acted on is withdrawn, an intent
+it recorded is cancelled before its seal (as -cancel does); exit status 1.
+What it cannot take back (sealed already: the channel writes on
+<backend>; or etcd unreachable) is reported PENDING with the command that
+undoes it (walctl migrate <channel> <former backend>) or cancels it
+(walctl migrate -cancel <channel>): exit status 3, it may still take
+effect.`,
 		run: func(ctx context.Context, c *ctl, args []string) error {
 			channel, backend, _ := migrateArgs(c.opts, args)
 			return c.migrate(ctx, channel, backend)
@@ -382,6 +399,9 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	if err := execute(ctx, cmd, pos, o, e); err != nil {
 		fmt.Fprintln(e.errOut, "walctl:", err)
+		if errors.Is(err, errPending) {
+			return exitPending
+		}
 		return exitFailed
 	}
 	return exitOK
@@ -524,7 +544,8 @@ func printUsage(w io.Writer) {
 	fs := newFlagSet("walctl", nil, &o)
 	fs.SetOutput(&b)
 	fs.PrintDefaults()
-	b.WriteString("\nExit status: 0 done, 1 failed or refused (with the reason), 2 bad command line.\n")
+	b.WriteString("\nExit status: 0 done, 1 failed or refused (with the reason; nothing takes effect later), 2 bad command line,\n" +
+		"3 pending: migrate gave up, but a migration may still take effect (with the command that cancels or undoes it).\n")
 	_, _ = w.Write(b.Bytes())
 }
 

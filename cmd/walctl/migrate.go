@@ -6,17 +6,20 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/coordinator"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -215,6 +218,12 @@ func (c *ctl) migrate(ctx context.Context, channel, backend string) error {
 	if err != nil {
 		return err
 	}
+	// What the coordinator would refuse is refused here, by a dry run too.
+	if len(plan) > 0 || c.opts.dryRun {
+		if err := c.checkMigrationTarget(ctx, backend); err != nil {
+			return err
+		}
+	}
 	if c.opts.dryRun {
 		return c.printPlan(plan)
 	}
@@ -224,25 +233,107 @@ func (c *ctl) migrate(ctx context.Context, channel, backend string) error {
 		}
 		return nil
 	}
+	revs, errs := c.requestMigrations(ctx, plan)
+	var (
+		sts     []*migState
+		refused []string // another migration requested there: nothing written
+		unknown bool     // a write whose outcome is unknown
+	)
+	for i, p := range plan {
+		switch err := errs[i]; {
+		case err == nil:
+			sts = append(sts, &migState{p: p, rev: revs[i]})
+		case errors.Is(err, coordinator.ErrMigrateRequested):
+			refused = append(refused, fmt.Sprintf("%s: %v", p.Channel, err))
+		default:
+			unknown = true
+		}
+	}
+	if unknown {
+		// Some requests may be written: take them back, so that a migrate
+		// that fails never takes effect later.
+		all := make([]*migState, len(plan))
+		for i, p := range plan {
+			all[i] = &migState{p: p, rev: revs[i], writeErr: errs[i]}
+		}
+		cause := ctx.Err()
+		if cause == nil {
+			cause = errors.New("a request could not be written")
+		}
+		return c.giveUp(ctx, all, len(plan), cause)
+	}
+	return c.awaitMigrations(ctx, sts, refused)
+}
+
+// checkMigrationTarget refuses a migration to backend that the leading
+// coordinator would refuse, from what it publishes beside its election
+// key (cluster.CandidateInfo.Migrations): none runs, it runs without
+// chains, or backend is none of its entries. A leader that publishes
+// nothing (an older walnode) decides alone: a dry run says so on stderr.
+func (c *ctl) checkMigrationTarget(ctx context.Context, backend string) error {
 	if err := c.checkCoordinator(ctx); err != nil {
 		return err
 	}
-	revs, err := c.requestMigrations(ctx, plan)
+	m, leader, err := c.leaderMigrations(ctx)
 	if err != nil {
 		return err
 	}
-	return c.awaitMigrations(ctx, plan, revs)
+	switch {
+	case m == nil:
+		if c.opts.dryRun {
+			fmt.Fprintf(c.errOut, "walctl: the coordinator %s does not publish its backend entries: it decides on %q itself\n", leader, backend)
+		}
+		return nil
+	case !m.Chains:
+		return errors.Newf("this cluster runs without chains: its coordinator %s refuses every migration (a node configuration with several backends runs one)", leader)
+	case !slices.Contains(m.Backends, backend):
+		return errors.Newf("unknown backend %q: the cluster's backend entries are %s (the coordinator %s's configuration)", backend, strings.Join(m.Backends, ", "), leader)
+	}
+	return nil
+}
+
+// leaderMigrations returns the migrations the leading coordinator carries
+// out, as it published them (nil when it does not say), and its ID.
+func (c *ctl) leaderMigrations(ctx context.Context) (*cluster.MigrationTargets, string, error) {
+	resp, err := c.cli.Get(ctx, c.layout.Election()+"/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return nil, "", errors.Wrap(err, "look for the coordinator")
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, "", errors.Newf("no coordinator runs for this cluster (no candidate under %s)", c.layout.Election())
+	}
+	leader := string(resp.Kvs[0].Value)
+	key := string(resp.Kvs[0].Key)
+	lease, err := strconv.ParseInt(key[strings.LastIndex(key, "/")+1:], 16, 64)
+	if err != nil {
+		return nil, leader, nil // not a key of this version's election: it says nothing
+	}
+	infoKey := c.layout.Candidate(lease)
+	info, err := c.cli.Get(ctx, infoKey)
+	if err != nil {
+		return nil, leader, errors.Wrap(err, "read the coordinator's candidate info")
+	}
+	if len(info.Kvs) == 0 {
+		return nil, leader, nil
+	}
+	ci, err := cluster.Decode[cluster.CandidateInfo](infoKey, info.Kvs[0].Value)
+	if err != nil {
+		return nil, leader, err
+	}
+	return ci.Migrations, leader, nil
 }
 
 // requestMigrations writes the migrate request of every planned channel,
-// a few at a time, and returns their revisions.
-func (c *ctl) requestMigrations(ctx context.Context, plan []planned) ([]int64, error) {
+// a few at a time, and returns their revisions, or the error of each
+// that failed.
+func (c *ctl) requestMigrations(ctx context.Context, plan []planned) (revs []int64, errs []error) {
 	by := "walctl"
 	if host, err := os.Hostname(); err == nil {
 		by += "@" + host
 	}
-	revs := make([]int64, len(plan))
-	errs := make([]error, len(plan))
+	revs = make([]int64, len(plan))
+	errs = make([]error, len(plan))
 	limit := make(chan struct{}, maxRequestsInFlight)
 	var wg sync.WaitGroup
 	for i, p := range plan {
@@ -254,10 +345,7 @@ func (c *ctl) requestMigrations(ctx context.Context, plan []planned) ([]int64, e
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return revs, nil
+	return revs, errs
 }
 
 // migration is what walctl reports of one channel's migration.
@@ -276,40 +364,73 @@ type migration struct {
 	Of   int `json:"of,omitempty"`
 }
 
-// awaitMigrations waits for the coordinator's decision on each request
-// (the migration started, or refused) and, with -wait, until each channel
-// writes on its new segment. The error names the channels refused, with
-// their reasons, and those still waiting when ctx ends.
-func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64) error {
+// migState is what walctl knows of one channel's migration while it
+// waits.
+type migState struct {
+	p   planned
+	rev int64 // the request's revision; 0 when its write failed
+	// writeErr is why the request's write failed: another migration
+	// requested there (nothing written), or an outcome unknown.
+	writeErr error
+	started  bool
+	// gone: the request was deleted, not refused (done).
+	gone     bool
+	finished bool
+	refused  string
+	// last is the chain's last segment once found on To.
+	last *chain.Segment
+}
+
+// settled reports whether walctl is done with st: finished or refused.
+func (st *migState) settled() bool { return st.finished || st.refused != "" }
+
+// awaitMigrations waits for the coordinator's decision on each request of
+// sts (the migration started, or refused) and, with -wait, until each
+// channel writes on its new segment. The error names the channels refused
+// (those refused already, then the coordinator's), with their reasons.
+// When walctl stops waiting first (ctx ends, etcd fails), it takes back
+// what is not done (giveUp).
+func (c *ctl) awaitMigrations(ctx context.Context, sts []*migState, refused []string) error {
+	more, err := c.followMigrations(ctx, sts)
+	refused = append(refused, more...)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err() // why walctl stops, whatever call it stopped
+		}
+		var open []*migState
+		for _, st := range sts {
+			if !st.settled() {
+				open = append(open, st)
+			}
+		}
+		err = c.giveUp(ctx, open, len(sts), err)
+		if len(refused) > 0 {
+			return errors.WithStack(fmt.Errorf("%w\n%w", refusedError(refused), err))
+		}
+		return err
+	}
+	if len(refused) > 0 {
+		return refusedError(refused)
+	}
+	return nil
+}
+
+// followMigrations follows sts until each is settled, and returns the
+// refusals (channel: reason); an error when it stops first.
+func (c *ctl) followMigrations(ctx context.Context, sts []*migState) (refused []string, err error) {
 	v, err := c.watch(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	store, err := c.chains()
 	if err != nil {
-		return err
-	}
-	type state struct {
-		p       planned
-		rev     int64
-		started bool
-		// gone: the request was deleted, not refused (done).
-		gone     bool
-		finished bool
-		refused  string
-		// last is the chain's last segment once found on To.
-		last *chain.Segment
-	}
-	sts := make([]*state, len(plan))
-	for i, p := range plan {
-		sts[i] = &state{p: p, rev: revs[i]}
+		return nil, err
 	}
 	done, migrated := 0, 0
-	var refused []string
 	for {
 		s, changed := v.Snapshot()
 		for _, st := range sts {
-			if st.finished || st.refused != "" || s.Revision < st.rev {
+			if st.settled() || s.Revision < st.rev {
 				continue
 			}
 			ch := st.p.Channel
@@ -320,13 +441,13 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 				a := s.Assignments[ch].Value
 				m := migration{Channel: ch, To: st.p.To, Result: "started", Term: req.Value.Term, Owner: a.Node}
 				if err := c.report(m, fmt.Sprintf("%s migrates from %s to %s at term %d (owner %s)", ch, orNone(st.p.Backend), st.p.To, m.Term, a.Node)); err != nil {
-					return err
+					return refused, err
 				}
 			case there:
 			case !st.gone:
 				why, err := c.migrateRefusal(ctx, ch, st.rev)
 				if err != nil {
-					return err
+					return refused, err
 				}
 				if why != "" {
 					st.refused = why
@@ -334,7 +455,7 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 					m := migration{Channel: ch, To: st.p.To, Result: "refused", Reason: why}
 					if c.json {
 						if err := c.report(m, ""); err != nil {
-							return err
+							return refused, err
 						}
 					}
 					done++
@@ -354,7 +475,7 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 			if st.last == nil {
 				cur, err := store.Get(ctx, ch)
 				if err != nil {
-					return err
+					return refused, err
 				}
 				last := cur.Last()
 				if last.Backend.Name != st.p.To {
@@ -374,7 +495,7 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 				a := s.Assignments[ch].Value
 				m := migration{Channel: ch, To: st.p.To, Result: "started", Term: last.FirstTerm, Owner: a.Node}
 				if err := c.report(m, fmt.Sprintf("%s migrates from %s to %s at term %d (owner %s)", ch, orNone(st.p.Backend), st.p.To, m.Term, a.Node)); err != nil {
-					return err
+					return refused, err
 				}
 			}
 			st.finished = true
@@ -382,44 +503,27 @@ func (c *ctl) awaitMigrations(ctx context.Context, plan []planned, revs []int64)
 			if c.opts.wait {
 				migrated++
 				a := s.Assignments[ch].Value
-				m := migration{Channel: ch, To: st.p.To, Result: "migrated", Term: a.Term, Owner: a.Node, Done: migrated, Of: len(plan)}
+				m := migration{Channel: ch, To: st.p.To, Result: "migrated", Term: a.Term, Owner: a.Node, Done: migrated, Of: len(sts)}
 				if err := c.report(m, fmt.Sprintf("%d/%d migrated: %s writes on %s (segment %d) at term %d on %s",
-					migrated, len(plan), ch, last.Backend, last.Index, a.Term, a.Node)); err != nil {
-					return err
+					migrated, len(sts), ch, last.Backend, last.Index, a.Term, a.Node)); err != nil {
+					return refused, err
 				}
 			}
 		}
 		if done == len(sts) {
-			break
+			return refused, nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			var waiting []string
-			for _, st := range sts {
-				if st.finished || st.refused != "" {
-					continue
-				}
-				waiting = append(waiting, fmt.Sprintf("%s: %s", st.p.Channel, c.migrationWaits(s, st.p.Channel, st.started, st.gone)))
-			}
-			slices.Sort(waiting)
-			err := errors.Wrapf(ctx.Err(), "%d of %d migration(s) not done (walctl migrate -cancel <channel> withdraws one):\n  %s",
-				len(waiting), len(sts), strings.Join(waiting, "\n  "))
-			if len(refused) > 0 {
-				return errors.WithStack(fmt.Errorf("%w\n%w", refusedError(refused), err))
-			}
-			return err
+			return refused, ctx.Err()
 		}
 	}
-	if len(refused) > 0 {
-		return refusedError(refused)
-	}
-	return nil
 }
 
 func refusedError(refused []string) error {
 	slices.Sort(refused)
-	return errors.Newf("the coordinator refused %d migration(s):\n  %s", len(refused), strings.Join(refused, "\n  "))
+	return errors.Newf("%d migration(s) refused:\n  %s", len(refused), strings.Join(refused, "\n  "))
 }
 
 // migrateRefusal returns the coordinator's reason for refusing the
@@ -441,16 +545,181 @@ func (c *ctl) migrateRefusal(ctx context.Context, channel string, rev int64) (st
 	return r.Reason, nil
 }
 
-// migrationWaits says why channel's migration is not done in s.
-func (c *ctl) migrationWaits(s cluster.Snapshot, channel string, started, gone bool) string {
-	switch {
-	case gone:
-		return "on its new backend; " + notServing(s, channel, s.Assignments[channel].Value.Term)
-	case started:
-		a := s.Assignments[channel].Value
-		return fmt.Sprintf("intent recorded; %s", notServing(s, channel, a.Term))
+// errPending marks the error of a migrate that gave up while a migration
+// may still take effect (exit status 3): walctl could not take it back.
+var errPending = errors.New("walctl: pending: may still take effect")
+
+// What became of a migration walctl gave up on (migration.Result).
+const (
+	// gaveUpWithdrawn: its request, withdrawn before the coordinator acted
+	// on it. Nothing changes.
+	gaveUpWithdrawn = "withdrawn"
+	// gaveUpCancelled: the intent the coordinator recorded, cancelled
+	// before its seal. The channel stays on its backend.
+	gaveUpCancelled = "cancelled"
+	// gaveUpRefused: the coordinator refused it meanwhile.
+	gaveUpRefused = "refused"
+	// gaveUpPending: sealed already (the channel writes on the new
+	// backend), or not taken back (etcd failed): it may still take effect.
+	gaveUpPending = "pending"
+)
+
+// gaveUp is what became of one migration walctl gave up on.
+type gaveUp struct {
+	st     *migState
+	result string
+	// detail says what happened, and for a pending one the command that
+	// cancels or undoes it.
+	detail string
+}
+
+// giveUp takes back the migrations of sts that walctl stops waiting for
+// (cause: why it stops), so that a migrate reported as failed never takes
+// effect later, and returns the error that says what became of each. Its
+// exit status is 1, or 3 (errPending) when one may still take effect.
+// total is the number of channels the command asked for.
+func (c *ctl) giveUp(ctx context.Context, sts []*migState, total int, cause error) error {
+	if len(sts) == 0 {
+		return cause
 	}
-	return "the coordinator has not acted on its request yet (walctl channels -v shows its chain)"
+	outs := make([]gaveUp, len(sts))
+	limit := make(chan struct{}, maxRequestsInFlight)
+	var wg sync.WaitGroup
+	for i, st := range sts {
+		if errors.Is(st.writeErr, coordinator.ErrMigrateRequested) {
+			// Another migration is requested there: walctl wrote nothing.
+			outs[i] = gaveUp{st: st, result: gaveUpRefused, detail: st.writeErr.Error()}
+			continue
+		}
+		limit <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-limit; wg.Done() }()
+			outs[i] = c.abandon(ctx, st)
+			if st.writeErr != nil {
+				outs[i].detail = fmt.Sprintf("writing its request failed (%v), and may have been applied: %s", st.writeErr, outs[i].detail)
+			}
+		}()
+	}
+	wg.Wait()
+	var lines []string
+	pending := 0
+	for _, g := range outs {
+		ch := g.st.p.Channel
+		if g.result == gaveUpPending {
+			pending++
+		}
+		if c.json {
+			m := migration{Channel: ch, To: g.st.p.To, Result: g.result, Reason: g.detail}
+			if err := c.report(m, ""); err != nil {
+				return err
+			}
+		}
+		line := fmt.Sprintf("%s: %s", ch, g.detail)
+		if g.result == gaveUpPending {
+			line = "PENDING " + line
+		}
+		lines = append(lines, line)
+	}
+	slices.Sort(lines)
+	what := "taken back: none takes effect"
+	if pending > 0 {
+		what = fmt.Sprintf("%d pending, not taken back: it may still take effect, or did", pending)
+	}
+	err := fmt.Errorf("%d of %d migration(s) not done (%w); %s:\n  %s", len(sts), total, cause, what, strings.Join(lines, "\n  "))
+	if pending > 0 {
+		return errmark.Mark(errors.WithStack(err), errPending)
+	}
+	return errors.WithStack(err)
+}
+
+// abandon takes back the migration of st that walctl gives up on: its
+// request, if the coordinator has not acted on it (a delete conditional
+// on the revision walctl wrote, as move withdraws its request), then the
+// intent the coordinator recorded, before its seal (as migrate -cancel
+// does: the intent the leader records meanwhile is cancelled here, or by
+// the leader, which finds the request gone). Sealed already, or etcd
+// failing, it is pending, with the command that undoes or cancels it.
+func (c *ctl) abandon(ctx context.Context, st *migState) gaveUp {
+	ch, to := st.p.Channel, st.p.To
+	g := gaveUp{st: st}
+	pending := func(detail string) gaveUp { g.result, g.detail = gaveUpPending, detail; return g }
+	cancelCmd := "walctl migrate -cancel " + ch
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
+	defer cancel()
+	withdrawn := false
+	if st.rev != 0 {
+		key := c.layout.Migrate(ch)
+		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", st.rev)).Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			return pending(fmt.Sprintf("its request could not be withdrawn (%v) and may still be acted on: %s withdraws it", err, cancelCmd))
+		}
+		withdrawn = resp.Succeeded
+	}
+	store, err := c.chains()
+	if err != nil {
+		return pending(fmt.Sprintf("its migration could not be cancelled (%v): %s cancels it before its seal", err, cancelCmd))
+	}
+	before, err := store.Get(ctx, ch)
+	if err != nil && !errors.Is(err, chain.ErrNotFound) {
+		return pending(fmt.Sprintf("its chain could not be read (%v): %s cancels its migration before its seal", err, cancelCmd))
+	}
+	err = coordinator.CancelMigrate(ctx, c.cli, c.layout, store, ch)
+	switch {
+	case errors.Is(err, coordinator.ErrMigrationSealed):
+		return pending(c.sealedDetail(ctx, store, st.p))
+	case err != nil && !errors.Is(err, chain.ErrNoMigration):
+		return pending(fmt.Sprintf("its migration could not be cancelled (%v): %s cancels it before its seal", err, cancelCmd))
+	}
+	// Nothing is requested or pending any more. Sealed, though, before the
+	// cancel came (by an owner that opened at the intent's term), it took
+	// effect: that is the chain's to say.
+	cur, gerr := store.Get(ctx, ch)
+	if gerr != nil && !errors.Is(gerr, chain.ErrNotFound) {
+		return pending(fmt.Sprintf("its chain could not be read (%v): walctl channels -v shows whether it was sealed; %s cancels a migration before its seal", gerr, cancelCmd))
+	}
+	if last := cur.Last(); gerr == nil && cur.Pending == nil && last.Backend.Name == to && int64(last.Index) > st.p.Segment {
+		return pending(c.sealedDetail(ctx, store, st.p))
+	}
+	switch {
+	case err == nil && before.Pending != nil:
+		p := before.Pending
+		g.result, g.detail = gaveUpCancelled, fmt.Sprintf("the migration to %s at term %d cancelled before its seal: it stays on %s", p.Target.Name, p.Term, before.Last().Backend)
+		return g
+	case err == nil, withdrawn:
+		g.result, g.detail = gaveUpWithdrawn, "its request withdrawn before the coordinator acted on it: nothing changes"
+		return g
+	}
+	// Gone before walctl looked: refused, or cancelled by someone else.
+	if st.rev != 0 {
+		why, err := c.migrateRefusal(ctx, ch, st.rev)
+		if err != nil {
+			return pending(fmt.Sprintf("what became of its request could not be read (%v): walctl channels -v shows its chain; %s cancels a migration before its seal", err, cancelCmd))
+		}
+		if why != "" {
+			g.result, g.detail = gaveUpRefused, "the coordinator refused it: "+why
+			return g
+		}
+	}
+	g.result, g.detail = gaveUpWithdrawn, "no request or migration of it is left: nothing changes"
+	return g
+}
+
+// sealedDetail says that the migration of p was sealed, and how to undo
+// it: migrate back.
+func (c *ctl) sealedDetail(ctx context.Context, store *chain.Store, p planned) string {
+	where, serving, undo := p.To, "", fmt.Sprintf("walctl migrate %s <its former backend> undoes it", p.Channel)
+	if cur, err := store.Get(ctx, p.Channel); err == nil {
+		last := cur.Last()
+		where = fmt.Sprintf("%s (segment %d) from term %d", last.Backend, last.Index, last.FirstTerm)
+		if n := len(cur.Segments); n >= 2 {
+			undo = fmt.Sprintf("walctl migrate %s %s undoes it", p.Channel, cur.Segments[n-2].Backend.Name)
+		}
+		if s, err := c.snapshot(ctx); err == nil && !opened(s, p.Channel, last.FirstTerm) {
+			serving = " (not served yet: " + notServing(s, p.Channel, last.FirstTerm) + ")"
+		}
+	}
+	return fmt.Sprintf("sealed already: it writes on %s%s; %s", where, serving, undo)
 }
 
 // cancelMigrate runs "walctl migrate -cancel <channel>".

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -34,8 +35,9 @@ func newChainHarness(t *testing.T, def string, kinds ...string) *chainHarness {
 	return &chainHarness{harness: h, b: backendstest.Start(t, kinds...), store: chain.NewStore(kv, chain.Options{}), def: def}
 }
 
-// startNode starts a node in chain mode.
-func (h *chainHarness) startNode(id string) {
+// startNode starts a node in chain mode; the returned func stops it (also
+// at cleanup).
+func (h *chainHarness) startNode(id string) func() {
 	t := h.t
 	d, err := h.b.Describe(h.def)
 	require.NoError(t, err)
@@ -43,11 +45,18 @@ func (h *chainHarness) startNode(id string) {
 		Chains: &chainwal.Config{Store: h.store, Openers: h.b, Default: d, Describe: h.b.Describe}})
 	require.NoError(t, err)
 	require.NoError(t, n.Start(h.ctx))
-	t.Cleanup(func() {
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
 		require.NoError(t, n.Shutdown(ctx))
-	})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // startCoordinator runs a coordinator with the chains, and waits until
@@ -56,7 +65,7 @@ func (h *chainHarness) startCoordinator(channels ...string) {
 	t := h.t
 	co, err := coordinator.New(h.cli, coordinator.Config{ID: "coord", Root: h.layout.Root, SessionTTL: time.Second,
 		ReconcileInterval: 100 * time.Millisecond, OpenTimeout: time.Hour, Channels: coordinator.StaticChannels(channels...),
-		Chains: h.store, Describe: h.b.Describe})
+		Chains: h.store, Describe: h.b.Describe, Backends: h.b.Names()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -87,6 +96,15 @@ func TestMigrateChains(t *testing.T) {
 	r = h.walctl("migrate", "c0", "local", "-dry-run")
 	require.Equal(t, exitOK, r.code, "%s", r)
 	require.Regexp(t, `c0 +memory/c0 +0 +local/c0-s1 +1 -> 2 +`+owner, r.out)
+	r = h.walctl("migrate", "-all", "local", "-dry-run", "-json")
+	require.Equal(t, exitOK, r.code, "%s", r)
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	require.Len(t, lines, 3, "%s", r)
+	var p planned
+	require.NoError(t, json.Unmarshal([]byte(lines[2]), &p))
+	require.Equal(t, planned{Channel: "c2", Backend: "memory/c2", Segment: 0, To: "local", ToChannel: "c2-s1", Term: 1, NewTerm: 2,
+		Owner: h.owner("c2"), NewOwner: h.owner("c2")}, p)
+	require.Empty(t, h.requests(), "a dry run writes nothing")
 
 	r = h.walctl("migrate", "c0", "local", "-wait")
 	require.Equal(t, exitOK, r.code, "%s", r)
@@ -116,9 +134,15 @@ func TestMigrateChains(t *testing.T) {
 	r = h.walctl("migrate", "c0", "local")
 	require.Equal(t, exitFailed, r.code, "%s", r)
 	require.Contains(t, r.errOut, `channel "c0" is on backend local already (segment 1, since term 2)`)
-	r = h.walctl("migrate", "c1", "nosuch")
-	require.Equal(t, exitFailed, r.code, "%s", r)
-	require.Contains(t, r.errOut, "the coordinator refused 1 migration(s):\n  c1: backend \"nosuch\"")
+	// A backend the cluster does not know: refused before anything is
+	// written, by a dry run too, naming the backends it knows.
+	for _, args := range [][]string{{"migrate", "c1", "nosuch"}, {"migrate", "-dry-run", "c1", "nosuch"}, {"migrate", "-all", "-dry-run", "nosuch"}} {
+		r = h.walctl(args...)
+		require.Equal(t, exitFailed, r.code, "%q: %s", args, r)
+		require.Equal(t, "walctl: unknown backend \"nosuch\": the cluster's backend entries are local, memory (the coordinator coord's configuration)\n", r.errOut, "%q", args)
+		require.Empty(t, r.out, "%q: no plan", args)
+	}
+	require.Empty(t, h.requests())
 
 	r = h.walctl("migrate", "-all", "local", "-wait", "-json")
 	require.Equal(t, exitOK, r.code, "%s", r)

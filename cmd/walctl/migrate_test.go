@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/coordinator"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 )
 
@@ -153,10 +153,11 @@ func TestPrintPlan(t *testing.T) {
 	require.JSONEq(t, `{"channel":"c0","backend":"local/c0","segment":0,"to":"pulsar","to_channel":"c0-s1","term":1,"new_term":2,"owner":"n1"}`, out.String())
 }
 
-// The harness's cluster with chains in its meta store: -dry-run plans and
-// writes nothing, what the cluster's state rules out is refused at once,
-// channels -v and explain show the chains, a coordinator without chains
-// refuses, -cancel withdraws a pending migration.
+// The harness's cluster with chains in its meta store, its coordinator
+// without: what the cluster's state rules out is refused at once, a dry
+// run too, and so is every migration (the coordinator says it runs without
+// chains); channels -v and explain show the chains and a refusal, -cancel
+// withdraws a pending migration.
 func TestMigrateSteer(t *testing.T) {
 	h := newHarness(t)
 	h.startNode("n1")
@@ -172,20 +173,15 @@ func TestMigrateSteer(t *testing.T) {
 	}
 	_, err = store.BeginMigration(h.ctx, "c1", chain.MigrationRequest{Segment: 0, Target: chain.Backend{Name: "pulsar", Kind: "memory", Channel: "c1-s1"}, Term: 50, By: "ops"})
 	require.NoError(t, err)
-	owner := h.owner("c0")
 
-	r := h.walctl("migrate", "c0", "kafka", "-dry-run")
-	require.Equal(t, exitOK, r.code, "%s", r)
-	require.Contains(t, r.out, "CHANNEL  BACKEND")
-	require.Regexp(t, `c0 +local/c0 +0 +kafka/c0-s1 +1 -> 2 +`+owner, r.out)
-	r = h.walctl("migrate", "-all", "kafka", "-dry-run", "-json")
-	require.Equal(t, exitOK, r.code, "%s", r)
-	lines := strings.Split(strings.TrimSpace(r.out), "\n")
-	require.Len(t, lines, 2, "c0 and c2; c1 migrates elsewhere: %s", r)
-	var p planned
-	require.NoError(t, json.Unmarshal([]byte(lines[1]), &p))
-	require.Equal(t, "c2", p.Channel)
-	require.EqualValues(t, -1, p.Segment)
+	// The harness's coordinator runs without chains: a dry run is refused
+	// as the migration would be.
+	for _, args := range [][]string{{"migrate", "c0", "kafka", "-dry-run"}, {"migrate", "-all", "kafka", "-dry-run", "-json"}} {
+		r := h.walctl(args...)
+		require.Equal(t, exitFailed, r.code, "%q: %s", args, r)
+		require.Contains(t, r.errOut, "this cluster runs without chains: its coordinator coord refuses every migration", "%q", args)
+		require.Empty(t, r.out, "%q: no plan", args)
+	}
 	s, _ := h.view.Snapshot()
 	require.Empty(t, s.Migrations, "a dry run writes nothing")
 
@@ -197,8 +193,9 @@ func TestMigrateSteer(t *testing.T) {
 		{[]string{"migrate", "c1", "kafka"}, `another migration of c1 (to pulsar at term 50, requested by "ops") is pending: walctl migrate -cancel c1 first`},
 		{[]string{"migrate", "nosuch", "kafka"}, `unknown channel "nosuch"`},
 		{[]string{"migrate", "c0", "a/b"}, "backend entry name"},
-		// The harness's coordinator runs without chains.
-		{[]string{"migrate", "c0", "kafka"}, "the coordinator refused 1 migration(s):\n  c0: this cluster runs without chains"},
+		// The harness's coordinator runs without chains: refused before
+		// anything is written.
+		{[]string{"migrate", "c0", "kafka"}, "this cluster runs without chains: its coordinator coord refuses every migration"},
 		{[]string{"migrate", "-cancel", "c2"}, "no migration of c2 is requested or pending"},
 	} {
 		r := h.walctl(tc.args...)
@@ -206,7 +203,14 @@ func TestMigrateSteer(t *testing.T) {
 		require.Contains(t, r.errOut, tc.err, "%q", tc.args)
 	}
 
-	r = h.walctl("channels", "-v")
+	require.Empty(t, h.requests(), "nothing written")
+	// A request written all the same (by an older walctl): the
+	// coordinator refuses it, and explain shows why.
+	rev, err := coordinator.RequestMigrate(h.ctx, h.cli, h.layout, "c0", "kafka", "ops")
+	require.NoError(t, err)
+	h.waitFor("the request refused", func(s cluster.Snapshot) bool { _, ok := s.Migrations["c0"]; return s.Revision > rev && !ok })
+
+	r := h.walctl("channels", "-v")
 	require.Equal(t, exitOK, r.code, "%s", r)
 	require.Contains(t, r.out, "BACKEND")
 	require.Contains(t, r.out, "local/c0")

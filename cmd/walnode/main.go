@@ -289,7 +289,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	coordCtx, stopCoord := context.WithCancel(context.Background())
 	if p.coordinate {
 		co, err := coordinator.New(cli, coordinator.Config{ID: p.id, Node: p.id, Root: p.root, Logger: logger, Registerer: reg, SessionTTL: p.sessionTTL,
-			TLS: sec.peers, Chains: chains, Describe: backends.Describe,
+			TLS: sec.peers, Chains: chains, Describe: backends.Describe, Backends: backends.Names(),
 			Channels: func(ctx context.Context) ([]string, error) {
 				if err := pl.Refresh(ctx); err != nil {
 					return nil, err
@@ -330,7 +330,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	err = n.Shutdown(sctx)
 	stopCoord()
 	if cerr := <-coordDone; cerr != nil && !errors.Is(cerr, context.Canceled) {
-		err = errors.CombineErrors(err, cerr)
+		err = errors.Join(err, cerr) // both in the text: CombineErrors would print only the first
 	}
 	return err
 }

@@ -7,6 +7,8 @@ package backendstest
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,6 +98,9 @@ func (b *Backends) Describe(name string) (chain.Backend, error) {
 	}
 	return chain.Backend{Name: name, Kind: kind}, nil
 }
+
+// Names returns the entries' names, sorted.
+func (b *Backends) Names() []string { return slices.Sorted(maps.Keys(b.kinds)) }
 
 // Opener implements chainread.Openers.
 func (b *Backends) Opener(cb chain.Backend) (walimpls.Opener, error) {

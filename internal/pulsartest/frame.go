@@ -8,6 +8,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/streamwal/streamwal/internal/errmark"
 )
 
 // Frame layout constants; see doc.go.
@@ -86,7 +88,7 @@ func parseEntry(p []byte, table *crc32.Table) (entryInfo, error) {
 	}
 	want := binary.BigEndian.Uint32(p[2:6])
 	if got := crc32.Checksum(p[6:], table); got != want {
-		return entryInfo{}, errors.Mark(errors.Newf("checksum 0x%08x, computed 0x%08x", want, got), errChecksum)
+		return entryInfo{}, errmark.Mark(errors.Newf("checksum 0x%08x, computed 0x%08x", want, got), errChecksum)
 	}
 	metaSize := binary.BigEndian.Uint32(p[6:10])
 	if uint64(metaSize) > uint64(len(p)-10) {

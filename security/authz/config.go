@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/streamwal/streamwal/internal/configerr"
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -244,7 +245,7 @@ func Parse(data []byte) (Config, error) { return parse("", data) }
 func Load(path string) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, errors.Mark(errors.Wrapf(err, "authz: policy %s", path), ErrInvalidPolicy)
+		return Config{}, errmark.Mark(errors.Wrapf(err, "authz: policy %s", path), ErrInvalidPolicy)
 	}
 	return parse(path, data)
 }

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/security/authz"
 )
 
@@ -112,13 +112,13 @@ func TestLoadRefuses(t *testing.T) {
 			path := writePolicy(t, tc.text)
 			_, err := authz.Load(path)
 			require.Error(t, err)
-			require.True(t, errors.Is(err, authz.ErrInvalidPolicy), "%v", err)
+			errmarktest.Is(t, err, authz.ErrInvalidPolicy)
 			require.Contains(t, err.Error(), "authz: "+path+tc.want)
 			require.NotContains(t, err.Error(), token)
 		})
 	}
 	_, err = authz.Load(filepath.Join(t.TempDir(), "missing.yaml"))
-	require.True(t, errors.Is(err, authz.ErrInvalidPolicy), "%v", err)
+	errmarktest.Is(t, err, authz.ErrInvalidPolicy)
 }
 
 func TestValidate(t *testing.T) {

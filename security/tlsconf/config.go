@@ -209,16 +209,18 @@ func (s *Source) Err() error {
 	if s == nil {
 		return nil
 	}
-	var err error
+	// errors.Join, not CombineErrors: the CA's error must not hide behind
+	// the certificate's, in the text or from errors.Is.
+	var errs []error
 	if s.pair != nil {
 		s.pair.get()
-		err = errors.CombineErrors(err, s.pair.err())
+		errs = append(errs, s.pair.err())
 	}
 	if s.clientCA != nil {
 		s.clientCA.get()
-		err = errors.CombineErrors(err, s.clientCA.err())
+		errs = append(errs, s.clientCA.err())
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 // Certificate is the leaf certificate currently presented, nil without

@@ -281,6 +281,19 @@ func TestRotation(t *testing.T) {
 	require.Contains(t, src.Err().Error(), "not the key of the certificate")
 	echo('c')
 
+	// A broken client CA bundle beside it: Err names both problems, and
+	// errors.Is sees past the first.
+	ca, err := os.ReadFile(p.path("ca.crt"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p.path("ca.crt.new"), []byte("not a certificate"), 0o644))
+	require.NoError(t, os.Rename(p.path("ca.crt.new"), p.path("ca.crt")))
+	both := src.Err()
+	require.Contains(t, both.Error(), "not the key of the certificate")
+	require.Contains(t, both.Error(), "ClientCAFile")
+	require.ErrorIs(t, both, tlsconf.ErrInvalid)
+	require.NoError(t, os.WriteFile(p.path("ca.crt.new"), ca, 0o644))
+	require.NoError(t, os.Rename(p.path("ca.crt.new"), p.path("ca.crt")))
+
 	// The key follows: the pair is whole again.
 	require.NoError(t, certs.Write(p.dir, "node.crt.x", "node.key", pair, true))
 	fourth, err := get(t, ccfg, addr)

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walimpls"
@@ -248,7 +249,7 @@ func (o *Opener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WALImp
 		err = o.waitTopicGone(wctx, topic, id)
 		cancel()
 		if err != nil {
-			return nil, errors.Mark(errors.Wrapf(err, "kafka: open channel %q: it is being deleted", ch.Name), errDeleting)
+			return nil, errmark.Mark(errors.Wrapf(err, "kafka: open channel %q: it is being deleted", ch.Name), errDeleting)
 		}
 	}
 	o.mu.Lock()
