@@ -68,7 +68,7 @@ func TestLivenessOverTLS(t *testing.T) {
 			log: slog.New(slog.DiscardHandler), retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
 		go func() {
 			defer close(events)
-			lv.watch(ctx, "n1", addr, func(k eventKind, _, _ time.Time) { events <- k })
+			lv.watch(ctx, registration{node: "n1", addr: addr}, func(k eventKind, _, _ time.Time) { events <- k })
 		}()
 		return events
 	}
