@@ -42,6 +42,12 @@ func startLivenessServer(t *testing.T, id string) *livenessServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	return startLivenessServerOn(t, id, ln)
+}
+
+// startLivenessServerOn serves on ln (a TLS listener, say).
+func startLivenessServerOn(t *testing.T, id string, ln net.Listener) *livenessServer {
+	t.Helper()
 	l := &livenessServer{id: id, ln: ln, running: make(chan struct{}), cutting: make(chan struct{})}
 	close(l.running)
 	mux := http.NewServeMux()
