@@ -242,7 +242,8 @@ func (l liveness) hold(ctx context.Context, reg registration, ear *ear, establis
 		return false, errors.Wrap(err, "send liveness request")
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
-	// No read deadline: a stalled process answers when it runs again.
+	// No read deadline: a stalled process answers when it runs again
+	// (when timed, the ear judges its silence meanwhile).
 	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
 	if err != nil {
 		return false, errors.Wrap(err, "read liveness answer")
