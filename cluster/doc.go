@@ -58,7 +58,9 @@
 // leader holds one open to each node: when a node's process dies, its
 // kernel ends the stream and then refuses connections to its address, and
 // the leader moves its channels then (Assignment.Detected), without waiting
-// for its lease. Only a refused connection counts: a stalled or
-// partitioned node keeps its channels until its lease expires. The
-// coordinator package documents the rules.
+// for its lease. Only a refused connection counts as death: a stalled or
+// partitioned node keeps its channels until its lease expires - which the
+// leader also learns from the node's heartbeats on that stream (their
+// silence for NodeInfo.LeaseTTL), without waiting for etcd to delete the
+// key. The coordinator package documents the rules.
 package cluster

@@ -72,7 +72,23 @@ func (l Layout) Candidate(lease int64) string { return fmt.Sprintf("%s%x", l.Can
 // 200, the ID and a newline, and then held open for as long as the node
 // runs. The coordinator's failure detection holds one open to every
 // node; its end is the first sign that the process may be gone.
+//
+// With the query parameter LivenessHeartbeat (a Go duration, "25ms"), the
+// node also writes an empty line (a heartbeat) at that interval, clamped
+// to [MinHeartbeat, MaxHeartbeat], and says so in its answer's header
+// LivenessHeartbeatHeader (the interval it uses). A node that predates
+// heartbeats ignores the parameter and answers without the header; a
+// coordinator that predates them does not ask, and reads the stream as
+// before: either may be upgraded first.
 const LivenessPath = "/streamwal/liveness"
+
+// The liveness stream's heartbeats (see LivenessPath).
+const (
+	LivenessHeartbeat       = "heartbeat"
+	LivenessHeartbeatHeader = "Streamwal-Heartbeat"
+	MinHeartbeat            = 10 * time.Millisecond
+	MaxHeartbeat            = 10 * time.Second
+)
 
 // NodeInfo is a registered node.
 type NodeInfo struct {
@@ -85,6 +101,13 @@ type NodeInfo struct {
 	Addr string `json:"addr"`
 	// Started is when this incarnation registered.
 	Started time.Time `json:"started"`
+	// LeaseTTL is the TTL etcd granted the lease the node key is under,
+	// in whole seconds as etcd counts them (0: not published, a node
+	// that predates it). A node that publishes it heartbeats on its
+	// liveness stream when asked, and the coordinator then takes a node
+	// silent there for LeaseTTL (and a heartbeat) as one whose lease
+	// expired (package coordinator, "Failure detection").
+	LeaseTTL int64 `json:"lease_ttl,omitempty"`
 }
 
 // State is where an assignment stands.
@@ -114,10 +137,10 @@ type Assignment struct {
 	Previous []Owner `json:"previous,omitempty"`
 	// Since is when the channel got this owner and term.
 	Since time.Time `json:"since"`
-	// Detected, on a move because the previous owner's process was
-	// confirmed gone before its lease expired (the coordinator's
-	// failure detection), is when the leader confirmed it; zero
-	// otherwise.
+	// Detected, on a move by the coordinator's failure detection - the
+	// previous owner's process confirmed gone before its lease expired,
+	// or the owner silent on its liveness stream for its lease's TTL -
+	// is when the leader concluded it; zero otherwise.
 	Detected time.Time `json:"detected,omitzero"`
 }
 

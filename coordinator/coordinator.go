@@ -2,12 +2,14 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/atomic"
@@ -346,5 +348,19 @@ func (c *Coordinator) liveness() liveness {
 		dial = dialer(c.cfg.ProbeTimeout)
 	}
 	return liveness{dial: dial, timeout: c.cfg.ProbeTimeout, tls: c.cfg.TLS, now: c.now, log: c.log,
-		retry: backoff.Config{Initial: 10 * time.Millisecond, Max: time.Second}}
+		retry:     backoff.Config{Initial: 10 * time.Millisecond, Max: time.Second},
+		leaseLeft: c.leaseLeft, metrics: c.metrics}
+}
+
+// leaseLeft asks etcd how long lease has left, in the whole seconds etcd
+// answers (a lease etcd no longer has: -1s).
+func (c *Coordinator) leaseLeft(ctx context.Context, lease int64) (time.Duration, error) {
+	resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return -time.Second, nil
+	case err != nil:
+		return 0, fmt.Errorf("lease %x time to live: %w", lease, err)
+	}
+	return time.Duration(resp.TTL) * time.Second, nil
 }

@@ -17,13 +17,14 @@ const (
 	reasonNew         reason = "new"          // a channel without assignment
 	reasonOwnerLost   reason = "owner_lost"   // its owner's node key is gone
 	reasonOwnerDead   reason = "owner_dead"   // its owner's process was confirmed gone (detector.go)
+	reasonOwnerSilent reason = "owner_silent" // its owner was silent for its lease (detector.go)
 	reasonDrain       reason = "drain"        // its owner is drained
 	reasonRequest     reason = "request"      // an operator's move request
 	reasonOpenTimeout reason = "open_timeout" // Assigning for longer than OpenTimeout
 	reasonMigrate     reason = "migrate"      // a migration's term: the same owner opens the new segment
 )
 
-var reasons = []reason{reasonNew, reasonOwnerLost, reasonOwnerDead, reasonDrain, reasonRequest, reasonOpenTimeout, reasonMigrate}
+var reasons = []reason{reasonNew, reasonOwnerLost, reasonOwnerDead, reasonOwnerSilent, reasonDrain, reasonRequest, reasonOpenTimeout, reasonMigrate}
 
 // maxPrevious bounds Assignment.Previous: the most recent owners are kept.
 const maxPrevious = 4
@@ -90,8 +91,9 @@ type change struct {
 	// guards are the other keys a changeAssign relied on: the write
 	// applies only if each is still as the decision saw it.
 	guards []guard
-	// detected is, for a move of reason owner_dead, when the owner's death
-	// was confirmed (also written as next.Detected).
+	// detected is, for a move of reason owner_dead or owner_silent, when
+	// the owner's death was confirmed or its silence concluded (also
+	// written as next.Detected).
 	detected time.Time
 }
 
@@ -110,9 +112,15 @@ type health struct {
 	// about to be confirmed dead. They keep their channels; new ones go
 	// elsewhere while a node that is not suspect can take them.
 	suspect map[string]int64
+	// silent are the nodes that said nothing on their liveness stream for
+	// their lease's TTL (and a heartbeat): taken as if their lease had
+	// expired, while their key is still there (etcd revokes on its own
+	// tick), until they speak again.
+	silent map[string]death
 }
 
-// death is a node's confirmed death.
+// death is a node's confirmed death, or its silence (then at is when the
+// verdict was given).
 type death struct {
 	rev int64     // the node key's ModRevision it is about
 	at  time.Time // when it was confirmed
@@ -120,7 +128,17 @@ type death struct {
 
 // deadAt returns the death of the registration of node seen in s, if any.
 func (h health) deadAt(s cluster.Snapshot, node string) (death, bool) {
-	d, ok := h.dead[node]
+	return h.at(h.dead, s, node)
+}
+
+// silentAt returns the silence of the registration of node seen in s, if
+// any.
+func (h health) silentAt(s cluster.Snapshot, node string) (death, bool) {
+	return h.at(h.silent, s, node)
+}
+
+func (h health) at(m map[string]death, s cluster.Snapshot, node string) (death, bool) {
+	d, ok := m[node]
 	n, registered := s.Nodes[node]
 	return d, ok && registered && n.Revision == d.rev
 }
@@ -176,9 +194,10 @@ type rules struct {
 //   - no assignment: the requested node, or the least-loaded live node;
 //     term 1, Assigning;
 //   - owner not live (its key gone: owner_lost; its process confirmed
-//     gone at the registration in s: owner_dead; drained: drain): the
-//     requested node or the least-loaded live node; term+1, Assigning,
-//     the old owner appended to Previous;
+//     gone at the registration in s: owner_dead; silent at that
+//     registration: owner_silent; drained: drain): the requested node or
+//     the least-loaded live node; term+1, Assigning, the old owner
+//     appended to Previous;
 //   - a move request: the requested node or the least-loaded other live
 //     node; term+1; the request deleted in the same write;
 //   - Assigning, and the owner reported an open at this exact node and
@@ -195,7 +214,7 @@ type rules struct {
 //     as it is, and the coordinator does not rebalance on its own.
 //
 // Live nodes are the registered ones that are neither drained nor
-// confirmed dead. Load is the number of assignments (of any channel)
+// confirmed dead nor silent. Load is the number of assignments (of any channel)
 // naming a live node, counted as the changes of this pass are decided;
 // the least-loaded node is chosen among the live nodes that are not
 // suspect, or among the suspect ones when every live node is; ties go to
@@ -253,8 +272,8 @@ type decision struct {
 	h     health
 	rules rules
 	now   time.Time
-	// live is the registered nodes that are neither drained nor dead,
-	// sorted by ID.
+	// live is the registered nodes that are neither drained nor dead nor
+	// silent, sorted by ID.
 	live []string
 	load map[string]int
 	migs map[string]migration
@@ -265,7 +284,9 @@ func newDecision(s cluster.Snapshot, h health, r rules, now time.Time) *decision
 	d := &decision{s: s, h: h, rules: r, now: now, load: map[string]int{}}
 	for id := range s.Nodes {
 		_, drained := s.Drains[id]
-		if _, dead := h.deadAt(s, id); !drained && !dead {
+		_, dead := h.deadAt(s, id)
+		_, silent := h.silentAt(s, id)
+		if !drained && !dead && !silent {
 			d.live = append(d.live, id)
 			d.load[id] = 0
 		}
@@ -348,6 +369,9 @@ func (d *decision) channel(ch string) {
 		if _, registered := d.s.Nodes[owner]; registered {
 			why = reasonDrain
 		}
+		if _, silent := d.h.silentAt(d.s, owner); silent {
+			why = reasonOwnerSilent
+		}
 		if _, dead := d.h.deadAt(d.s, owner); dead {
 			why = reasonOwnerDead
 		}
@@ -395,9 +419,9 @@ func (d *decision) opened(ch string, a cluster.Assignment) bool {
 // assign gives ch to node: term 1 if cur is nil, else cur's term + 1 with
 // cur's owner appended to Previous. The write is guarded by what made the
 // decision: the target still registered under the same key revision and
-// not drained; a lost owner's key still absent, a dead owner's key still
-// the registration its death is about, a drained owner's drain still
-// there.
+// not drained; a lost owner's key still absent, a dead or silent owner's
+// key still the registration its death or silence is about, a drained
+// owner's drain still there.
 func (d *decision) assign(ch string, why reason, cur *cluster.Versioned[cluster.Assignment], node string, moveRev int64) {
 	c := change{kind: changeAssign, channel: ch, reason: why, moveRev: moveRev}
 	c.next = cluster.Assignment{Channel: ch, Node: node, Term: 1, State: cluster.Assigning, Since: d.now}
@@ -413,6 +437,10 @@ func (d *decision) assign(ch string, why reason, cur *cluster.Versioned[cluster.
 			dead, _ := d.h.deadAt(d.s, cur.Value.Node)
 			c.guards = append(c.guards, guard{kind: guardNode, name: cur.Value.Node, rev: dead.rev})
 			c.detected, c.next.Detected = dead.at, dead.at
+		case reasonOwnerSilent:
+			silent, _ := d.h.silentAt(d.s, cur.Value.Node)
+			c.guards = append(c.guards, guard{kind: guardNode, name: cur.Value.Node, rev: silent.rev})
+			c.detected, c.next.Detected = silent.at, silent.at
 		case reasonDrain:
 			c.guards = append(c.guards, guard{kind: guardDrain, name: cur.Value.Node, rev: d.s.Drains[cur.Value.Node].Revision})
 		}

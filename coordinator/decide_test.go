@@ -280,6 +280,40 @@ func TestDecideScripts(t *testing.T) {
 			drain n1
 			dead n1
 			step => a: owner_dead n1@1 -> n2@2`},
+		{"a silent owner's channels move before its key goes, term+1; it gets none until heard again", `
+			channels a b c
+			node n1 n2 n3
+			assign a n1 1 assigned
+			assign b n1 4 assigning
+			assign c n2 1 assigned
+			silent n1
+			loads => n2=1 n3=0
+			step => a: owner_silent n1@1 -> n3@2; b: owner_silent n1@4 -> n2@5
+			show a => n3@2 assigning prev=[n1@1]
+			decide => none
+			move a n1
+			step => a: drop-move (node "n1" is not live)
+			heard n1
+			loads => n1=0 n2=2 n3=1
+			channels a b c d
+			step => d: new n1@1`},
+		{"a silent node that registers again is live again: the silence was of its old registration", `
+			channels a
+			node n1 n2
+			assign a n1 1 assigned
+			silent n1
+			node n1
+			decide => none`},
+		{"a dead owner found silent too moves as dead; a drained one as silent", `
+			channels a b
+			node n1 n2 n3
+			assign a n1 1 assigned
+			assign b n3 1 assigned
+			silent n1
+			dead n1
+			drain n3
+			silent n3
+			step => a: owner_dead n1@1 -> n2@2; b: owner_silent n3@1 -> n2@2`},
 		{"a suspect owner keeps its channels; new ones go to others while any is not suspect", `
 			channels a b c
 			node n1 n2
@@ -358,7 +392,7 @@ func newDecideModel() *decideModel {
 			Migrations:  map[string]cluster.Versioned[cluster.MigrateRequest]{},
 			Drains:      map[string]cluster.Versioned[cluster.DrainRequest]{},
 		},
-		health: health{dead: map[string]death{}, suspect: map[string]int64{}},
+		health: health{dead: map[string]death{}, suspect: map[string]int64{}, silent: map[string]death{}},
 		migs:   map[string]migration{},
 		now:    epoch,
 	}
@@ -373,6 +407,7 @@ func (m *decideModel) next() int64 { m.rev++; m.snap.Revision = m.rev; return m.
 //	gone ID                        a node's key goes (its lease expired)
 //	dead ID                        the detector confirms the node's current registration dead, now
 //	suspect ID / alive ID          the detector suspects it / holds a stream to it again
+//	silent ID / heard ID           the detector finds its current registration silent, now / hears it again
 //	drain ID / undrain ID          add or delete a drain request
 //	assign CH NODE TERM STATE [prev=N@T,...]   write an assignment (TERM may be max)
 //	opened CH NODE TERM [err=MSG]  a node's open report
@@ -402,6 +437,10 @@ func (m *decideModel) run(t *testing.T, args []string) string {
 		m.health.suspect[args[1]] = m.snap.Nodes[args[1]].Revision
 	case "alive":
 		delete(m.health.suspect, args[1])
+	case "silent":
+		m.health.silent[args[1]] = death{rev: m.snap.Nodes[args[1]].Revision, at: m.now}
+	case "heard":
+		delete(m.health.silent, args[1])
 	case "drain":
 		m.snap.Drains[args[1]] = cluster.Versioned[cluster.DrainRequest]{Revision: m.next()}
 	case "undrain":
@@ -637,6 +676,29 @@ func TestDecideDeadOwner(t *testing.T) {
 	require.Len(t, changes, 1)
 	c := changes[0]
 	require.Equal(t, reasonOwnerDead, c.reason)
+	require.Equal(t, epoch.Add(5*time.Second), c.detected)
+	require.Equal(t, cluster.Assignment{
+		Channel: "a", Node: "n2", Term: 4, State: cluster.Assigning,
+		Previous: []cluster.Owner{{Node: "n1", Term: 3}},
+		Since:    epoch.Add(6 * time.Second), Detected: epoch.Add(5 * time.Second),
+	}, c.next)
+	n1, n2 := m.snap.Nodes["n1"].Revision, m.snap.Nodes["n2"].Revision
+	require.Equal(t, []guard{{guardNode, "n2", n2}, {guardDrain, "n2", 0}, {guardNode, "n1", n1}}, c.guards)
+}
+
+// TestDecideSilentOwner pins what a move off a silent owner carries: the
+// time of the verdict, and a guard that the owner's key is still the
+// registration the silence is about (its lease has not been revoked and
+// the node has not registered again meanwhile).
+func TestDecideSilentOwner(t *testing.T) {
+	m := newDecideModel()
+	for _, line := range []string{"channels a", "node n1 n2", "assign a n1 3 assigned", "at 5s", "silent n1", "at 6s"} {
+		m.run(t, strings.Fields(line))
+	}
+	changes := m.rules.decide(m.snap, m.health, m.channels, m.migs, m.now)
+	require.Len(t, changes, 1)
+	c := changes[0]
+	require.Equal(t, reasonOwnerSilent, c.reason)
 	require.Equal(t, epoch.Add(5*time.Second), c.detected)
 	require.Equal(t, cluster.Assignment{
 		Channel: "a", Node: "n2", Term: 4, State: cluster.Assigning,

@@ -27,6 +27,22 @@ type nodeWatch struct {
 	addr   string
 	cancel context.CancelFunc
 	alive  bool
+	// ttl is the registration's lease TTL when its silence is timed.
+	ttl time.Duration
+}
+
+// revokeGrace is how long after a silent verdict plus the lease's TTL the
+// leader waits for the node's key to go before it counts the verdict
+// premature: etcd revokes expired leases on a 500 ms tick, then the
+// deletion goes through raft and the watch.
+const revokeGrace = time.Second
+
+// verdict is a silent verdict the leader keeps until it learns whether
+// the lease had expired (the registration went) or not (it stayed).
+type verdict struct {
+	rev int64
+	at  time.Time
+	ttl time.Duration
 }
 
 // detector is the leader's failure detection: one watch (liveness.go) per
@@ -45,15 +61,18 @@ type detector struct {
 	events  chan nodeEvent
 	watches map[string]*nodeWatch // by node ID
 	h       health
-	wg      sync.WaitGroup
+	// verdicts are the silent verdicts whose outcome is not known yet.
+	verdicts map[string]verdict
+	wg       sync.WaitGroup
 }
 
 func newDetector(ctx context.Context, lv liveness, log *slog.Logger, m *metrics) *detector {
 	ctx, cancel := context.WithCancel(ctx)
 	return &detector{lv: lv, log: log, metrics: m, ctx: ctx, cancel: cancel,
-		events:  make(chan nodeEvent, 16),
-		watches: map[string]*nodeWatch{},
-		h:       health{dead: map[string]death{}, suspect: map[string]int64{}},
+		events:   make(chan nodeEvent, 16),
+		watches:  map[string]*nodeWatch{},
+		h:        health{dead: map[string]death{}, suspect: map[string]int64{}, silent: map[string]death{}},
+		verdicts: map[string]verdict{},
 	}
 }
 
@@ -61,7 +80,26 @@ func newDetector(ctx context.Context, lv liveness, log *slog.Logger, m *metrics)
 // with an address, except a registration already confirmed dead (nothing
 // more to learn of it); a watch whose registration changed or went ends.
 // What was learned of registrations no longer in s is forgotten.
+//
+// A silent verdict whose registration went was right: its lease expired.
+// One whose registration is still in s a TTL and revokeGrace after the
+// verdict was premature: the lease was renewed meanwhile, the node alive
+// (counted, logged).
 func (d *detector) sync(s cluster.Snapshot) {
+	now := d.lv.now()
+	for id, v := range d.verdicts {
+		n, ok := s.Nodes[id]
+		switch {
+		case !ok || n.Revision != v.rev:
+			delete(d.verdicts, id)
+		case now.Sub(v.at) >= v.ttl+revokeGrace:
+			delete(d.verdicts, id)
+			d.metrics.premature.Inc()
+			_, stillSilent := d.h.silent[id]
+			d.log.Warn("premature silent verdict: the node's registration outlived its lease's TTL after it; its channels moved needlessly",
+				"node", id, "verdict_at", v.at, "lease_ttl", v.ttl, "still_silent", stillSilent)
+		}
+	}
 	for id, w := range d.watches {
 		if n, ok := s.Nodes[id]; !ok || n.Revision != w.rev || n.Value.Addr != w.addr {
 			w.cancel()
@@ -78,6 +116,11 @@ func (d *detector) sync(s cluster.Snapshot) {
 			delete(d.h.suspect, id)
 		}
 	}
+	for id, silent := range d.h.silent {
+		if n, ok := s.Nodes[id]; !ok || n.Revision != silent.rev {
+			delete(d.h.silent, id)
+		}
+	}
 	for id, n := range s.Nodes {
 		if _, ok := d.watches[id]; ok || n.Value.Addr == "" {
 			continue
@@ -85,20 +128,24 @@ func (d *detector) sync(s cluster.Snapshot) {
 		if _, dead := d.h.dead[id]; dead {
 			continue
 		}
-		d.start(id, n.Revision, n.Value.Addr)
+		reg := registration{node: id, addr: n.Value.Addr}
+		if n.Value.LeaseTTL > 0 && n.Lease != 0 {
+			reg.lease, reg.ttl = n.Lease, time.Duration(n.Value.LeaseTTL)*time.Second
+		}
+		d.start(n.Revision, reg)
 	}
 	d.gauge()
 }
 
-func (d *detector) start(id string, rev int64, addr string) {
+func (d *detector) start(rev int64, reg registration) {
 	ctx, cancel := context.WithCancel(d.ctx)
-	d.watches[id] = &nodeWatch{rev: rev, addr: addr, cancel: cancel}
+	d.watches[reg.node] = &nodeWatch{rev: rev, addr: reg.addr, ttl: reg.ttl, cancel: cancel}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.lv.watch(ctx, id, addr, func(kind eventKind, at, since time.Time) {
+		d.lv.watch(ctx, reg, func(kind eventKind, at, since time.Time) {
 			select {
-			case d.events <- nodeEvent{node: id, rev: rev, kind: kind, at: at, since: since}:
+			case d.events <- nodeEvent{node: reg.node, rev: rev, kind: kind, at: at, since: since}:
 			case <-ctx.Done():
 			}
 		})
@@ -116,6 +163,15 @@ func (d *detector) note(ev nodeEvent) {
 	case eventAlive:
 		w.alive = true
 		delete(d.h.suspect, ev.node)
+		d.heard(ev, w)
+	case eventHeard:
+		d.heard(ev, w)
+	case eventSilent:
+		d.h.silent[ev.node] = death{rev: ev.rev, at: ev.at}
+		d.verdicts[ev.node] = verdict{rev: ev.rev, at: ev.at, ttl: w.ttl}
+		d.metrics.silences.WithLabelValues(silenceSilent).Inc()
+		d.log.Warn("node silent for its lease: nothing on its liveness stream, its socket empty; taken as its lease's expiry",
+			"node", ev.node, "addr", w.addr, "silent_for", ev.at.Sub(ev.since), "lease_ttl", w.ttl)
 	case eventSuspect:
 		w.alive = false
 		d.h.suspect[ev.node] = ev.rev
@@ -123,6 +179,7 @@ func (d *detector) note(ev nodeEvent) {
 	case eventDead:
 		delete(d.watches, ev.node)
 		delete(d.h.suspect, ev.node)
+		delete(d.h.silent, ev.node)
 		d.h.dead[ev.node] = death{rev: ev.rev, at: ev.at}
 		d.metrics.deadNodes.Inc()
 		d.metrics.detect.Observe(ev.at.Sub(ev.since).Seconds())
@@ -132,10 +189,19 @@ func (d *detector) note(ev nodeEvent) {
 	d.gauge()
 }
 
+// heard ends a silence: the node spoke again.
+func (d *detector) heard(ev nodeEvent, w *nodeWatch) {
+	if silent, ok := d.h.silent[ev.node]; ok {
+		delete(d.h.silent, ev.node)
+		d.log.Info("node silent until now spoke again: live again", "node", ev.node, "addr", w.addr,
+			"since_verdict", ev.at.Sub(silent.at))
+	}
+}
+
 func (d *detector) gauge() {
 	alive := 0
-	for _, w := range d.watches {
-		if w.alive {
+	for id, w := range d.watches {
+		if _, silent := d.h.silent[id]; w.alive && !silent {
 			alive++
 		}
 	}
@@ -148,7 +214,7 @@ func (d *detector) health() health {
 	if d == nil {
 		return health{}
 	}
-	return health{dead: maps.Clone(d.h.dead), suspect: maps.Clone(d.h.suspect)}
+	return health{dead: maps.Clone(d.h.dead), suspect: maps.Clone(d.h.suspect), silent: maps.Clone(d.h.silent)}
 }
 
 // eventsChan returns the channel the watches report on (nil without a

@@ -18,26 +18,36 @@ import (
 )
 
 // livenessServer is a simulated node process's API port: it serves the
-// liveness stream as the node package does. crash closes its listener and
-// every connection, as the death of a process does; stall makes it stop
-// answering (the kernel still accepts connections, nothing answers them)
-// while the streams it holds stay open; cut ends the streams it holds
-// from its side, the process still running.
+// liveness stream as the node package does, with heartbeats when asked
+// if beating. crash closes its listener and every connection, as the death
+// of a process does; stall makes it stop answering (the kernel still
+// accepts connections, nothing answers them) and stop heartbeating while
+// the streams it holds stay open; cut ends the streams it holds from its
+// side, the process still running.
 type livenessServer struct {
 	id  string
 	srv *http.Server
 	ln  net.Listener
+	// beating: it heartbeats when asked (a node that publishes its TTL).
+	beating atomic.Bool
 
 	mu      sync.Mutex
 	running chan struct{} // closed while not stalled
 	cutting chan struct{} // closed and replaced by cut
 	served  atomic.Int64  // streams established
+	beats   atomic.Int64  // heartbeats written
 }
 
 func startLivenessServer(t *testing.T, id string) *livenessServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	return startLivenessServerOn(t, id, ln)
+}
+
+// startLivenessServerOn serves on ln (a TLS listener, say).
+func startLivenessServerOn(t *testing.T, id string, ln net.Listener) *livenessServer {
+	t.Helper()
 	l := &livenessServer{id: id, ln: ln, running: make(chan struct{}), cutting: make(chan struct{})}
 	close(l.running)
 	mux := http.NewServeMux()
@@ -63,13 +73,39 @@ func (l *livenessServer) handle(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not this node", http.StatusNotFound)
 		return
 	}
+	interval, _ := time.ParseDuration(r.URL.Query().Get(cluster.LivenessHeartbeat))
+	var beat <-chan time.Time
+	if interval > 0 && l.beating.Load() {
+		w.Header().Set(cluster.LivenessHeartbeatHeader, interval.String())
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		beat = t.C
+	}
 	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
 	_, _ = fmt.Fprintln(w, l.id)
-	_ = http.NewResponseController(w).Flush()
+	_ = rc.Flush()
 	l.served.Add(1)
-	select {
-	case <-r.Context().Done():
-	case <-cutting:
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-cutting:
+			return
+		case <-beat:
+			l.mu.Lock()
+			running := l.running
+			l.mu.Unlock()
+			select {
+			case <-running:
+			default:
+				continue // stalled: silent
+			}
+			if _, err := w.Write([]byte("\n")); err != nil || rc.Flush() != nil {
+				return
+			}
+			l.beats.Add(1)
+		}
 	}
 }
 
@@ -100,6 +136,17 @@ func listening() nodeOpt {
 	return func(n *simNode) {
 		n.live = startLivenessServer(n.e.t, n.id)
 		n.addr = n.live.addr()
+	}
+}
+
+// heartbeating gives a simulated node a liveness server that heartbeats
+// when asked, and a lease of ttl seconds it publishes, as a node of this
+// version does.
+func heartbeating(ttl int) nodeOpt {
+	return func(n *simNode) {
+		listening()(n)
+		n.live.beating.Store(true)
+		n.ttl, n.publishTTL = ttl, true
 	}
 }
 
@@ -362,4 +409,98 @@ func TestDetectDeadLeader(t *testing.T) {
 	})
 	require.EqualValues(t, len(lost), gather(t, regB, "streamwal_coordinator_moves_total", "reason", "owner_dead"))
 	e.check(s)
+}
+
+// A node that heartbeats and stops (here its liveness server stalls; its
+// lease, renewed by the test's session, lives on) is silent once nothing
+// came for its TTL and a heartbeat: its channels move (owner_silent,
+// term+1, Detected set), it gets no new one, and it is still registered.
+// When it speaks again it is live again; its registration outliving the
+// verdict by a TTL and a second makes the verdict premature (counted): at
+// a 1 s TTL etcd cannot tell a live lease from an expired one, and a node
+// cut off from the leader only looks stalled.
+func TestDetectSilence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 30*time.Second, channelNames(6)...)
+	n1 := e.startNode("n1", heartbeating(1))
+	e.startNode("n2", heartbeating(1))
+	e.startNode("n3", heartbeating(1))
+	e.waitFor("3 nodes", func(s cluster.Snapshot) bool { return len(s.Nodes) == 3 })
+	reg := prometheus.NewRegistry()
+	e.startCoordinator("c1", Config{Registerer: reg}, nil)
+	s := e.waitSettled()
+	e.waitGauge(reg, "streamwal_coordinator_liveness_streams", 3)
+	lost := ownedBy(s, e.channels.get(), "n1")
+	require.Len(t, lost, 2)
+	for n1.live.beats.Load() < 3 {
+		time.Sleep(5 * time.Millisecond) // a condition, polled
+	}
+
+	stalled := time.Now()
+	n1.live.stall()
+	s = e.waitFor("n1's channels moved", func(s cluster.Snapshot) bool {
+		return len(ownedBy(s, e.channels.get(), "n1")) == 0 && e.settled(s)
+	})
+	moved := time.Since(stalled)
+	require.Contains(t, s.Nodes, "n1", "n1's lease still lives")
+	e.syncRecorder(s)
+	for ch, term := range lost {
+		a := s.Assignments[ch].Value
+		require.Equal(t, term+1, a.Term, ch)
+		h := e.rec.writes(ch)
+		move := h[len(h)-2].a
+		require.Equal(t, cluster.Assigning, move.State, ch)
+		require.False(t, move.Detected.IsZero(), "%s: moved by detection, Detected set", ch)
+		require.GreaterOrEqual(t, move.Detected.Sub(stalled), testTTL, "%s: not before the TTL", ch)
+		t.Logf("%s: stalled → verdict %s, → move %s", ch, move.Detected.Sub(stalled), move.Since.Sub(stalled))
+	}
+	t.Logf("stalled → moved: %s (lease TTL %s)", moved.Round(time.Millisecond), testTTL)
+	require.EqualValues(t, 2, gather(t, reg, "streamwal_coordinator_moves_total", "reason", "owner_silent"))
+	require.EqualValues(t, 1, gather(t, reg, "streamwal_coordinator_silent_nodes_total", "outcome", "silent"))
+	require.EqualValues(t, 0, gather(t, reg, "streamwal_coordinator_dead_nodes_total"))
+	e.waitGauge(reg, "streamwal_coordinator_liveness_streams", 2)
+
+	// No new channel goes to a silent node.
+	e.channels.add("x")
+	s = e.waitSettled()
+	require.NotEqual(t, "n1", s.Assignments["x"].Value.Node)
+
+	// Running again, it is heard and live; its lease never expired: the
+	// verdict was premature.
+	n1.live.resume()
+	e.waitGauge(reg, "streamwal_coordinator_liveness_streams", 3)
+	e.waitGauge(reg, "streamwal_coordinator_premature_silences_total", 1)
+	e.channels.add("y", "z")
+	s = e.waitSettled()
+	require.Contains(t, []string{s.Assignments["y"].Value.Node, s.Assignments["z"].Value.Node}, "n1")
+	e.check(s)
+}
+
+// At a TTL of two seconds or more, etcd says how long a live lease has
+// left: a node silent on its stream whose lease has a second or more left
+// was renewed by its process, which runs (only its path to the leader is
+// broken, or the leader did not read). It keeps its channels (counted
+// lease_alive) and is judged again when that time has passed.
+func TestDetectSilenceLeaseAlive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 30*time.Second, channelNames(4)...)
+	n1 := e.startNode("n1", heartbeating(3))
+	e.startNode("n2", heartbeating(3))
+	e.waitFor("2 nodes", func(s cluster.Snapshot) bool { return len(s.Nodes) == 2 })
+	reg := prometheus.NewRegistry()
+	r := e.startCoordinator("c1", Config{Registerer: reg}, nil)
+	before := e.waitSettled()
+	e.waitGauge(reg, "streamwal_coordinator_liveness_streams", 2)
+
+	n1.live.stall()
+	e.waitGauge(reg, "streamwal_coordinator_silent_nodes_total", 1, "outcome", "lease_alive")
+	r.waitPasses(t, e.ctx, 2)
+	after, err := cluster.Load(e.ctx, e.cli, e.layout, nil)
+	require.NoError(t, err)
+	for _, ch := range e.channels.get() {
+		require.Equal(t, before.Assignments[ch], after.Assignments[ch], "%s: a silent node whose lease lives keeps it", ch)
+	}
+	require.EqualValues(t, 0, gather(t, reg, "streamwal_coordinator_silent_nodes_total", "outcome", "silent"))
+	n1.live.resume()
+	e.check(e.waitSettled())
 }

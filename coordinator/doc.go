@@ -49,14 +49,15 @@
 // pure function (decide.go) what to write:
 //
 //   - live nodes are the registered nodes minus the drained ones and
-//     those confirmed dead (see Failure detection);
+//     those confirmed dead or found silent (see Failure detection);
 //   - a channel without assignment goes to the least-loaded live node
 //     (load: channels assigned to it; suspect nodes only if every live
 //     node is suspect; ties: smallest ID), term 1,
 //     Assigning;
 //   - a channel whose owner is not live (its node key is gone, i.e. its
 //     lease expired: owner_lost; its process is confirmed gone, see
-//     Failure detection: owner_dead; or it is drained) goes to the
+//     Failure detection: owner_dead; it is silent for its lease, ditto:
+//     owner_silent; or it is drained) goes to the
 //     least-loaded live node, term+1, Assigning, the old owner appended
 //     to Previous (the last 4 kept);
 //   - a move request moves the channel to the requested node (or the
@@ -165,9 +166,12 @@
 // A lease expires a TTL after its holder's last keep-alive, so a node
 // that crashes keeps its channels for about the TTL, although its process
 // closed every connection the moment it died. The leader learns of that
-// moment and moves the channels then (detector.go, liveness.go); the lease
-// stays the safety net for what leaves no such trace (a partition, a
-// stalled process, a host that lost power).
+// moment and moves the channels then (detector.go, liveness.go). For what
+// leaves no such trace (a stalled process, a partition, a host that lost
+// power) the lease decides - but etcd deletes an expired lease's keys only
+// on its next 500 ms expiry tick, so the leader also times the node's
+// silence against the lease itself (Silence, below), to move at the
+// lease's expiry rather than up to half a second after it.
 //
 // The leader holds a liveness stream to every registered node: an HTTP
 // GET of cluster.LivenessPath on the node's address (NodeInfo.Addr), which
@@ -194,15 +198,70 @@
 //     there are any) and the leader tries again with backoff (10 ms to
 //     1 s). A connection timeout is bounded by Config.ProbeTimeout.
 //
-// So a stalled or partitioned node loses its channels when its lease
-// expires, as without detection, and a crashed one within about a round
-// trip of its death. A node whose registration was confirmed dead is live
-// again when it registers anew (a restarted process). Moving on a false
-// verdict would still be safe - a move is term+1 and the backend fences
-// the old owner - only needless; the one case known to give one is a
-// firewall that answers a partitioned node's port with resets (REJECT
+// So a crashed node loses its channels within about a round trip of its
+// death. A node whose registration was confirmed dead is live again when
+// it registers anew (a restarted process). Moving on a false verdict
+// would still be safe - a move is term+1 and the backend fences the old
+// owner - only needless; the one case known to give one is a firewall
+// that answers a partitioned node's port with resets (REJECT
 // --reject-with tcp-reset), and an advertised address that is not the
 // node's own listener (a proxy): set Config.LeaseOnly there.
+//
+// Silence. A node that publishes its lease's granted TTL
+// (NodeInfo.LeaseTTL) is asked for heartbeats on its stream
+// (cluster.LivenessHeartbeat), every TTL/40 (20 ms to 1 s: 25 ms at a 1 s
+// TTL), and the leader times what it hears (silence.go). A node stalled
+// at S wrote its last heartbeat at S - interval or later and renewed its
+// lease at S or earlier, so its lease has expired by S + TTL (plus the
+// last keep-alive's way to etcd; an etcd leader change extends every
+// lease by an election timeout), which is at most its last heartbeat +
+// TTL + interval: the limit. A node that said nothing for the limit on a
+// connection open all along is silent: taken as if its lease had expired
+// (it is not live; its channels move, reason owner_silent,
+// Assignment.Detected the verdict's time, the write conditional on the
+// node key still being that registration), until any byte from it
+// arrives; then it is live again. A node stalled for less
+// than its TTL is never silent for the limit: such a stall keeps its
+// channels, as before (etcd's own expiry may still take them: a lease
+// renewed every TTL/3 expires after a stall of two thirds of the TTL or
+// more). Three guards keep a live node from being judged silent:
+//
+//   - the leader's own stall: a timer that fires proves nothing (this
+//     process may not have run, the heartbeats waiting unread in its
+//     socket, and Go may run the expired timer before it polls the
+//     network). The verdict needs the connection's socket itself found
+//     empty (a non-blocking MSG_PEEK) at a moment the silence had reached
+//     the limit; bytes read late count as heard when read, which only
+//     delays a verdict;
+//   - a path that was not open: silence is measured on the connection in
+//     use, from its start; a node the leader cannot connect to (a
+//     timeout, a reset) is suspect, never silent, and its lease decides;
+//   - a node that runs but is not heard (the path between it and the
+//     leader broken while it still reaches etcd; its heartbeats delayed
+//     past a TTL while its keep-alives pass): before the verdict the
+//     leader asks etcd how long the lease has left. A second or more: it
+//     was renewed, the node runs; it keeps its channels (counted
+//     lease_alive, logged) and is judged again when that time has passed.
+//     etcd answers in whole seconds, truncated, so below a 2 s TTL it
+//     cannot tell a live lease from an expired one and is not asked.
+//
+// Worst cases. A stalled node is found silent between S + TTL and S + TTL
+// + interval, plus the leader's scheduling; etcd revokes its lease between
+// its expiry (S + TTL - the keep-alive period, at the earliest) and half
+// a second after it, and whichever comes first moves the channels. A
+// wrong verdict - the node was alive - costs a needless move (a term
+// bump) of each of its channels; it takes, at a TTL of 2 s or more, a
+// lease with under a second left (its keep-alives failing too), and below
+// that, a node not heard for the limit on an open connection. Each is
+// counted when its registration outlives the verdict by a TTL and a
+// second (_premature_silences_total, logged with the reason). A node
+// starved of CPU just before it stopped, or heartbeats much slower than
+// keep-alives on their way, can make a verdict that much earlier than the
+// lease's expiry. A node that does not publish its TTL, or answers
+// without the heartbeat header (a node that predates them), is not timed:
+// its lease decides, as before. A candidate's watch of the leader's node
+// is not timed either: a stalled leader's election key waits for its
+// session's lease.
 //
 // A candidate waiting for another's election key watches the node named
 // by that candidate's CandidateInfo the same way, and deletes the key
@@ -216,15 +275,17 @@
 // # Observability
 //
 // Metrics (on Config.Registerer while Run runs): streamwal_coordinator_leader,
-// _moves_total{reason=new|owner_lost|owner_dead|drain|request|open_timeout|migrate},
+// _moves_total{reason=new|owner_lost|owner_dead|owner_silent|drain|request|open_timeout|migrate},
 // _migrations_total{outcome=started|finished|refused|cancelled},
 // _assigning_channels, _overdue_channels, _failed_writes_total{cause=
 // conflict|deposed|unknown}; for failure detection _liveness_streams,
-// _suspect_nodes, _dead_nodes_total, _dead_candidates_total, and the
-// phases of a move, as histograms: _detect_seconds (a node's stream ended
-// to its death confirmed) and _decide_seconds{reason} (the evidence - for
-// owner_dead the confirmed death, else the start of the pass - to the
-// move's write applied). The node's metrics time the rest (package
+// _suspect_nodes, _dead_nodes_total, _dead_candidates_total,
+// _silent_nodes_total{outcome=silent|lease_alive},
+// _premature_silences_total, and the phases of a move, as histograms:
+// _detect_seconds (a node's stream ended to its death confirmed) and
+// _decide_seconds{reason} (the evidence - for owner_dead the confirmed
+// death, for owner_silent the verdict, else the start of the pass - to
+// the move's write applied). The node's metrics time the rest (package
 // node). Every assignment written is logged with channel, node, term,
 // reason and the previous owner.
 //

@@ -115,7 +115,8 @@ func (c *Coordinator) watchCandidate(ctx context.Context, prev *mvccpb.KeyValue)
 	}
 	nodeRev := resp.Kvs[0].ModRevision
 	var dead bool
-	c.liveness().watch(ctx, info.Node, node.Addr, func(kind eventKind, _, _ time.Time) { dead = kind == eventDead })
+	// Not timed (no TTL): a candidate waits for a silent leader's lease.
+	c.liveness().watch(ctx, registration{node: info.Node, addr: node.Addr}, func(kind eventKind, _, _ time.Time) { dead = kind == eventDead })
 	if !dead {
 		return
 	}

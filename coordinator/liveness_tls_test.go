@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log"
 	"log/slog"
@@ -68,7 +69,7 @@ func TestLivenessOverTLS(t *testing.T) {
 			log: slog.New(slog.DiscardHandler), retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
 		go func() {
 			defer close(events)
-			lv.watch(ctx, "n1", addr, func(k eventKind, _, _ time.Time) { events <- k })
+			lv.watch(ctx, registration{node: "n1", addr: addr}, func(k eventKind, _, _ time.Time) { events <- k })
 		}()
 		return events
 	}
@@ -100,4 +101,46 @@ func TestLivenessOverTLS(t *testing.T) {
 		k = next(peers)
 	}
 	require.Equal(t, eventDead, k)
+
+	// Heartbeats over TLS: the silence is timed below TLS, on the socket.
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hb := startLivenessServerOn(t, "n1", tls.NewListener(hln, server))
+	hb.beating.Store(true)
+	peer, _, err := tlsconf.Config{CAFile: caFile, CertFile: peerCrt, KeyFile: peerKey}.Client()
+	require.NoError(t, err)
+	type event struct {
+		kind      eventKind
+		at, since time.Time
+	}
+	hevents := make(chan event, 16)
+	hctx, hcancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	lv := liveness{dial: dialer(time.Second), timeout: time.Second, tls: peer, now: time.Now,
+		log: slog.New(slog.DiscardHandler), retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
+	go func() {
+		defer close(watched)
+		lv.watch(hctx, registration{node: "n1", addr: hln.Addr().String(), lease: 1, ttl: 200 * time.Millisecond},
+			func(k eventKind, at, since time.Time) { hevents <- event{k, at, since} })
+	}()
+	defer func() { hcancel(); <-watched }()
+	hnext := func() event {
+		select {
+		case ev := <-hevents:
+			return ev
+		case <-time.After(30 * time.Second):
+			t.Fatal("no liveness event")
+			return event{}
+		}
+	}
+	require.Equal(t, eventAlive, hnext().kind)
+	for hb.beats.Load() < 3 {
+		time.Sleep(5 * time.Millisecond) // a condition, polled
+	}
+	hb.stall()
+	ev := hnext()
+	require.Equal(t, eventSilent, ev.kind)
+	require.GreaterOrEqual(t, ev.at.Sub(ev.since), 220*time.Millisecond)
+	hb.resume()
+	require.Equal(t, eventHeard, hnext().kind)
 }

@@ -351,6 +351,12 @@ type simNode struct {
 	// chains, when set, makes the node open channels as chainwal does
 	// (migrate_test.go) before it reports them open.
 	chains *chainMode
+
+	// ttl is its lease's TTL in seconds (0: testTTLSecond); publishTTL
+	// puts it in its NodeInfo, as a node that heartbeats does
+	// (heartbeating, detector_test.go).
+	ttl        int
+	publishTTL bool
 }
 
 type nodeOpt func(*simNode)
@@ -393,7 +399,11 @@ func (e *env) startNode(id string, opts ...nodeOpt) *simNode {
 
 // register starts a new session and puts the node key under it.
 func (n *simNode) register() error {
-	s, err := concurrency.NewSession(n.cli, concurrency.WithTTL(testTTLSecond), concurrency.WithContext(n.e.ctx))
+	ttl := n.ttl
+	if ttl == 0 {
+		ttl = testTTLSecond
+	}
+	s, err := concurrency.NewSession(n.cli, concurrency.WithTTL(ttl), concurrency.WithContext(n.e.ctx))
 	if err != nil {
 		return err
 	}
@@ -401,6 +411,9 @@ func (n *simNode) register() error {
 	// all the coordinator learns its death from (the detection tests give
 	// theirs one).
 	info := cluster.NodeInfo{ID: n.id, Addr: n.addr, Started: time.Now()}
+	if n.publishTTL {
+		info.LeaseTTL = int64(ttl)
+	}
 	if _, err := n.cli.Put(n.e.ctx, n.e.layout.Node(n.id), string(cluster.Encode(info)), clientv3.WithLease(s.Lease())); err != nil {
 		_ = s.Close()
 		return err

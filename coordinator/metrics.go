@@ -7,6 +7,13 @@ import (
 
 // metrics carry no channel label: a cluster's size does not multiply its
 // series.
+
+// Outcomes of a silence judgement (the silent_nodes_total label).
+const (
+	silenceSilent     = "silent"
+	silenceLeaseAlive = "lease_alive"
+)
+
 type metrics struct {
 	reg       prometheus.Registerer
 	leader    prometheus.Gauge
@@ -24,6 +31,11 @@ type metrics struct {
 	detect         prometheus.Histogram
 	decide         *prometheus.HistogramVec
 	deadCandidates prometheus.Counter
+	// silences counts silence judgements by outcome (silenceSilent,
+	// silenceLeaseAlive); premature the verdicts the node's registration
+	// outlived.
+	silences  *prometheus.CounterVec
+	premature prometheus.Counter
 
 	registered []prometheus.Collector
 }
@@ -37,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "streamwal", Subsystem: "coordinator", Name: "moves_total",
-			Help: "Assignments written with a new owner or term, by reason (new, owner_lost, owner_dead, drain, request, open_timeout, migrate).",
+			Help: "Assignments written with a new owner or term, by reason (new, owner_lost, owner_dead, owner_silent, drain, request, open_timeout, migrate).",
 		}, []string{"reason"}),
 		assigning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "streamwal", Subsystem: "coordinator", Name: "assigning_channels",
@@ -62,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	buckets := prometheus.ExponentialBuckets(0.001, 2, 15) // 1 ms to 16 s
 	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "streamwal", Subsystem: "coordinator", Name: "liveness_streams",
-		Help: "Liveness streams the leader holds open to registered nodes (0 when not leading).",
+		Help: "Liveness streams the leader holds open to registered nodes, not counting those of nodes found silent (0 when not leading).",
 	})
 	m.suspects = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "streamwal", Subsystem: "coordinator", Name: "suspect_nodes",
@@ -78,11 +90,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.decide = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "streamwal", Subsystem: "coordinator", Name: "decide_seconds", Buckets: buckets,
-		Help: "From what a move rests on (for owner_dead the confirmed death, else the start of the pass that decided it) to its write applied, by reason.",
+		Help: "From what a move rests on (for owner_dead the confirmed death, for owner_silent the verdict, else the start of the pass that decided it) to its write applied, by reason.",
 	}, []string{"reason"})
 	m.deadCandidates = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "streamwal", Subsystem: "coordinator", Name: "dead_candidates_total",
 		Help: "Election keys of candidates whose process was confirmed gone, deleted by the candidate waiting behind them.",
+	})
+	m.silences = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "silent_nodes_total",
+		Help: "Nodes found silent on their liveness stream for their lease's TTL and a heartbeat, by outcome: silent (taken as the lease's expiry: their channels move), lease_alive (etcd said the lease still had a second or more: they keep them).",
+	}, []string{"outcome"})
+	for _, o := range []string{silenceSilent, silenceLeaseAlive} {
+		m.silences.WithLabelValues(o)
+	}
+	m.premature = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "streamwal", Subsystem: "coordinator", Name: "premature_silences_total",
+		Help: "Silent verdicts whose node registration was still there its lease's TTL and a second after: the lease had not expired, the moves were needless (the node was alive, only not heard).",
 	})
 	for _, r := range reasons {
 		m.moves.WithLabelValues(string(r))
@@ -101,7 +124,7 @@ func (m *metrics) register() error {
 		return nil
 	}
 	for _, c := range []prometheus.Collector{m.leader, m.moves, m.assigning, m.overdue, m.failed, m.migrations,
-		m.streams, m.suspects, m.deadNodes, m.detect, m.decide, m.deadCandidates} {
+		m.streams, m.suspects, m.deadNodes, m.detect, m.decide, m.deadCandidates, m.silences, m.premature} {
 		if err := m.reg.Register(c); err != nil {
 			m.unregister()
 			return errors.Wrap(err, "coordinator: register metrics")

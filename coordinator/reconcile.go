@@ -222,7 +222,7 @@ func (c *Coordinator) logApplied(ch change) {
 	case changeAssign:
 		c.metrics.moves.WithLabelValues(string(ch.reason)).Inc()
 		from := ch.next.Since // the pass's start
-		if ch.reason == reasonOwnerDead {
+		if ch.reason == reasonOwnerDead || ch.reason == reasonOwnerSilent {
 			from = ch.detected
 		}
 		c.metrics.decide.WithLabelValues(string(ch.reason)).Observe(c.now().Sub(from).Seconds())

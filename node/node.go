@@ -271,12 +271,23 @@ func (n *Node) ID() string { return n.cfg.ID }
 // register creates a session and puts the node's key under its lease. The
 // session is not bound to the node's context: Shutdown cancels that, and
 // must still revoke the lease.
+//
+// The lease is granted here rather than by the session, so that the node
+// learns the TTL etcd granted (it raises small ones) and publishes it in
+// its NodeInfo: the coordinator times the node's silence by it.
 func (n *Node) register(ctx context.Context) error {
-	sess, err := concurrency.NewSession(n.cli, concurrency.WithTTL(int(n.cfg.SessionTTL.Round(time.Second)/time.Second)))
+	grant, err := n.cli.Grant(ctx, int64(n.cfg.SessionTTL.Round(time.Second)/time.Second))
 	if err != nil {
+		return errors.Wrapf(err, "node %s: etcd lease", n.cfg.ID)
+	}
+	sess, err := concurrency.NewSession(n.cli, concurrency.WithLease(grant.ID))
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.SessionTTL)
+		_, _ = n.cli.Revoke(rctx, grant.ID)
+		cancel()
 		return errors.Wrapf(err, "node %s: etcd session", n.cfg.ID)
 	}
-	info := cluster.NodeInfo{ID: n.cfg.ID, Addr: n.addr, Started: time.Now().UTC()}
+	info := cluster.NodeInfo{ID: n.cfg.ID, Addr: n.addr, Started: time.Now().UTC(), LeaseTTL: grant.TTL}
 	if _, err := n.cli.Put(ctx, n.layout.Node(n.cfg.ID), string(cluster.Encode(info)), clientv3.WithLease(sess.Lease())); err != nil {
 		_ = sess.Close()
 		return errors.Wrapf(err, "node %s: register", n.cfg.ID)
@@ -289,7 +300,7 @@ func (n *Node) register(ctx context.Context) error {
 	}
 	n.sess = sess
 	n.sessMu.Unlock()
-	n.log.Info("registered", "lease", int64(sess.Lease()))
+	n.log.Info("registered", "lease", int64(sess.Lease()), "lease_ttl_seconds", grant.TTL)
 	return nil
 }
 

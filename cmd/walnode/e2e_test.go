@@ -641,7 +641,8 @@ func TestGracefulShutdown(t *testing.T) {
 // it), each stopped for 2 s at a 6 s lease TTL while appends to its
 // channels wait: they are acknowledged at the same terms once it runs
 // again, no assignment changed (read from etcd after the stall), and no
-// coordinator counted a death.
+// coordinator counted a death or a silence (the nodes heartbeat: a stall
+// shorter than the TTL is not one).
 func TestStalledOwner(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three walnode processes")
@@ -715,6 +716,9 @@ func TestStalledOwner(t *testing.T) {
 		m := c.metrics(ctx, id)
 		require.Zero(t, m["streamwal_coordinator_dead_nodes_total"], "%s counted a death", id)
 		require.Zero(t, m["streamwal_coordinator_dead_candidates_total"], "%s deleted a candidate's key", id)
+		silent, ok := m[`streamwal_coordinator_silent_nodes_total{outcome="silent"}`]
+		require.True(t, ok, "%s: no silence metric", id)
+		require.Zero(t, silent, "%s found a node silent for its lease", id)
 	}
 }
 

@@ -89,17 +89,20 @@ func (ap *appenders) stop() (map[string][]string, error) {
 	return maps.Clone(ap.acked), <-ap.fails
 }
 
-// A stalled owner loses its channels when its lease expires, and the
-// appends in flight on them then are answered by the new owners at about
-// that moment, not when their callers give up: the client sees the move
+// A stalled owner loses its channels when its lease expires - when the
+// leader finds it silent on its liveness stream for its lease's TTL, or
+// etcd deletes its key, whichever comes first - and the appends in flight
+// on them then are answered by the new owners at about that moment, not
+// when their callers give up: the client sees the move
 // in the cluster's view, abandons the attempt at the stalled owner and
 // resolves it at the new owner with the same key. Rounds of a node that
 // does not lead, stopped (SIGSTOP) while appenders write to every
 // channel, until each of its channels has an append acknowledged by
 // another node, then continued: the time from the stop to that first
 // acknowledgement is logged (p50, max), beside the time the coordinator
-// moved the channel (Assignment.Since, on the same machine's clock), and
-// bounded well under the ten seconds an append used to wait; every
+// moved the channel (Assignment.Since, on the same machine's clock) and
+// how many moves the silence made (Assignment.Detected set), and bounded
+// well under the ten seconds an append used to wait; every
 // acknowledged append is read back exactly once and in order. A stalled
 // leader is left out: the election waits for its lease first.
 // STREAMWAL_E2E_STALLS sets the rounds (default 4).
@@ -126,7 +129,7 @@ func TestStalledOwnerFailover(t *testing.T) {
 	defer cancel()
 
 	var failovers, moves, afterMove []time.Duration
-	duplicates := 0
+	duplicates, bySilence := 0, 0
 	for round := range rounds {
 		// Every node is live to the leader (a stream to each): a move
 		// request to one it does not know yet is dropped.
@@ -179,6 +182,9 @@ func TestStalledOwnerFailover(t *testing.T) {
 			if a := s.Assignments[ch].Value; a.Term > term {
 				moves = append(moves, a.Since.Sub(stopped))
 				afterMove = append(afterMove, first.at.Sub(a.Since))
+				if !a.Detected.IsZero() {
+					bySilence++ // the leader found the owner silent before etcd deleted its key
+				}
 			}
 		}
 		before := s.Nodes[victim].Revision
@@ -203,8 +209,8 @@ func TestStalledOwnerFailover(t *testing.T) {
 	}
 	t.Logf("stall → first append acknowledged by the new owner over %d channel moves: p50 %s, max %s (lease TTL %s; %d answered with the stalled owner's copy)",
 		len(failovers), q(failovers, 0.5), q(failovers, 1), ttl, duplicates)
-	t.Logf("  stall → the coordinator's move (Assignment.Since): p50 %s, max %s; the move → that append: p50 %s, max %s",
-		q(moves, 0.5), q(moves, 1), q(afterMove, 0.5), q(afterMove, 1))
+	t.Logf("  stall → the coordinator's move (Assignment.Since): p50 %s, max %s (%d of %d moved on the owner's silence, the others when etcd deleted its key); the move → that append: p50 %s, max %s",
+		q(moves, 0.5), q(moves, 1), bySilence, len(moves), q(afterMove, 0.5), q(afterMove, 1))
 	// Generous for a loaded machine; the figure without following the
 	// move was the client's 10 s response-header timeout.
 	require.Lessf(t, failovers[len(failovers)-1], ttl+3*time.Second, "an append waited for more than its failover")
