@@ -87,6 +87,13 @@ func (b *Backends) Add(tb testing.TB, name, kind string) walimpls.Opener {
 	return o
 }
 
+// Put adds an opener the test made itself (another configuration of a
+// kind, say) as the entry name of kind; the test closes it.
+func (b *Backends) Put(name, kind string, o walimpls.Opener) {
+	b.openers[name] = o
+	b.kinds[name] = kind
+}
+
 // Entry returns the opener of the entry name, nil when none.
 func (b *Backends) Entry(name string) walimpls.Opener { return b.openers[name] }
 
