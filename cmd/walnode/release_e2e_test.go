@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
@@ -109,6 +110,15 @@ func newReleaseEnv(t *testing.T, nodes, channels int, ttl time.Duration) *releas
 	t.Cleanup(func() {
 		for id := range c.nodes {
 			c.stop(id, syscall.SIGTERM)
+		}
+		// The nodes are this test binary, built with -race or not: a race
+		// one of them reported fails the test (the process's exit status
+		// says it only at its end, which a kill never reaches).
+		for _, id := range slices.Sorted(maps.Keys(c.nodes)) {
+			data, _ := os.ReadFile(c.nodes[id].log)
+			if i := strings.Index(string(data), "WARNING: DATA RACE"); i >= 0 {
+				t.Errorf("%s reported a data race:\n%s", id, string(data[i:min(len(data), i+6000)]))
+			}
 		}
 		if t.Failed() {
 			c.dumpLogs()
@@ -480,7 +490,7 @@ var errEnough = errors.New("enough read")
 
 // read reads channel after the checkpoint after (from the first message
 // kept when empty), vchannel vch only when set, until caught up or, when
-// max > 0, max messages; it learns the checkpoints of what it read.
+// limit > 0, limit messages; it learns the checkpoints of what it read.
 func (h *history) read(channel, after, vch string, limit int) ([]*streamwalv1.Delivered, error) {
 	ctx, cancel := context.WithTimeout(h.ctx, 90*time.Second)
 	defer cancel()
@@ -583,6 +593,9 @@ func (h *history) readFromResume(channel string, cons relConsumer, limit int) (*
 				h.steps["moved under a read"]++
 				continue
 			}
+		}
+		if err != nil {
+			h.dumpHistory(channel)
 		}
 		require.NoErrorf(t, err, "%s, %s: read after its resume point %s", channel, cons, st.GetResume())
 		h.verifyRead(fmt.Sprintf("%s, %s from its resume point %s", channel, cons, st.GetResume()), ttOf(t, st.GetCheckpoint()), cons.vchannel, got, acks, limit == 0 || len(got) < limit)
@@ -1063,4 +1076,28 @@ func TestReleaseHistories(t *testing.T) {
 		total += len(c.acks)
 	}
 	t.Logf("seed %d: %d appends over %d channels, steps %v, in %s", seed, total, channels, h.steps, time.Since(start).Round(time.Second))
+}
+
+// dumpHistory logs, for a failure's message, every revision of channel's
+// consumer records and floor in the store (etcd keeps them until it
+// compacts).
+func (h *history) dumpHistory(channel string) {
+	prefix := strings.TrimSuffix(h.e.root, "/") + "-meta/checkpoints/" + channel + "/"
+	resp, err := h.e.ecli.Get(context.Background(), prefix, clientv3.WithPrefix())
+	if err != nil {
+		h.t.Logf("dump: %v", err)
+		return
+	}
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		rev := kv.ModRevision
+		for rev > 0 {
+			r, err := h.e.ecli.Get(context.Background(), key, clientv3.WithRev(rev))
+			if err != nil || len(r.Kvs) == 0 {
+				break
+			}
+			h.t.Logf("HIST %s @%d: %s", strings.TrimPrefix(key, prefix), r.Kvs[0].ModRevision, r.Kvs[0].Value)
+			rev = r.Kvs[0].ModRevision - 1
+		}
+	}
 }
