@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/internal/testseed"
+	"github.com/streamwal/streamwal/utility/hlc"
 )
 
 // committedAt is a consumer's committed checkpoint as the test knows it:
@@ -46,9 +48,27 @@ func (c *committedAt) get() (last, prev uint64) {
 // the consumer's lag: the appends acknowledged after its last commit, and
 // after the commit before it.
 type retainedSample struct {
+	at               time.Time
 	retained, topics int64
 	lag, lagPrev     int64
+	// span is how long ago the commit before the last one's checkpoint
+	// was written (its timetick's clock): the time the retained stretch
+	// covers.
+	span time.Duration
 }
+
+// bound is what the sample may retain: see TestKafkaTopicsBounded.
+func (s retainedSample) bound() int64 {
+	return 2*s.lagPrev + int64(math.Ceil(s.span.Seconds()*otherPerSecond)) + otherSlack
+}
+
+// Offsets on a channel's retained stretch that are not acknowledged
+// appends (see TestKafkaTopicsBounded): per second of the stretch, and
+// besides.
+const (
+	otherPerSecond = 40
+	otherSlack     = 64
+)
 
 // TestKafkaTopicsBounded: a cluster keeps its Kafka topics bounded by its
 // consumers. Three walnode processes, two channels with an appender each
@@ -60,11 +80,12 @@ type retainedSample struct {
 //
 // The bound, per channel and sample:
 //
-//	retained ≤ 2 × lagPrev + 160
+//	retained ≤ 2 × lagPrev + 40/s × span + 64
 //
 // retained is the sum over the channel's topics of end − start offsets of
 // the log partition; lagPrev is the appends acknowledged after the
-// consumer's commit before its last one. Why each term:
+// consumer's commit before its last one, and span how long ago that
+// commit's checkpoint was written. Why each term:
 //
 //   - 2 ×: every append is one transaction of its own here (one sequential
 //     appender per channel), which takes two offsets: the record and the
@@ -75,18 +96,28 @@ type retainedSample struct {
 //     before left it. A sealed segment is kept whole until the consumer's
 //     checkpoint passes it, and was truncated, while it was the last one,
 //     up to the commit before the seal: that too is at most lagPrev.
-//   - 160: what is not an acknowledged append, on the retained stretch:
-//     watermarks (one every 200 ms while appends flow, one per commit
-//     through the owner and one per retention round: some 25 offsets a
-//     second), a term-begin per hop, the stretch a truncation keeps before
-//     the checkpoint (it goes to the checkpoint's resume position, which
-//     may precede the consumer's last message), and appends in flight when
-//     a hop fences their transactions (aborted records and markers). The
-//     stretch spans a commit interval or two (0.2-1 s), longer while a
-//     failover holds the commits back; the worst seen over 40 hops was 79
-//     (the figure is logged as "retained - 2 × that lag"): 160 is twice
-//     that, far below what a channel whose log is not released retains
-//     (two offsets for every append: thousands here).
+//   - 40/s × span: the offsets on the retained stretch that come with
+//     time, not with appends: watermarks, one every 200 ms while appends
+//     flow, one per commit through the owner (at most every 200 ms) and
+//     one per retention round (one per commit, one a second), two offsets
+//     each (32/s), and a term-begin per hop (hops come 0.7 s apart at the
+//     closest). Time, not appends: a machine under load appends less in a
+//     second, and writes as many watermarks.
+//   - 64: the stretch a truncation keeps before the checkpoint (it goes
+//     to the checkpoint's resume position, which may precede the
+//     consumer's last message), and appends in flight when a hop fences
+//     their transactions (aborted records and markers).
+//
+// Far below what a channel whose log is not released retains: two offsets
+// for every append, thousands here.
+//
+// A hop may leave the log over the bound for a moment: a commit accepted
+// by an owner killed before its round is released by the next owner's
+// first round or the next commit, and a commit into a segment sealed since
+// truncates nothing there (the segment is kept whole until the consumer
+// passes its seal, and was last truncated at an earlier commit). So a
+// sample may be over the bound only within 2 s (settle) of the last sample
+// under it; how many were, and for how long, is logged.
 //
 // The topics of a channel stay bounded too: a sealed segment's topic is
 // deleted once the consumer passes its seal, so a channel never has more
@@ -105,8 +136,10 @@ func TestKafkaTopicsBounded(t *testing.T) {
 	}
 	const (
 		channels  = 2
-		slack     = 160
 		maxTopics = 3
+		// settle bounds how long the log may stay over the bound after a
+		// hop (see above).
+		settle = 2 * time.Second
 	)
 	seed := testseed.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 0))
@@ -210,11 +243,13 @@ func TestKafkaTopicsBounded(t *testing.T) {
 			case <-time.After(100 * time.Millisecond): // the sampling period
 			}
 			lags := map[string][2]int64{}
+			spans := map[string]time.Duration{}
 			for _, ch := range names {
 				last, prev := commits[ch].get()
-				if last == 0 {
+				if last == 0 || prev == 0 {
 					continue
 				}
+				spans[ch] = time.Since(hlc.Physical(prev))
 				var lag, lagPrev int64
 				for _, a := range chans[ch].snapshot() {
 					if a.tt > last {
@@ -261,7 +296,7 @@ func TestKafkaTopicsBounded(t *testing.T) {
 					n++
 				}
 				smu.Lock()
-				samples[ch] = append(samples[ch], retainedSample{retained: retained, topics: n, lag: l[0], lagPrev: l[1]})
+				samples[ch] = append(samples[ch], retainedSample{at: time.Now(), retained: retained, topics: n, lag: l[0], lagPrev: l[1], span: spans[ch]})
 				smu.Unlock()
 			}
 		}
@@ -321,12 +356,23 @@ func TestKafkaTopicsBounded(t *testing.T) {
 		ss := samples[ch]
 		require.NotEmpty(t, ss, "%s: no sample", ch)
 		var retained, ratios []float64
-		var maxTopicsSeen, maxExcess int64
+		var maxTopicsSeen, maxExcess, over int64
+		var longest time.Duration
+		var runFrom time.Time // the last sample within the bound
 		for i, s := range ss {
-			maxExcess = max(maxExcess, s.retained-2*s.lagPrev)
-			require.LessOrEqualf(t, s.retained, 2*s.lagPrev+slack, "%s, sample %d of %d: %d offsets retained, the consumer %d appends behind its commit before last (%d behind its last): over 2 × %d + %d",
-				ch, i, len(ss), s.retained, s.lagPrev, s.lag, s.lagPrev, slack)
 			require.LessOrEqualf(t, s.topics, int64(maxTopics), "%s, sample %d: %d topics", ch, i, s.topics)
+			if s.retained <= s.bound() {
+				runFrom = s.at
+			} else {
+				over++
+				if runFrom.IsZero() {
+					runFrom = s.at
+				}
+				longest = max(longest, s.at.Sub(runFrom))
+				require.LessOrEqualf(t, s.at.Sub(runFrom), settle, "%s, sample %d of %d: %d offsets retained, the consumer %d appends behind its commit before last (%d behind its last), which was %s ago: over 2 × %d + %d, and for %s",
+					ch, i, len(ss), s.retained, s.lagPrev, s.lag, s.span.Round(time.Millisecond), s.lagPrev, s.bound()-2*s.lagPrev, s.at.Sub(runFrom).Round(time.Millisecond))
+			}
+			maxExcess = max(maxExcess, s.retained-2*s.lagPrev)
 			retained = append(retained, float64(s.retained))
 			if s.lagPrev > 0 {
 				ratios = append(ratios, float64(s.retained)/float64(s.lagPrev))
@@ -336,8 +382,9 @@ func TestKafkaTopicsBounded(t *testing.T) {
 		slices.Sort(retained)
 		slices.Sort(ratios)
 		med := func(xs []float64) float64 { return xs[len(xs)/2] }
-		t.Logf("%s: %d samples, %d commits, %d appends: retained offsets median %.0f max %.0f; retained / lag before the last commit median %.2f max %.2f; retained - 2 × that lag max %d (bound %d); topics max %d",
-			ch, len(ss), commits[ch].commits, len(chans[ch].acks), med(retained), retained[len(retained)-1], med(ratios), ratios[len(ratios)-1], maxExcess, slack, maxTopicsSeen)
+		t.Logf("%s: %d samples, %d commits, %d appends: retained offsets median %.0f max %.0f; retained / lag before the last commit median %.2f max %.2f, retained - 2 × that lag max %d; over the bound %d samples (%.1f%%), for %s at the longest; topics max %d",
+			ch, len(ss), commits[ch].commits, len(chans[ch].acks), med(retained), retained[len(retained)-1], med(ratios), ratios[len(ratios)-1],
+			maxExcess, over, 100*float64(over)/float64(len(ss)), longest.Round(time.Millisecond), maxTopicsSeen)
 	}
 	t.Logf("seed %d: %d hops %v in %s", seed, hops, kinds, time.Since(start).Round(time.Second))
 }
