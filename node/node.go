@@ -56,7 +56,7 @@ type Node struct {
 
 	// accepting is false once Shutdown began: appends are refused.
 	accepting atomic.Bool
-	appends   sync.WaitGroup // appends in flight
+	appends   inflight // appends in flight
 
 	sessMu   sync.Mutex
 	sess     *concurrency.Session // the current registration; renewed when lost
@@ -395,13 +395,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		return nil // never started
 	}
 	n.accepting.Store(false)
-	drained := make(chan struct{})
-	go func() { n.appends.Wait(); close(drained) }()
 	// errors.Join, not CombineErrors: every step's error stays in the text
 	// and visible to errors.Is (a context end as much as the first).
 	var errs []error
 	select {
-	case <-drained:
+	case <-n.appends.Drained():
 	case <-ctx.Done():
 		errs = append(errs, errors.Wrap(ctx.Err(), "node: appends in flight abandoned"))
 	}

@@ -19,7 +19,10 @@
 //     vchannel has a message after it up to the tail; otherwise it is idle
 //     and holds nothing: when the truncation passes its checkpoint, the
 //     consumer's resume point is recorded at the tail first (nothing of its
-//     vchannel lies between; consumers.Store.Advance);
+//     vchannel lies between; consumers.Store.Advance), and from then on it
+//     holds at its resume point, where it reads from (a tail's position is
+//     the watermark before its own: it may come before the consumer's own
+//     checkpoint by position, though after it by timetick);
 //   - without a consumer of the whole channel, a vchannel that has messages
 //     and no consumer holds the log back at its first message, and so do
 //     messages without a vchannel: what nobody committed on is kept;

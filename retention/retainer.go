@@ -507,24 +507,26 @@ func inputOf(read consumers.Channel, st *state, parse consumers.Parser, now time
 	return in, nil
 }
 
-// resumeOf is where a stored consumer resumes: the later of its checkpoint
-// and its resume point.
+// resumeOf is where a stored consumer resumes (consumers.Checkpoint's
+// ResumeAt, what the Checkpoints RPC tells it to read after): its resume
+// point when the owner moved it, else its checkpoint. Not "the later of
+// the two": a resume point is a tail, whose position is the watermark
+// before its own, so it may follow the consumer's checkpoint by timetick
+// and precede it by position, and a truncation at the checkpoint's
+// position would then take the position the consumer reads from.
 func resumeOf(c consumers.Checkpoint, parse consumers.Parser) (adaptor.Checkpoint, error) {
-	own, err := parse(c.Checkpoint)
-	if err != nil {
-		return adaptor.Checkpoint{}, errors.Wrapf(err, "%s", c.Scope)
-	}
 	if c.Resume == "" {
+		own, err := parse(c.Checkpoint)
+		if err != nil {
+			return adaptor.Checkpoint{}, errors.Wrapf(err, "%s", c.Scope)
+		}
 		return own, nil
 	}
 	moved, err := parse(c.Resume)
 	if err != nil {
 		return adaptor.Checkpoint{}, errors.Wrapf(err, "%s: resume point", c.Scope)
 	}
-	if own.Before(moved) {
-		return moved, nil
-	}
-	return own, nil
+	return moved, nil
 }
 
 // safePoint is the earliest of target and every consumer's resume point in

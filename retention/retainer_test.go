@@ -594,3 +594,51 @@ func TestFinishesAnInterruptedPrune(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"s1/3", "s1/4"}, payloads(got))
 }
+
+// A tail's position is the watermark before its own, so it may precede a
+// message with a lower timetick: an idle vchannel consumer whose own
+// checkpoint is such a message is moved to a tail that comes after it by
+// timetick and before it by position. The truncation must keep the
+// position the consumer resumes from (its resume point), not its own
+// checkpoint's: a read from where the store says it resumes finds what
+// comes after, and is never refused as truncated.
+func TestMovedConsumerResumesAfterTruncation(t *testing.T) {
+	e := newEnv(t, "memory")
+	w := e.open("p", 1)
+	e.write(w, "", "m", 3)
+	// After the last watermark: the quiet vchannel's last message, then
+	// one more, each committed by its consumer as a reader of the writer
+	// delivers them (before any watermark).
+	quiet := consumers.Scope{Consumer: "c", VChannel: "quiet"}
+	flusher := consumers.Scope{Consumer: "flusher"}
+	for _, m := range []struct {
+		sc              consumers.Scope
+		vchannel, label string
+	}{{quiet, "quiet", "q"}, {flusher, "", "m/3"}} {
+		msg, err := message.New([]byte(m.label), nil)
+		require.NoError(t, err)
+		if m.vchannel != "" {
+			msg = msg.WithVChannel(m.vchannel)
+		}
+		r, err := w.Append(e.ctx, msg)
+		require.NoError(t, err)
+		e.commit("p", m.sc, adaptor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}, w)
+	}
+
+	r := e.retainer(retention.Config{})
+	res, err := r.Round(e.ctx, "p")
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Moved, "the quiet consumer is idle")
+	require.False(t, res.Truncated.IsZero())
+
+	e.write(w, "quiet", "q-after", 2)
+	ch, err := e.store.Load(e.ctx, "p")
+	require.NoError(t, err)
+	moved, _ := ch.Find(quiet)
+	resume, err := w.ParseCheckpoint(moved.ResumeAt())
+	require.NoError(t, err)
+	got, err := e.read(w, adaptor.DeliverAfter(resume), "quiet")
+	require.NoError(t, err, "a read from where the moved consumer resumes (%s; its own checkpoint %s; truncated at %s)",
+		moved.ResumeAt(), moved.Checkpoint, res.Truncated)
+	require.Equal(t, []string{"q-after/0", "q-after/1"}, payloads(got))
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/security/tlsconf"
 )
 
@@ -23,10 +24,11 @@ const etcdPasswordEnv = "STREAMWAL_ETCD_PASSWORD"
 // reaches its port append and read, so it needs -tls-cert or an explicit
 // -insecure.
 func (p params) check() error {
-	switch chainwal.Step(p.crashAfter) {
-	case "", chainwal.StepFenced, chainwal.StepSealed, chainwal.StepOpened, chainwal.StepPruneDeleted:
+	switch p.crashAfter {
+	case "", string(chainwal.StepFenced), string(chainwal.StepSealed), string(chainwal.StepOpened), string(chainwal.StepPruneDeleted),
+		string(retention.StepFloor), string(retention.StepTruncated):
 	default:
-		return errors.Newf("-crash-after %q: not a step (fenced, sealed, opened, prune-deleted)", p.crashAfter)
+		return errors.Newf("-crash-after %q: not a step (fenced, sealed, opened, prune-deleted, floor-recorded, truncated)", p.crashAfter)
 	}
 	if p.insecure && p.tlsCert != "" {
 		return errors.New("-insecure and -tls-cert contradict each other: give one")
