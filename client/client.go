@@ -52,6 +52,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
@@ -308,25 +309,26 @@ func (c *Client) noteAck(channel string, r *streamwalv1.AppendResponse) {
 // nothing was stored. An error without an Outcome (a broken connection, a
 // node that died) leaves the outcome unknown.
 func details(err error) (*streamwalv1.WrongNode, bool) {
+	wn, _ := detail[*streamwalv1.WrongNode](err)
+	o, _ := detail[*streamwalv1.Outcome](err)
+	return wn, o.GetNotStored()
+}
+
+// detail returns the first detail of type T an API error carries.
+func detail[T proto.Message](err error) (T, bool) {
+	var zero T
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
-		return nil, false
+		return zero, false
 	}
-	var wn *streamwalv1.WrongNode
-	notStored := false
 	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		switch x := v.(type) {
-		case *streamwalv1.WrongNode:
-			wn = x
-		case *streamwalv1.Outcome:
-			notStored = x.GetNotStored()
+		if v, derr := d.Value(); derr == nil {
+			if x, ok := v.(T); ok {
+				return x, true
+			}
 		}
 	}
-	return wn, notStored
+	return zero, false
 }
 
 // owner returns channel's owner: the one a refusal named (hint), else the

@@ -164,7 +164,7 @@ func (c *Client) Commit(ctx context.Context, channel, consumer, checkpoint strin
 		out = committedOf(resp.Msg.GetCommitted())
 		return nil
 	}, func(err error) error {
-		r := commitRefusalOf(err)
+		r, _ := detail[*streamwalv1.CommitRefused](err)
 		switch {
 		case r == nil:
 			return refusal(what, err)
@@ -332,7 +332,7 @@ func (c *Client) unary(ctx context.Context, channel, what string, call func(cont
 		if ferr := final(err); ferr != nil {
 			return ferr
 		}
-		if wn := wrongNodeOf(err); wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != tg.addr && wn.GetTerm() > tg.term {
+		if wn, _ := detail[*streamwalv1.WrongNode](err); wn != nil && wn.GetOwnerAddr() != "" && wn.GetOwnerAddr() != tg.addr && wn.GetTerm() > tg.term {
 			hint = wn // try where the node says the owner is
 		}
 		c.log.Debug("attempt failed", "request", what, "node", tg.node, "code", connect.CodeOf(err), "error", err)
@@ -347,38 +347,6 @@ func refusal(what string, err error) error {
 	case connect.CodeInvalidArgument, connect.CodeOutOfRange, connect.CodeUnauthenticated, connect.CodePermissionDenied,
 		connect.CodeUnimplemented:
 		return fmt.Errorf("client: %s: %w: %w", what, ErrRefused, err)
-	}
-	return nil
-}
-
-// commitRefusalOf returns the CommitRefused detail of an API error, if any.
-func commitRefusalOf(err error) *streamwalv1.CommitRefused {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if r, ok := v.(*streamwalv1.CommitRefused); ok {
-				return r
-			}
-		}
-	}
-	return nil
-}
-
-// wrongNodeOf returns the WrongNode detail of an API error, if any.
-func wrongNodeOf(err error) *streamwalv1.WrongNode {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if wn, ok := v.(*streamwalv1.WrongNode); ok {
-				return wn
-			}
-		}
 	}
 	return nil
 }
