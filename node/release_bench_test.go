@@ -231,6 +231,9 @@ func BenchmarkRetainedBytes(b *testing.B) {
 						continue
 					}
 					ratio := float64(retained) / float64(lag)
+					if ratio > 2 {
+						b.Logf("sample over 2: retained %d, lag %d, %s after the commit", retained, lag, time.Since(lastCommit).Round(time.Millisecond))
+					}
 					ratios = append(ratios, ratio)
 					worst = max(worst, ratio)
 				}

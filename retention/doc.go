@@ -67,4 +67,27 @@
 // whole retained log from the floor on (a read that does not reach its
 // tail within a round goes on in the next from where it stopped), so the
 // figures of a channel that just moved are unknown until it ends.
+//
+// # Costs
+//
+// Measured 2026-12-07 on a 2-core machine (load average about 2, no race
+// detector), one node appending through its API with 8 appenders of 1 KiB
+// and a consumer tailing the channel, the checkpoints in an etcd of the
+// same process (go test -run '^$' -bench 'TruncationCost|RetainedBytes'
+// -benchtime 1x ./node/):
+//
+//   - what releasing the log costs the appends, appends/s with the
+//     consumer committing ÷ without, median of 6 alternating pairs
+//     (BenchmarkTruncationCost; goal ≥ 0.95): local (syncing every
+//     append) 0.98 with a commit every 100 ms, 0.98 every second; Kafka
+//     (kfake) 1.00 and 1.04. The retainer's own CPU is below a profile's
+//     resolution; what remains is the fsyncs of the commits and floors in
+//     the in-process etcd, on the local backend's disk.
+//   - what a channel retains under that load with the consumer committing
+//     every second, against the messages appended after its committed
+//     checkpoint (BenchmarkRetainedBytes, every 250 ms, a read from the
+//     oldest retained message; goal ≤ 2): median 1.00, max 1.00 on local
+//     and Kafka in 7 runs of 40 samples each; one further Kafka run had
+//     one sample of 40 at 5.06 (a truncation later than the sample after
+//     its commit), not seen again.
 package retention
