@@ -60,12 +60,14 @@
 // Stats: bytes (payload and properties, what a reader receives) and data
 // messages retained, in all and per segment; the oldest retained message
 // and its age; the consumer (or rule) holding the log back; the floor; what
-// the policy dropped. Figures are exact to within one block of the log
-// (64 KiB or 256 messages; the older blocks of a channel that retains
-// more than 512 blocks' worth merge, and grow coarser): a truncation inside a block keeps counting the block
-// until a later truncation passes it. The first round at a term reads the
-// whole retained log from the floor on (a read that does not reach its
-// tail within a round goes on in the next from where it stopped), so the
+// the policy dropped. The ledger keeps the log's counts in blocks (64 KiB
+// or 256 messages; the older blocks of a channel that retains more than
+// 512 blocks' worth merge, and grow coarser), and a truncation inside a
+// block counts that block again (a read of one block at most), so the
+// figures are exact but for merged blocks a policy's cap cuts into. The
+// first round at a term reads the whole retained log from the floor on
+// (a read that does not reach its tail within a round goes on in the next
+// from where it stopped), so the
 // figures of a channel that just moved are unknown until it ends.
 //
 // # Costs

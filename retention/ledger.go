@@ -218,6 +218,66 @@ func (l *ledger) truncated(upTo message.ID) (messages, bytes int64) {
 	return messages, bytes
 }
 
+// recount counts again the first block when a truncation at upTo fell
+// inside it (truncated keeps it whole): it reads w from upTo until a
+// message past the block's highest timetick, which comes after every
+// message at the block's positions, and keeps the block's data messages
+// at or after upTo. A failed read leaves the block as it was (the figures
+// then stay coarse until a later truncation passes it). The read is of
+// one block at most (its bounds), whatever the log's length.
+func (l *ledger) recount(ctx context.Context, w adaptor.WAL, upTo message.ID) error {
+	if len(l.blocks) == 0 || !l.blocks[0].first.LT(upTo) || l.tail.IsZero() {
+		return nil
+	}
+	b := l.blocks[0]
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
+		Name:          "retention-recount",
+		DeliverPolicy: adaptor.DeliverStartFrom(upTo),
+		Filter:        adaptor.Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
+	})
+	if err != nil {
+		return errors.Wrapf(err, "retention: recount from %s", upTo)
+	}
+	defer func() { _ = s.Close() }()
+	next := block{segment: b.segment, firstTT: b.firstTT}
+	for {
+		select {
+		case batch, ok := <-s.Batches():
+			if !ok {
+				<-s.Done()
+				return errors.Wrapf(errors.Join(s.Error(), errors.New("the scanner ended")), "retention: recount from %s", upTo)
+			}
+			for _, m := range batch {
+				tt, _ := m.TimeTick()
+				if tt > b.lastTT || adaptor.CaughtUp(m, l.tail) {
+					if next.messages == 0 {
+						l.blocks = l.blocks[1:]
+					} else {
+						l.blocks[0] = next
+					}
+					return nil
+				}
+				if m.Kind() != message.KindData || b.last.LT(m.ID()) || m.ID().LT(upTo) {
+					continue
+				}
+				if next.messages == 0 || m.ID().LT(next.first) {
+					next.first, next.firstTT = m.ID(), tt
+				}
+				if next.last.IsZero() || next.last.LT(m.ID()) {
+					next.last = m.ID()
+				}
+				next.lastTT = max(next.lastTT, tt)
+				next.messages++
+				next.bytes += int64(m.Size())
+			}
+		case <-ctx.Done():
+			return errors.Wrapf(ctx.Err(), "retention: recount from %s", upTo)
+		}
+	}
+}
+
 // totals are the ledger's messages and bytes, in all and per segment.
 func (l *ledger) totals() (messages, bytes int64, bySegment map[uint64][2]int64) {
 	bySegment = map[uint64][2]int64{}

@@ -459,6 +459,9 @@ func (r *Retainer) release(ctx context.Context, channel string, w adaptor.WAL, s
 			"kept_from", upTo.Marshal())
 	}
 	st.ledger.truncated(upTo.Position)
+	if err := st.ledger.recount(ctx, w, upTo.Position); err != nil {
+		r.log.Debug("retention: the first block stays counted whole", "channel", channel, "error", err.Error())
+	}
 	r.log.Debug("truncated", "channel", channel, "term", term, "at", upTo.Marshal(), "held_by", d.heldBy,
 		"floor", floor.Checkpoint, "moved", len(d.moves))
 	return res, nil

@@ -642,3 +642,29 @@ func TestMovedConsumerResumesAfterTruncation(t *testing.T) {
 		moved.ResumeAt(), moved.Checkpoint, res.Truncated)
 	require.Equal(t, []string{"q-after/0", "q-after/1"}, payloads(got))
 }
+
+// With blocks of their default size, a truncation inside a block counts
+// that block again: the figures are exact.
+func TestRecountAfterATruncationInsideABlock(t *testing.T) {
+	e := newEnv(t, "memory")
+	w := e.open("p", 1)
+	e.write(w, "", "m", 30)
+	r, err := retention.New(retention.Options{Store: e.store, Source: e.src, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	cps := e.checkpoints(w)
+	e.commit("p", consumers.Scope{Consumer: "f"}, cps[9], w)
+	res, err := r.Round(e.ctx, "p")
+	require.NoError(t, err)
+	require.False(t, res.Truncated.IsZero())
+	got, err := e.read(w, adaptor.DeliverAll(), "")
+	require.NoError(t, err)
+	st, _ := r.Stats("p")
+	require.EqualValues(t, len(got), st.Messages, "exactly what a read from the oldest delivers")
+	require.True(t, got[0].ID().EQ(st.Oldest), "the oldest retained message")
+	var bytes int64
+	for _, m := range got {
+		bytes += int64(m.Size())
+	}
+	require.Equal(t, bytes, st.Bytes)
+}
