@@ -1,0 +1,280 @@
+package s3
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// getManifest reads a channel's manifest and its ETag; a channel without
+// one is errNotFound.
+func (o *Opener) getManifest(ctx context.Context, name string) (*manifest, string, error) {
+	key := o.keys.manifest(name)
+	b, etag, err := o.st.get(ctx, key)
+	if err != nil {
+		return nil, "", errors.Wrapf(err, "s3: read manifest %s", key)
+	}
+	m, err := decodeManifest(key, b)
+	if err != nil {
+		return nil, "", err
+	}
+	return m, etag, nil
+}
+
+// putManifest replaces the manifest read with etag (etag "": creates it).
+// A 412 is errPrecondition: decide again on a fresh read.
+func (o *Opener) putManifest(ctx context.Context, name string, m *manifest, etag string) error {
+	cond := putCond{createOnly: etag == "", ifMatch: etag}
+	m.V, m.Channel = manifestVersion, name
+	m.Rev++
+	_, err := o.st.put(ctx, reqPut, o.keys.manifest(name), m.encode(), nil, cond)
+	return err
+}
+
+// claim opens channel ch ReadWrite (see the package doc, "Opening
+// ReadWrite at term T"): it seals the open epoch and records a new one,
+// which it returns with the manifest written.
+func (o *Opener) claim(ctx context.Context, ch walimpls.Channel) (epochEntry, *manifest, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return epochEntry{}, nil, err
+		}
+		cur, etag, err := o.getManifest(ctx, ch.Name)
+		var next *manifest
+		switch {
+		case errors.Is(err, errNotFound):
+			next = &manifest{NextEpoch: 0}
+			etag = ""
+		case err != nil:
+			return epochEntry{}, nil, err
+		case cur.Deleted:
+			// A new channel under a deleted one's name: its epochs go on
+			// from the tombstone's counter, and the deleted channel's
+			// positions are gone.
+			next = &manifest{Rev: cur.Rev, NextEpoch: cur.NextEpoch}
+			next.Truncated = &manifestPos{Epoch: cur.NextEpoch}
+		default:
+			if ch.Term < cur.Term && o.fencing {
+				return epochEntry{}, nil, errors.Wrapf(fencedError(ch, cur.Term, false), "s3: open %s", ch)
+			}
+			next = cur.clone()
+			if e, ok := cur.open(); ok {
+				end, err := o.seal(ctx, ch.Name, cur, e, ch.Term, false)
+				if err != nil {
+					return epochEntry{}, nil, err
+				}
+				last := &next.Epochs[len(next.Epochs)-1]
+				last.Sealed, last.End = true, &end
+				if end < 0 {
+					next.Epochs = next.Epochs[:len(next.Epochs)-1] // it holds nothing
+				}
+			}
+		}
+		e := epochEntry{Epoch: next.NextEpoch, Term: ch.Term, Window: o.cfg.MaxInflight}
+		next.Epochs = append(next.Epochs, e)
+		next.NextEpoch++
+		next.Term = max(next.Term, ch.Term)
+		err = o.putManifest(ctx, ch.Name, next, etag)
+		if errors.Is(err, errPrecondition) {
+			o.log.Debug("the manifest changed under an open: reading it again", "channel", ch.Name, "term", ch.Term)
+			continue
+		}
+		if err != nil {
+			return epochEntry{}, nil, errors.Wrapf(err, "s3: open %s: write manifest", ch)
+		}
+		o.log.Info("opened", "channel", ch.Name, "term", ch.Term, "epoch", e.Epoch, "manifest", next.describe())
+		return e, next, nil
+	}
+}
+
+// slotState is what a slot holds.
+type slotState uint8
+
+const (
+	slotMissing slotState = iota
+	slotData
+	slotFence
+)
+
+// slotInfo is a HEAD's answer about a slot.
+type slotInfo struct {
+	state   slotState
+	count   uint32 // records (data)
+	term    int64
+	deleted bool // a fence left by Delete
+	nonce   string
+}
+
+// headSlot classifies a slot by its metadata.
+func (o *Opener) headSlot(ctx context.Context, name string, epoch, slot uint64) (slotInfo, error) {
+	meta, err := o.st.head(ctx, o.keys.slot(name, epoch, slot))
+	if errors.Is(err, errNotFound) {
+		return slotInfo{state: slotMissing}, nil
+	}
+	if err != nil {
+		return slotInfo{}, err
+	}
+	return parseSlotMeta(meta), nil
+}
+
+func parseSlotMeta(meta map[string]string) slotInfo {
+	info := slotInfo{state: slotData, nonce: meta[metaNonce]}
+	if meta[metaKind] == "fence" {
+		info.state = slotFence
+	}
+	info.term, _ = strconv.ParseInt(meta[metaTerm], 10, 64)
+	if c, err := strconv.ParseUint(meta[metaCount], 10, 32); err == nil {
+		info.count = uint32(c)
+	}
+	info.deleted = meta[metaDeleted] == "true"
+	return info
+}
+
+// readHint returns the slot an epoch's hint names, and false without one.
+func (o *Opener) readHint(ctx context.Context, name string, epoch uint64) (uint64, bool, error) {
+	b, _, err := o.st.get(ctx, o.keys.hint(name, epoch))
+	if errors.Is(err, errNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	s, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil {
+		return 0, false, nil // advisory: a bad hint is no hint
+	}
+	return s, true, nil
+}
+
+// firstClosed finds the first slot at or after lo of an open epoch that
+// holds no data (missing, or a fence), given that every slot below lo
+// holds data (see the package doc, "Finding the tail of an epoch"). It
+// returns the slot and what it holds.
+func (o *Opener) firstClosed(ctx context.Context, name string, e epochEntry, lo uint64) (uint64, slotInfo, error) {
+	if h, ok, err := o.readHint(ctx, name, e.Epoch); err != nil {
+		return 0, slotInfo{}, err
+	} else if ok && h+1 > lo {
+		lo = h + 1
+	}
+	known := map[uint64]slotInfo{}
+	look := func(s uint64) (slotInfo, error) {
+		if info, ok := known[s]; ok {
+			return info, nil
+		}
+		info, err := o.headSlot(ctx, name, e.Epoch, s)
+		if err != nil {
+			return slotInfo{}, err
+		}
+		known[s] = info
+		return info, nil
+	}
+	// Probe lo, lo+1, lo+3, lo+7, ... until a slot holds no data.
+	dataAt, have := uint64(0), false // the highest probed slot with data
+	var closedAt uint64
+	for step := uint64(1); ; step *= 2 {
+		s := lo + step - 1
+		info, err := look(s)
+		if err != nil {
+			return 0, slotInfo{}, err
+		}
+		if info.state != slotData {
+			closedAt = s
+			break
+		}
+		dataAt, have = s, true
+	}
+	// Binary search between: b-1 holds data (or b = lo), b holds none.
+	loB := lo
+	if have {
+		loB = dataAt + 1
+	}
+	b := closedAt
+	for loB < b {
+		mid := loB + (b-loB)/2
+		info, err := look(mid)
+		if err != nil {
+			return 0, slotInfo{}, err
+		}
+		if info.state == slotData {
+			loB = mid + 1
+		} else {
+			b = mid
+		}
+	}
+	// Pipelined flushes: data at x means data at every slot up to
+	// x-window, so the slots holding no data lie within a window below
+	// the highest slot with data, which lies within a window above b.
+	w := e.window()
+	p, pData := uint64(0), false
+	if b > lo {
+		p, pData = b-1, true
+	}
+	for s := b + 1; s < b+w; s++ {
+		info, err := look(s)
+		if err != nil {
+			return 0, slotInfo{}, err
+		}
+		if info.state == slotData {
+			p, pData = s, true
+		}
+	}
+	first := b
+	if pData {
+		from := lo
+		if p+1 > w && p+1-w > from {
+			from = p + 1 - w
+		}
+		for s := from; s < p && s < first; s++ {
+			info, err := look(s)
+			if err != nil {
+				return 0, slotInfo{}, err
+			}
+			if info.state != slotData {
+				first = s
+				break
+			}
+		}
+	}
+	return first, known[first], nil
+}
+
+// seal fences epoch e of the manifest m at its first slot holding no data
+// and returns its last slot (-1: none). deleted marks a Delete's fence.
+func (o *Opener) seal(ctx context.Context, name string, m *manifest, e epochEntry, term int64, deleted bool) (int64, error) {
+	lo := m.firstSlot(e.Epoch)
+	for {
+		s, info, err := o.firstClosed(ctx, name, e, lo)
+		if err != nil {
+			return 0, errors.Wrapf(err, "s3: seal epoch %d of %q", e.Epoch, name)
+		}
+		if info.state == slotFence {
+			return int64(s) - 1, nil // fenced already, by a concurrent open
+		}
+		meta := map[string]string{metaKind: "fence", metaTerm: strconv.FormatInt(term, 10), metaCount: "0"}
+		if deleted {
+			meta[metaDeleted] = "true"
+		}
+		key := o.keys.slot(name, e.Epoch, s)
+		_, err = o.st.put(ctx, reqPut, key, fenceObject(e.Epoch, s, term), meta, putCond{createOnly: true})
+		if err == nil {
+			o.log.Info("fenced an epoch", "channel", name, "epoch", e.Epoch, "slot", s, "term", term, "deleted", deleted)
+			return int64(s) - 1, nil
+		}
+		if !errors.Is(err, errPrecondition) {
+			return 0, errors.Wrapf(err, "s3: fence %s", key)
+		}
+		info, err = o.headSlot(ctx, name, e.Epoch, s)
+		if err != nil {
+			return 0, errors.Wrapf(err, "s3: fence %s", key)
+		}
+		switch info.state {
+		case slotFence:
+			return int64(s) - 1, nil
+		case slotData:
+			lo = s + 1 // a late flush of the epoch's writer landed first
+		}
+	}
+}

@@ -1,0 +1,550 @@
+package s3
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
+)
+
+// Request states: a queued request is taken by a flush, cancelled by its
+// context, or closed by the writer's end; whoever moves it out of queued
+// answers it.
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqGone
+)
+
+// request is one batch handed to the writer: its records, encoded.
+type request struct {
+	recs   []byte
+	count  int
+	size   int // bytes reserved in the budget
+	queued time.Time
+	done   func([]message.ID, error)
+	state  atomic.Int32
+	// stopCtx stops watching the caller's context.
+	stopCtx func() bool
+}
+
+// flush is one object: the requests it holds, at a slot.
+type flush struct {
+	slot    uint64
+	reqs    []*request
+	body    []byte
+	nonce   nonce
+	records int
+	start   time.Time
+	err     error // the PUT's outcome
+}
+
+// writer is the group-commit flusher of a ReadWrite WAL (see the package
+// doc, "The writer"). One goroutine, run, owns the queue, the slots and the
+// flushes; appends hand requests over on in and wait for their answer.
+type writer struct {
+	o      *Opener
+	w      *wal
+	epoch  uint64
+	window uint64
+
+	in      chan *request
+	results chan *flush // PUTs done; room for every flush in flight
+	hints   chan struct{}
+	kill    chan error // a fence learnt elsewhere (Delete)
+	stop    chan struct{}
+	stopped chan struct{}
+	budget  *budget
+	// sticky is the error every later append fails with, once the writer
+	// failed or was fenced.
+	sticky atomic.Pointer[error]
+
+	putCtx    context.Context
+	putCancel context.CancelFunc
+	wg        sync.WaitGroup // PUTs and hints in flight
+
+	// Owned by run.
+	queue        []*request
+	queuedBytes  int
+	queuedRecs   int
+	nextSlot     uint64
+	ackNext      uint64
+	inflight     map[uint64]*flush
+	finished     map[uint64]*flush
+	failed       error
+	failedFenced bool
+	timer        clockwork.Timer
+	timerOn      bool
+	hintBusy     bool
+}
+
+func newWriter(o *Opener, w *wal, e epochEntry) *writer {
+	wr := &writer{
+		o: o, w: w, epoch: e.Epoch, window: e.window(),
+		in: make(chan *request), results: make(chan *flush, e.window()), hints: make(chan struct{}, 1),
+		kill: make(chan error, 1), stop: make(chan struct{}), stopped: make(chan struct{}),
+		budget:   newBudget(o.cfg.MaxBufferedBytes, func(n int) { o.m.buffered.WithLabelValues(w.ch.Name).Set(float64(n)) }),
+		inflight: map[uint64]*flush{}, finished: map[uint64]*flush{},
+	}
+	wr.putCtx, wr.putCancel = context.WithCancel(context.Background())
+	go wr.run()
+	return wr
+}
+
+// failure returns the sticky error, nil while the writer works.
+func (wr *writer) failure() error {
+	if p := wr.sticky.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (wr *writer) setSticky(err error) { wr.sticky.CompareAndSwap(nil, &err) }
+
+// submit hands a batch over; done is called exactly once.
+func (wr *writer) submit(ctx context.Context, recs []byte, count, size int, done func([]message.ID, error)) *request {
+	ch := wr.w.ch
+	if err := wr.failure(); err != nil {
+		done(nil, walimpls.MarkNotStored(err))
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		done(nil, walimpls.MarkNotStored(errors.Wrapf(err, "s3: append to %s", ch)))
+		return nil
+	}
+	reserved, err := wr.budget.acquire(ctx, wr.stop, size)
+	if err != nil {
+		if errors.Is(err, errStopped) {
+			err = errors.Wrapf(walimpls.ErrClosed, "s3: append to %s", ch)
+		} else {
+			err = errors.Wrapf(err, "s3: append to %s: waiting for room in the buffer", ch)
+		}
+		done(nil, walimpls.MarkNotStored(err))
+		return nil
+	}
+	r := &request{recs: recs, count: count, size: reserved, queued: wr.o.clock.Now(), done: done}
+	r.stopCtx = context.AfterFunc(ctx, func() { wr.cancel(r, ctx.Err()) })
+	select {
+	case wr.in <- r:
+		return r
+	case <-wr.stop:
+		wr.answerUnsent(r, errors.Wrapf(walimpls.ErrClosed, "s3: append to %s", ch))
+		return nil
+	}
+}
+
+// cancel answers r with its context's error when it is still queued, and
+// reports whether it did.
+func (wr *writer) cancel(r *request, cause error) bool {
+	if r == nil || !r.state.CompareAndSwap(reqQueued, reqGone) {
+		return false
+	}
+	wr.budget.release(r.size)
+	r.done(nil, walimpls.MarkNotStored(errors.Wrapf(cause, "s3: append to %s", wr.w.ch)))
+	return true
+}
+
+// answerUnsent answers a request that was never sent with err (marked not
+// stored), when it is still queued.
+func (wr *writer) answerUnsent(r *request, err error) {
+	if !r.state.CompareAndSwap(reqQueued, reqGone) {
+		return
+	}
+	r.stopCtx()
+	wr.budget.release(r.size)
+	r.done(nil, walimpls.MarkNotStored(err))
+}
+
+// close stops the writer: queued appends fail with ErrClosed, flushes in
+// flight are cut short and answered with what became of them.
+func (wr *writer) close() {
+	select {
+	case <-wr.stop:
+	default:
+		close(wr.stop)
+	}
+	<-wr.stopped
+}
+
+// fence fails the writer with err (a Delete of its channel by its Opener).
+func (wr *writer) fence(err error) {
+	wr.setSticky(err)
+	select {
+	case wr.kill <- err:
+	default:
+	}
+}
+
+func (wr *writer) run() {
+	defer close(wr.stopped)
+	for {
+		wr.startFlushes()
+		var timerC <-chan time.Time
+		if wr.timerOn {
+			timerC = wr.timer.Chan()
+		}
+		select {
+		case r := <-wr.in:
+			wr.queue = append(wr.queue, r)
+			wr.queuedBytes += len(r.recs)
+			wr.queuedRecs += r.count
+			if wr.failed != nil {
+				wr.failQueued()
+			}
+		case f := <-wr.results:
+			delete(wr.inflight, f.slot)
+			wr.finished[f.slot] = f
+			wr.acknowledge(false)
+		case <-timerC:
+			wr.timerOn = false
+		case <-wr.hints:
+			wr.hintBusy = false
+		case err := <-wr.kill:
+			// Flushes in flight may have landed before the fence: their
+			// outcome stays unknown (fenced false).
+			wr.fail(err, false)
+		case <-wr.stop:
+			wr.shutdown()
+			return
+		}
+	}
+}
+
+// startFlushes starts the flushes that are due while the window has room,
+// and arms the timer for the next one.
+func (wr *writer) startFlushes() {
+	cfg := &wr.o.cfg
+	for wr.failed == nil && wr.nextSlot < wr.ackNext+wr.window {
+		wr.dropCancelled()
+		if len(wr.queue) == 0 {
+			break
+		}
+		due := wr.queuedBytes >= cfg.FlushBytes || wr.queuedRecs >= cfg.FlushRecords ||
+			wr.o.clock.Since(wr.queue[0].queued) >= cfg.FlushInterval
+		if !due {
+			// A timer armed earlier fires no later than this one would:
+			// when it fires early, the loop comes back here.
+			if !wr.timerOn {
+				wait := cfg.FlushInterval - wr.o.clock.Since(wr.queue[0].queued)
+				if wr.timer == nil {
+					wr.timer = wr.o.clock.NewTimer(wait)
+				} else {
+					wr.timer.Reset(wait)
+				}
+				wr.timerOn = true
+			}
+			return
+		}
+		wr.startFlush()
+	}
+}
+
+// dropCancelled takes the requests their callers cancelled off the head
+// of the queue.
+func (wr *writer) dropCancelled() {
+	for len(wr.queue) > 0 && wr.queue[0].state.Load() == reqGone {
+		r := wr.queue[0]
+		wr.queue[0] = nil
+		wr.queue = wr.queue[1:]
+		wr.queuedBytes -= len(r.recs)
+		wr.queuedRecs -= r.count
+	}
+}
+
+// startFlush takes queued requests (whole, up to FlushBytes and
+// FlushRecords, at least one) into an object at the next slot and PUTs it.
+func (wr *writer) startFlush() {
+	cfg := &wr.o.cfg
+	f := &flush{slot: wr.nextSlot, start: wr.o.clock.Now()}
+	_, _ = rand.Read(f.nonce[:])
+	bytes := 0
+	n := 0
+	for n < len(wr.queue) {
+		r := wr.queue[n]
+		if len(f.reqs) > 0 && (bytes+len(r.recs) > cfg.FlushBytes || f.records+r.count > cfg.FlushRecords) {
+			break
+		}
+		n++
+		wr.queuedBytes -= len(r.recs)
+		wr.queuedRecs -= r.count
+		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+			continue // cancelled
+		}
+		r.stopCtx()
+		f.reqs = append(f.reqs, r)
+		bytes += len(r.recs)
+		f.records += r.count
+	}
+	clear(wr.queue[:n])
+	wr.queue = wr.queue[n:]
+	if len(f.reqs) == 0 {
+		return
+	}
+	body := make([]byte, 0, headerSize+bytes+crcSize)
+	body = appendHeader(body, objectHeader{kind: kindData, epoch: wr.epoch, term: wr.w.ch.Term, slot: f.slot,
+		count: uint32(f.records), nonce: f.nonce})
+	for _, r := range f.reqs {
+		body = append(body, r.recs...)
+		r.recs = nil
+	}
+	f.body = sealObject(body)
+	wr.nextSlot++
+	wr.inflight[f.slot] = f
+	wr.wg.Add(1)
+	go wr.put(f)
+}
+
+// put runs one flush's PUT; its outcome goes back to run.
+func (wr *writer) put(f *flush) {
+	defer wr.wg.Done()
+	o := wr.o
+	key := o.keys.slot(wr.w.ch.Name, wr.epoch, f.slot)
+	meta := map[string]string{metaKind: "data", metaTerm: strconv.FormatInt(wr.w.ch.Term, 10),
+		metaCount: strconv.Itoa(f.records), metaNonce: f.nonce.String()}
+	_, err := o.st.put(wr.putCtx, reqPut, key, f.body, meta, putCond{createOnly: true})
+	if errors.Is(err, errPrecondition) {
+		err = wr.resolve412(key, f)
+	} else if err != nil {
+		err = errors.Wrapf(err, "s3: append to %s: put %s", wr.w.ch, key)
+	}
+	f.err = err
+	wr.results <- f
+}
+
+// errFencedAt marks the failure of a PUT that met another's object: the
+// slot is not the flush's, so nothing from it on is ever read.
+var errFencedAt = errors.New("slot taken")
+
+// resolve412 decides what a 412 on a flush's create-only PUT means: its
+// own earlier try landed (the same nonce: success), or the slot is
+// another's (fenced).
+func (wr *writer) resolve412(key string, f *flush) error {
+	o := wr.o
+	meta, err := o.st.head(wr.putCtx, key)
+	if err != nil {
+		return errors.Wrapf(err, "s3: append to %s: put %s: 412, and its HEAD failed", wr.w.ch, key)
+	}
+	info := parseSlotMeta(meta)
+	if info.state == slotData && info.nonce == f.nonce.String() {
+		o.m.preconditions.WithLabelValues("own_retry").Inc()
+		o.log.Debug("a retried PUT met its own earlier try", "channel", wr.w.ch.Name, "term", wr.w.ch.Term, "epoch", wr.epoch, "slot", f.slot)
+		return nil
+	}
+	o.m.preconditions.WithLabelValues("fenced").Inc()
+	what := "a fence"
+	if info.state != slotFence {
+		what = "another writer's object"
+	}
+	o.log.Info("fenced", "channel", wr.w.ch.Name, "term", wr.w.ch.Term, "epoch", wr.epoch, "slot", f.slot,
+		"by", what, "fenceTerm", info.term, "deleted", info.deleted)
+	return fmt.Errorf("s3: append to %s: %s holds %s: %w: %w", wr.w.ch, key, what,
+		fencedError(wr.w.ch, info.term, info.deleted), errFencedAt)
+}
+
+// acknowledge answers the finished flushes in slot order (see the package
+// doc, "ordered acknowledgements"); closing answers what a Close cut short.
+func (wr *writer) acknowledge(closing bool) {
+	for {
+		f, ok := wr.finished[wr.ackNext]
+		if !ok {
+			return
+		}
+		delete(wr.finished, wr.ackNext)
+		wr.ackNext++
+		switch {
+		case wr.failed != nil:
+			wr.answerFlush(f, wr.laterError(f))
+		case f.err != nil:
+			err := f.err
+			if closing && wr.putCtx.Err() != nil && !errors.Is(err, errFencedAt) {
+				err = fmt.Errorf("s3: append to %s: %w: %w", wr.w.ch, walimpls.ErrClosed, err)
+			}
+			wr.fail(err, errors.Is(err, errFencedAt))
+			if wr.failedFenced {
+				// The slot holds another's object: this flush is stored
+				// nowhere.
+				err = walimpls.MarkNotStored(err)
+			}
+			wr.answerFlush(f, err)
+		default:
+			wr.ack(f)
+		}
+	}
+}
+
+// laterError is the error of a flush after a failed one.
+func (wr *writer) laterError(f *flush) error {
+	err := fmt.Errorf("s3: append to %s: slot %d follows a failed flush: %w", wr.w.ch, f.slot, wr.failed)
+	if wr.failedFenced {
+		// A fence or another's object precedes it: no reader ever
+		// delivers it.
+		return walimpls.MarkNotStored(err)
+	}
+	return err
+}
+
+// fail makes the writer sticky-failed with err; fenced says that the slot
+// it failed at is another's. Queued requests fail, never sent.
+func (wr *writer) fail(err error, fenced bool) {
+	if wr.failed != nil {
+		return
+	}
+	wr.failed, wr.failedFenced = err, fenced
+	wr.setSticky(err)
+	if !fenced && !errors.Is(err, walimpls.ErrFenced) {
+		wr.o.log.Warn("append failed: the WAL is done", "channel", wr.w.ch.Name, "term", wr.w.ch.Term, "epoch", wr.epoch, "err", err)
+	}
+	wr.failQueued()
+}
+
+func (wr *writer) failQueued() {
+	for _, r := range wr.queue {
+		wr.answerUnsent(r, wr.failed)
+	}
+	clear(wr.queue)
+	wr.queue, wr.queuedBytes, wr.queuedRecs = wr.queue[:0], 0, 0
+}
+
+// answerFlush fails every request of f with err.
+func (wr *writer) answerFlush(f *flush, err error) {
+	for _, r := range f.reqs {
+		wr.budget.release(r.size)
+		r.done(nil, err)
+	}
+}
+
+// ack acknowledges a flush whose PUT succeeded and whose predecessors were
+// acknowledged: its appends get their IDs, the Opener's scanners its
+// messages, and now and then the epoch a hint.
+func (wr *writer) ack(f *flush) {
+	o := wr.o
+	o.m.flushed(len(f.body), f.records, f.start)
+	if obj, err := decodeObject("", f.body, wr.epoch, f.slot); err == nil {
+		wr.w.hub.publish(wr.epoch, f.slot, obj)
+	}
+	index := uint32(0)
+	for _, r := range f.reqs {
+		ids := make([]message.ID, r.count)
+		for i := range ids {
+			ids[i] = pos{epoch: wr.epoch, slot: f.slot, index: index}.id()
+			index++
+		}
+		wr.budget.release(r.size)
+		r.done(ids, nil)
+	}
+	wr.w.acked.Store(f.slot + 1)
+	if he := uint64(o.cfg.HintEvery); (f.slot+1)%he == 0 && !wr.hintBusy && wr.putCtx.Err() == nil {
+		wr.hintBusy = true
+		wr.wg.Add(1)
+		go wr.hint(f.slot)
+	}
+}
+
+// hint writes the epoch's hint: slot was acknowledged.
+func (wr *writer) hint(slot uint64) {
+	defer wr.wg.Done()
+	key := wr.o.keys.hint(wr.w.ch.Name, wr.epoch)
+	if _, err := wr.o.st.put(wr.putCtx, reqPut, key, []byte(strconv.FormatUint(slot, 10)), nil, putCond{}); err != nil {
+		wr.o.log.Debug("hint not written", "channel", wr.w.ch.Name, "epoch", wr.epoch, "err", err)
+	}
+	wr.hints <- struct{}{}
+}
+
+// shutdown ends run: queued requests fail with ErrClosed, the PUTs in
+// flight are cut short and each flush is answered with what became of it.
+func (wr *writer) shutdown() {
+	closed := errors.Wrapf(walimpls.ErrClosed, "s3: append to %s", wr.w.ch)
+	wr.setSticky(walimpls.MarkNotStored(closed))
+	for _, r := range wr.queue {
+		wr.answerUnsent(r, closed)
+	}
+	clear(wr.queue)
+	wr.queue = nil
+	wr.putCancel()
+	wr.wg.Wait()
+	for len(wr.inflight) > 0 {
+		f := <-wr.results
+		delete(wr.inflight, f.slot)
+		wr.finished[f.slot] = f
+	}
+	wr.acknowledge(true)
+	if wr.timer != nil {
+		wr.timer.Stop()
+	}
+	// Appends that raced the stop hold no budget: acquire refuses after
+	// stop.
+}
+
+// errStopped is the budget's refusal once the writer stopped.
+var errStopped = errors.New("writer stopped")
+
+// budget bounds the bytes of appends queued or in flight.
+type budget struct {
+	mu     sync.Mutex
+	used   int
+	max    int
+	wake   chan struct{}
+	report func(int)
+}
+
+func newBudget(maxBytes int, report func(int)) *budget {
+	return &budget{max: maxBytes, wake: make(chan struct{}), report: report}
+}
+
+// acquire reserves n bytes (at most the whole budget, so that one batch
+// larger than it still goes, alone), waiting for room; it returns what it
+// reserved.
+func (b *budget) acquire(ctx context.Context, stop <-chan struct{}, n int) (int, error) {
+	n = min(n, b.max)
+	for {
+		select {
+		case <-stop:
+			return 0, errStopped
+		default:
+		}
+		b.mu.Lock()
+		if b.used+n <= b.max {
+			b.used += n
+			b.report(b.used)
+			b.mu.Unlock()
+			return n, nil
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-stop:
+			return 0, errStopped
+		}
+	}
+}
+
+func (b *budget) release(n int) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	b.report(b.used)
+	close(b.wake)
+	b.wake = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// inUse is the bytes reserved now.
+func (b *budget) inUse() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
