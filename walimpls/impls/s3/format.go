@@ -58,7 +58,7 @@ func (k keys) slot(name string, epoch, slot uint64) string {
 	return fmt.Sprintf("%s%020d", k.epochDir(name, epoch), slot)
 }
 func (k keys) hint(name string, epoch uint64) string { return k.epochDir(name, epoch) + "hint" }
-func (k keys) probe(random string) string          { return k.prefix + "_probe/" + random }
+func (k keys) probe(random string) string            { return k.prefix + "_probe/" + random }
 
 // parseSlotKey splits a key under a channel into its epoch and slot; ok is
 // false for the manifest, hints and anything else.
