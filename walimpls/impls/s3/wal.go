@@ -2,7 +2,6 @@ package s3
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -213,5 +212,3 @@ func (w *wal) manifestNow(ctx context.Context) (*manifest, string, error) {
 	w.hub.noteManifest(m)
 	return m, etag, nil
 }
-
-func posString(p pos) string { return fmt.Sprintf("%d.%d.%d", p.epoch, p.slot, p.index) }
