@@ -30,24 +30,35 @@
 //
 // One JSON object per channel:
 //
-//	{"v":1,"channel":"orders","term":7,"nextEpoch":12,
-//	 "epochs":[{"epoch":10,"term":6,"sealed":true,"end":41},{"epoch":11,"term":7}],
-//	 "truncated":{"epoch":10,"slot":3,"index":5}}
+//	{"v":1,"channel":"orders","rev":31,"term":7,"nextEpoch":12,
+//	 "epochs":[{"epoch":10,"term":6,"window":4,"sealed":true,"end":41},{"epoch":11,"term":7,"window":4}],
+//	 "truncated":{"epoch":10,"slot":3,"index":5},"removed":{"epoch":10,"slot":3,"index":4}}
 //
 // Its fields:
 //
+//   - rev: counts the manifest's writes (of two copies a process holds,
+//     the higher is the newer).
 //   - term: the highest term that opened the channel; an open below it is
 //     refused (walimpls.ErrFenced) and writes nothing.
 //   - epochs: the epochs kept, oldest first, with the term that opened
 //     each. A sealed epoch has its last slot in end (-1: it wrote none),
 //     recorded by the open that fenced it; only the last epoch is open
 //     (not sealed). Terms never decrease along the list; epochs wholly
-//     before the truncation point are dropped from it.
+//     before the truncation point are dropped from it, and so is a sealed
+//     epoch that holds nothing (end -1). window is the MaxInflight of the
+//     epoch's writer (see "The writer"): what the tail search and the
+//     readers of the epoch need to know of its pipelining.
 //   - truncated: the first message kept (an ID, below); every position
 //     before it is gone (walimpls.ErrPositionGone), whatever objects the
 //     store still holds.
+//   - removed: the last message removed, the one just before truncated:
+//     reading from after it is valid and starts at truncated (without it,
+//     "after the last removed" could not be told from "after an earlier
+//     one" once their objects are deleted).
 //   - deleted: a tombstone left by Delete; the next open starts an empty
-//     channel at any term, with the next epoch number.
+//     channel at any term, with the next epoch number, and truncated at
+//     that epoch's start, so that every position of the deleted channel
+//     is gone for its readers.
 //
 // The manifest is written only by opens, truncations and deletes (never
 // per append), each time with If-Match on the ETag read (or If-None-Match:
@@ -88,12 +99,15 @@
 //
 //  1. GET the manifest (404: a new channel).
 //  2. T below its term: ErrFenced, nothing written.
-//  3. Seal the open epoch e, if any: find its first empty slot m (the
-//     tail, below) and create-only PUT a fence object at e/m. A 412 there
-//     means a late flush of e's writer landed (GET: data), so try m+1; or
-//     a concurrent open fenced it (a fence), which is as good. From the
-//     fence on, e's writer cannot write at m, and it acknowledges slots in
-//     order only, so it acknowledges nothing at or after m.
+//  3. Seal the open epoch e, if any: find its first slot m that holds no
+//     data (the tail, below) and create-only PUT a fence object at e/m. A
+//     412 there means a late flush of e's writer landed (HEAD: data), so
+//     try m+1; or a concurrent open fenced it (a fence), which is as good;
+//     a fence the tail search finds at m (an open that died before its
+//     manifest write) is as good too. From the fence on, e's writer cannot
+//     write at m, and it acknowledges slots in order only, so it
+//     acknowledges nothing at or after m. An epoch sealed with end -1 is
+//     dropped from the list.
 //  4. Replace the manifest (If-Match): e sealed with end m-1, a new open
 //     epoch n = nextEpoch at term T, nextEpoch n+1, term T. A 412 means
 //     another open or a truncation changed it: back to 1 (a higher term
@@ -104,31 +118,49 @@
 // Requests: 1 GET + the tail search + 1 PUT (fence) + 1 PUT (manifest),
 // independent of the log's length; a new channel, 1 GET + 1 PUT.
 //
-// Finding the tail of an epoch: GET its hint (the last slot its writer
-// acknowledged, written every Config.HintEvery slots), then HEAD slots
-// hint+1, hint+2, hint+4, ... until one is missing and binary-search
-// between: about 2·log2(HintEvery) HEADs at most, whatever the log's
-// length. No LIST.
+// Finding the tail of an epoch, its first slot holding no data (missing,
+// or a fence): GET its hint (the last slot its writer acknowledged,
+// written every Config.HintEvery slots), then HEAD slots hint+1, hint+2,
+// hint+4, ... until one holds no data and binary-search between. That
+// finds a slot b holding no data after one holding data, but not
+// necessarily the first: flushes in flight land in any order, so n+2 may
+// hold data while n+1 is still empty, and a fence at b = n+3 would leave
+// the old writer free to land n+1 and acknowledge n+1 and n+2 after the
+// new open returned. The writer's window bounds those holes: it puts slot
+// s only once every slot up to s - window was acknowledged, so data at x
+// means data at every slot up to x - window. The search therefore HEADs
+// the window-1 slots above b for the highest slot p holding data, then
+// the window below p: the first slot there holding no data is the tail.
+// About 2·log2(HintEvery) + 2·window HEADs, whatever the log's length.
+// No LIST.
 //
 // # The writer: group commit and ordered acknowledgements
 //
 // Appends (each AppendBatch, or AppendBatchAsync) queue in the WAL's
 // flusher. A flush takes the queued batches (whole) into one object at the
 // next slot when the oldest has waited Config.FlushInterval, or when they
-// hold Config.FlushBytes or Config.FlushRecords; up to Config.MaxInflight
-// flushes are in flight at once, and at most Config.MaxBufferedBytes wait
-// or fly (an append beyond it waits: backpressure, not growth). An idle
-// WAL makes no request at all.
+// hold Config.FlushBytes or Config.FlushRecords. Slot s is put only once
+// every slot up to s - MaxInflight was acknowledged (the epoch's window,
+// recorded in the manifest), so at most Config.MaxInflight flushes are in
+// flight or waiting for an earlier one; at most Config.MaxBufferedBytes
+// wait or fly (an append beyond it waits, as long as its context lets it:
+// backpressure, not growth; one batch larger than the whole budget goes
+// alone). An idle WAL makes no request at all: its only timer is armed
+// while an append waits.
 //
 // A flush is acknowledged once its PUT succeeded and every flush of a
 // lower slot was acknowledged: acknowledgements are in slot order. When a
 // flush fails, every flush after it fails too, also those whose PUT
 // succeeded (their objects lie after a slot that stays empty or is fenced,
 // and no reader delivers them), and the WAL is done: a 412 from another
-// writer's object makes it fenced (walimpls.ErrFenced), anything else
-// failed (its appends' outcome unknown). A PUT retried after a timeout
-// that meets 412 HEADs the key: its own nonce there means its earlier try
-// landed, and the flush succeeded.
+// writer's object makes it fenced (walimpls.ErrFenced; that flush and
+// every later one are then certainly not stored, walimpls.NotStored),
+// anything else failed (its appends' outcome unknown). A PUT retried
+// after a timeout that meets 412 HEADs the key: its own nonce there means
+// its earlier try landed, and the flush succeeded. Close answers the
+// queued appends ErrClosed (not stored) and cuts the PUTs in flight short:
+// each is answered with what became of it, a landed one acknowledged in
+// order, the others ErrClosed of unknown outcome.
 //
 // Transient failures (500, 503 SlowDown, timeouts, dropped connections)
 // are retried by the client with backoff, within Config.MaxAttempts; the
@@ -140,23 +172,35 @@
 // epoch from its first slot to its end, then the open epoch slot by slot
 // until a slot is missing. Slots after a sealed epoch's end are never
 // read: a zombie's late flush, or the fence, is invisible there. A
-// missing slot of the open epoch is the end for now: the scanner waits,
-// then looks again (it also reads the manifest again, to learn of a seal,
-// a truncation or a delete). Every object is checked (CRC, epoch, slot)
-// before any of its messages is delivered.
+// missing slot of the open epoch, or a fence there, is the end for now:
+// the scanner waits, then looks again (it also reads the manifest again,
+// to learn of a seal, a truncation or a delete). Every object is checked
+// (CRC, epoch, slot) before any of its messages is delivered. A slot of
+// the open epoch is delivered only once every slot before it was seen
+// holding data: a scanner that starts inside the open epoch first reads
+// the window of slots before its start (the window bound above makes that
+// enough), so that a flush landed past a hole is never delivered. A
+// missing slot of a sealed epoch is a truncation (the manifest, read
+// again, says so: ErrPositionGone), or else an error naming the key.
 //
 // Tailing scanners of one channel in one Opener share one poller: it looks
 // for the next slot at most every Config.PollInterval while a scanner
-// waits, and hands what it fetched to all of them. Flushes of a writer in
-// the same Opener reach its scanners without a GET. Catching up, a
-// scanner fetches up to Config.ReadAhead objects in parallel, within
-// Config.ReadAheadBytes.
+// waits, and hands what it fetched to all of them; it reads the manifest
+// when a scanner met a fence, and every fifth poll (a truncation or a
+// Delete elsewhere may have overtaken a waiting scanner). Flushes of a
+// writer in the same Opener reach its scanners without a GET, and so do
+// its truncations and Deletes. Catching up, a scanner fetches up to
+// Config.ReadAhead objects in parallel, within Config.ReadAheadBytes (or
+// ReadOption.ReadAheadBytes), counting the size of the objects it read.
 //
 // # Truncating and deleting
 //
-// Truncate(id) replaces the manifest (If-Match, conditional on this WAL's
-// epoch still being the open one: a fenced WAL removes nothing) with
-// truncated = id, then deletes with DeleteObjects the objects wholly
+// Truncate(id) checks that id is a stored message (a HEAD of its slot:
+// data, and an index below streamwal-count; beyond is
+// walimpls.ErrInvalidPosition), replaces the manifest (If-Match,
+// conditional on this WAL's epoch still being the open one: a fenced WAL
+// removes nothing) with truncated = id and removed = the message before
+// it, then deletes with DeleteObjects the objects wholly
 // before it: the data slots of earlier epochs and of id's epoch below its
 // slot. Fence objects are never deleted, so a stalled writer of a sealed
 // epoch can never fill a slot truncation emptied: its next slot is at or
@@ -178,7 +222,10 @@
 // counter kept), then lists the channel's keys and deletes every one but
 // the manifest and the fences: in each epoch's listing, the fence is the
 // highest slot whose HEAD says fence (a stalled writer's flushes in
-// flight may lie just above it). Delete is the only operation that lists.
+// flight may lie just above it). It sweeps only the epochs below the
+// tombstone's counter: an open that follows the tombstone at once starts
+// its channel at the next epoch, whose objects the listing leaves alone.
+// Delete is the only operation that lists.
 // A WAL of the same Opener is fenced with Deleted set at once; one of
 // another process learns it from the fence its next flush meets.
 //
@@ -205,7 +252,21 @@
 // 5 PUTs/s, $64.80 a month (50 ms: $259.20; 1 s: $12.96), plus a hint
 // every 64 flushes (1.6%); written faster than 4 MiB per interval, one
 // PUT per 4 MiB (0.25 PUT per MiB); idle, nothing. A tailing reader in
-// another process makes at most 5 GETs/s while it waits, $5.18 a month.
+// another process makes at most 6 GETs/s while it waits (5 polls and a
+// manifest), $6.22 a month.
+//
+// # Metrics
+//
+// On the Registerer of walimpls.WithRegisterer, shared by the Openers of
+// one registry: streamwal_s3_requests_total{kind,result} (kind put, get,
+// head, list, delete, probe; result ok, 412, 404, error; one count per
+// request, its client retries inside), put_bytes_total, get_bytes_total,
+// flush_bytes and flush_records (histograms of one object), flush_seconds
+// (from a flush's PUT to its acknowledgement),
+// flush_precondition_failed_total{cause} (fenced, own_retry),
+// conditional_writes_proven (1, 0 failed, -1 unfenced) and, per channel,
+// buffered_bytes{channel}, removed when the channel's last WAL of the
+// Opener closes.
 //
 // # Credentials
 //
