@@ -38,6 +38,12 @@ type hub struct {
 	changed chan struct{}
 	polling bool
 	closed  bool
+	// own is set while a writer of the Opener writes epoch ownEpoch and
+	// will hand its flushes over: slots from ownNext on are not looked
+	// for in the store.
+	own      bool
+	ownEpoch uint64
+	ownNext  uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -74,11 +80,44 @@ func (h *hub) manifest() *manifest {
 	return h.man
 }
 
+// setOwn records the Opener's writer of epoch e; dropOwn forgets it when
+// it stops handing flushes over (failed, fenced or closed).
+func (h *hub) setOwn(e uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.own, h.ownEpoch, h.ownNext = true, e, 0
+}
+
+func (h *hub) dropOwn(e uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.own && h.ownEpoch == e {
+		h.own = false
+		h.broadcast()
+	}
+}
+
+// awaitsOwn reports whether slot k is one the Opener's writer has not
+// handed over yet, and will. Assumes h.mu is held.
+func (h *hub) awaitsOwnLocked(k slotKey) bool {
+	return h.own && k.epoch == h.ownEpoch && k.slot >= h.ownNext
+}
+
+// awaitsOwn is awaitsOwnLocked for callers without the lock.
+func (h *hub) awaitsOwn(k slotKey) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.awaitsOwnLocked(k)
+}
+
 // publish keeps an object for the scanners (the writer's acknowledged
 // flushes, what the poller found).
 func (h *hub) publish(epoch, slot uint64, obj *object) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.own && h.ownEpoch == epoch && slot >= h.ownNext {
+		h.ownNext = slot + 1
+	}
 	if h.readers == 0 || h.closed {
 		return
 	}
@@ -189,7 +228,7 @@ func (h *hub) poll() {
 		h.mu.Lock()
 		var keys []slotKey
 		for k := range h.waits {
-			if _, ok := h.objs[k]; !ok {
+			if _, ok := h.objs[k]; !ok && !h.awaitsOwnLocked(k) {
 				keys = append(keys, k)
 			}
 		}

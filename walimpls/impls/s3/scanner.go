@@ -262,7 +262,7 @@ func (s *scanner) fetch(e epochEntry, m *manifest) *future {
 		n = int(min(uint64(n), uint64(e.end()+1)-s.from))
 	}
 	for len(s.pend) < n {
-		s.pend = append(s.pend, s.start(e.Epoch, s.pendFrom+uint64(len(s.pend))))
+		s.pend = append(s.pend, s.start(e.Epoch, s.pendFrom+uint64(len(s.pend)), e.Sealed))
 	}
 	fu := s.pend[0]
 	s.pend = s.pend[1:]
@@ -271,10 +271,17 @@ func (s *scanner) fetch(e epochEntry, m *manifest) *future {
 }
 
 // start begins one slot's GET (or takes it from the hub).
-func (s *scanner) start(epoch, slot uint64) *future {
+func (s *scanner) start(epoch, slot uint64, sealed bool) *future {
 	fu := &future{done: make(chan struct{})}
 	if f, ok := s.h.lookup(slotKey{epoch, slot}); ok {
 		fu.f = f
+		close(fu.done)
+		return fu
+	}
+	if !sealed && s.h.awaitsOwn(slotKey{epoch, slot}) {
+		// The Opener's writer hands it over once acknowledged (a
+		// sealed epoch's slots up to its end are all in the store).
+		fu.miss = true
 		close(fu.done)
 		return fu
 	}

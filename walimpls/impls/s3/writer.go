@@ -96,6 +96,7 @@ func newWriter(o *Opener, w *wal, e epochEntry) *writer {
 		inflight: map[uint64]*flush{}, finished: map[uint64]*flush{},
 	}
 	wr.putCtx, wr.putCancel = context.WithCancel(context.Background())
+	w.hub.setOwn(e.Epoch)
 	go wr.run()
 	return wr
 }
@@ -400,6 +401,7 @@ func (wr *writer) fail(err error, fenced bool) {
 	}
 	wr.failed, wr.failedFenced = err, fenced
 	wr.setSticky(err)
+	wr.w.hub.dropOwn(wr.epoch)
 	if !fenced && !errors.Is(err, walimpls.ErrFenced) {
 		wr.o.log.Warn("append failed: the WAL is done", "channel", wr.w.ch.Name, "term", wr.w.ch.Term, "epoch", wr.epoch, "err", err)
 	}
@@ -464,6 +466,7 @@ func (wr *writer) hint(slot uint64) {
 func (wr *writer) shutdown() {
 	closed := errors.Wrapf(walimpls.ErrClosed, "s3: append to %s", wr.w.ch)
 	wr.setSticky(walimpls.MarkNotStored(closed))
+	defer wr.w.hub.dropOwn(wr.epoch)
 	for _, r := range wr.queue {
 		wr.answerUnsent(r, closed)
 	}
