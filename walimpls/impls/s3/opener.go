@@ -76,7 +76,7 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, err
 	if err != nil {
 		return nil, errors.Wrap(err, "s3: register metrics")
 	}
-	client, err := newClient(ctx, cfg)
+	client, owned, err := newClient(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -87,11 +87,12 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, err
 	where := fmt.Sprintf("endpoint %s bucket %q", endpoint, cfg.Bucket)
 	o := &Opener{
 		cfg: cfg, keys: keys{prefix: cfg.Prefix}, log: deps.Logger.With("wal", Name),
-		st: &store{c: client, bucket: cfg.Bucket, where: where, m: m},
+		st: &store{c: client, owned: owned, bucket: cfg.Bucket, where: where, m: m},
 		m:  m, clock: cfg.Clock, fencing: !cfg.Unfenced,
 		wals: map[*wal]struct{}{}, hubs: map[string]*hub{},
 	}
 	if err := o.checkBucket(ctx); err != nil {
+		o.st.closeIdle()
 		return nil, err
 	}
 	if cfg.Unfenced {
@@ -101,6 +102,7 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, err
 		return o, nil
 	}
 	if err := o.probe(ctx); err != nil {
+		o.st.closeIdle()
 		return nil, err
 	}
 	o.log.Debug("the store honours conditional writes", "endpoint", endpoint, "bucket", cfg.Bucket, "racers", cfg.ProbeRacers)
@@ -230,5 +232,6 @@ func (o *Opener) Close() error {
 	for _, w := range wals {
 		_ = w.Close()
 	}
+	o.st.closeIdle()
 	return nil
 }
