@@ -321,9 +321,14 @@ func (wr *writer) put(f *flush) {
 	wr.results <- f
 }
 
-// errFencedAt marks the failure of a PUT that met another's object: the
-// slot is not the flush's, so nothing from it on is ever read.
-var errFencedAt = errors.New("slot taken")
+// The failures of a PUT that met another's object. errSlotTaken: the slot
+// holds another's object, so the flush is stored nowhere. errFencedAt:
+// that object is a fence, so no reader ever reads this epoch at or after
+// it (the epoch's end lies before it): no later flush is stored either.
+var (
+	errSlotTaken = errors.New("slot taken")
+	errFencedAt  = errors.New("slot fenced")
+)
 
 // resolve412 decides what a 412 on a flush's create-only PUT means: its
 // own earlier try landed (the same nonce: success), or the slot is
@@ -341,14 +346,14 @@ func (wr *writer) resolve412(key string, f *flush) error {
 		return nil
 	}
 	o.m.preconditions.WithLabelValues("fenced").Inc()
-	what := "a fence"
+	what, mark := "a fence", errFencedAt
 	if info.state != slotFence {
-		what = "another writer's object"
+		what, mark = "another writer's object", errSlotTaken
 	}
 	o.log.Info("fenced", "channel", wr.w.ch.Name, "term", wr.w.ch.Term, "epoch", wr.epoch, "slot", f.slot,
 		"by", what, "fenceTerm", info.term, "deleted", info.deleted)
-	return fmt.Errorf("s3: append to %s: %s holds %s: %w: %w", wr.w.ch, key, what,
-		fencedError(wr.w.ch, info.term, info.deleted), errFencedAt)
+	return walimpls.MarkNotStored(fmt.Errorf("s3: append to %s: %s holds %s: %w: %w", wr.w.ch, key, what,
+		fencedError(wr.w.ch, info.term, info.deleted), mark))
 }
 
 // acknowledge answers the finished flushes in slot order (see the package
@@ -366,15 +371,12 @@ func (wr *writer) acknowledge(closing bool) {
 			wr.answerFlush(f, wr.laterError(f))
 		case f.err != nil:
 			err := f.err
-			if closing && wr.putCtx.Err() != nil && !errors.Is(err, errFencedAt) {
+			if closing && wr.putCtx.Err() != nil && !errors.Is(err, errSlotTaken) && !errors.Is(err, errFencedAt) {
 				err = fmt.Errorf("s3: append to %s: %w: %w", wr.w.ch, walimpls.ErrClosed, err)
 			}
+			// A slot taken by another's object stores this flush nowhere
+			// (resolve412 marked it so); behind a fence, no later one.
 			wr.fail(err, errors.Is(err, errFencedAt))
-			if wr.failedFenced {
-				// The slot holds another's object: this flush is stored
-				// nowhere.
-				err = walimpls.MarkNotStored(err)
-			}
 			wr.answerFlush(f, err)
 		default:
 			wr.ack(f)
@@ -390,7 +392,9 @@ func (wr *writer) laterError(f *flush) error {
 		// delivers it.
 		return walimpls.MarkNotStored(err)
 	}
-	return err
+	// It may have landed, and be read: whatever marks the first failure
+	// carries, this one's outcome is unknown.
+	return walimpls.MarkOutcomeUnknown(err)
 }
 
 // fail makes the writer sticky-failed with err; fenced says that the slot
