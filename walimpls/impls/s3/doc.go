@@ -153,8 +153,10 @@
 // flush fails, every flush after it fails too, also those whose PUT
 // succeeded (their objects lie after a slot that stays empty or is fenced,
 // and no reader delivers them), and the WAL is done: a 412 from another
-// writer's object makes it fenced (walimpls.ErrFenced; that flush and
-// every later one are then certainly not stored, walimpls.NotStored),
+// writer's object makes it fenced (walimpls.ErrFenced; that flush is
+// certainly not stored, walimpls.NotStored, and behind a fence every
+// later one neither, since the epoch's end lies before the fence; behind
+// another's data object a reader may read on, so theirs is unknown),
 // anything else failed (its appends' outcome unknown). A PUT retried
 // after a timeout that meets 412 HEADs the key: its own nonce there means
 // its earlier try landed, and the flush succeeded. Close answers the
@@ -189,7 +191,9 @@
 // when a scanner met a fence, and every fifth poll (a truncation or a
 // Delete elsewhere may have overtaken a waiting scanner). Flushes of a
 // writer in the same Opener reach its scanners without a GET, and so do
-// its truncations and Deletes. Catching up, a scanner fetches up to
+// its truncations and Deletes: while that writer works, nobody looks for
+// its next slot in the store (the poller reads only the manifest, every
+// fifth poll, to learn of an open elsewhere that sealed the epoch). Catching up, a scanner fetches up to
 // Config.ReadAhead objects in parallel, within Config.ReadAheadBytes (or
 // ReadOption.ReadAheadBytes), counting the size of the objects it read.
 //
@@ -234,9 +238,10 @@
 // New checks the bucket (HeadBucket: a wrong bucket, credentials or
 // permissions fail with one line naming the endpoint, bucket and what the
 // store answered), then races Config.ProbeRacers create-only PUTs to a
-// fresh scratch key: exactly one must succeed and every other get 412;
-// then an If-Match with a wrong ETag must get 412 and one with the right
-// ETag succeed. A store that fails any of it is refused with an error
+// fresh scratch key: exactly one must succeed and every other get 412,
+// and the key must hold the winner's body; then an If-Match with a wrong
+// ETag must get 412 and one with the right ETag succeed. The scratch key
+// is deleted after. A store that fails any of it is refused with an error
 // naming the endpoint and what it lacks. Config.Unfenced opts out, for a
 // single writer: the backend then declares no fencing (the adaptor's log
 // fence alone protects readers), and says so in the log at open.

@@ -45,13 +45,16 @@ type hub struct {
 	ownEpoch uint64
 	ownNext  uint64
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// ctx ends the poller's requests and waits: cancelled by close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 func newHub(o *Opener, name string) *hub {
-	return &hub{o: o, name: name, objs: map[slotKey]fetched{}, waits: map[slotKey]int{},
-		changed: make(chan struct{}), stop: make(chan struct{})}
+	h := &hub{o: o, name: name, objs: map[slotKey]fetched{}, waits: map[slotKey]int{}, changed: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	return h
 }
 
 // broadcast wakes every waiting scanner. Assumes h.mu is held.
@@ -210,19 +213,11 @@ const manifestEvery = 5
 // wants it) every PollInterval while a scanner waits.
 func (h *hub) poll() {
 	defer h.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-h.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx := h.ctx
 	for round := 1; ; round++ {
 		select {
 		case <-h.o.clock.After(h.o.cfg.PollInterval):
-		case <-h.stop:
+		case <-ctx.Done():
 			return
 		}
 		h.mu.Lock()
@@ -289,6 +284,6 @@ func (h *hub) close() {
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
-	close(h.stop)
+	h.cancel()
 	h.wg.Wait()
 }
