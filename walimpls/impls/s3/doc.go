@@ -260,6 +260,18 @@
 // another process makes at most 6 GETs/s while it waits (5 polls and a
 // manifest), $6.22 a month.
 //
+// Measured (bench_test.go, gofakes3 in the process, 2-core machine,
+// same-run ratios, 2026-12-07): at the defaults 0.28 PUTs per MiB
+// written (4 MiB objects, and the open's manifest); with a 5 ms interval
+// one synchronous appender's p50 is the interval + 0.9-1.2 ms (a raw PUT
+// of its object: p50 0.27-0.32 ms), and 16 synchronous appenders of 1 KiB
+// reach 0.92-0.99 of what they can (16 messages per interval and PUT),
+// which is 0.04-0.06 of raw PUTs of their 16 KiB objects, four at a time:
+// synchronous appenders are bound by the interval, not the store;
+// opening a 2,000-object log takes 18 requests, a 10-object one 16; a
+// scanner catching up on 500 objects takes 0.65-0.74 of the time of GETs
+// one after the other.
+//
 // # Metrics
 //
 // On the Registerer of walimpls.WithRegisterer, shared by the Openers of
