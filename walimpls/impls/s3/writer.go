@@ -406,7 +406,7 @@ func (wr *writer) fail(err error, fenced bool) {
 	wr.failed, wr.failedFenced = err, fenced
 	wr.setSticky(err)
 	wr.w.hub.dropOwn(wr.epoch)
-	if !fenced && !errors.Is(err, walimpls.ErrFenced) {
+	if !fenced && !errors.Is(err, walimpls.ErrFenced) && !errors.Is(err, walimpls.ErrClosed) {
 		wr.o.log.Warn("append failed: the WAL is done", "channel", wr.w.ch.Name, "term", wr.w.ch.Term, "epoch", wr.epoch, "err", err)
 	}
 	wr.failQueued()
