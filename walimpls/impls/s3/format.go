@@ -143,9 +143,9 @@ func sealObject(b []byte) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
-// fenceObject is the body of a fence.
-func fenceObject(epoch, slot uint64, term int64) []byte {
-	b := appendHeader(make([]byte, 0, headerSize+crcSize), objectHeader{kind: kindFence, epoch: epoch, term: term, slot: slot})
+// fenceObject is the body of a fence; n is its nonce, like a flush's.
+func fenceObject(epoch, slot uint64, term int64, n nonce) []byte {
+	b := appendHeader(make([]byte, 0, headerSize+crcSize), objectHeader{kind: kindFence, epoch: epoch, term: term, slot: slot, nonce: n})
 	return sealObject(b)
 }
 

@@ -2,6 +2,7 @@ package s3
 
 import (
 	"context"
+	"crypto/rand"
 	"strconv"
 
 	"github.com/cockroachdb/errors"
@@ -253,12 +254,17 @@ func (o *Opener) seal(ctx context.Context, name string, m *manifest, e epochEntr
 		if info.state == slotFence {
 			return int64(s) - 1, nil // fenced already, by a concurrent open
 		}
-		meta := map[string]string{metaKind: "fence", metaTerm: strconv.FormatInt(term, 10), metaCount: "0"}
+		// A fence carries a nonce like a flush (doc.go, "An object"); a
+		// retry that meets 412 needs none of it: a fence in the slot seals
+		// the epoch there whoever wrote it.
+		var n nonce
+		_, _ = rand.Read(n[:])
+		meta := map[string]string{metaKind: "fence", metaTerm: strconv.FormatInt(term, 10), metaCount: "0", metaNonce: n.String()}
 		if deleted {
 			meta[metaDeleted] = "true"
 		}
 		key := o.keys.slot(name, e.Epoch, s)
-		_, err = o.st.put(ctx, reqPut, key, fenceObject(e.Epoch, s, term), meta, putCond{createOnly: true})
+		_, err = o.st.put(ctx, reqPut, key, fenceObject(e.Epoch, s, term, n), meta, putCond{createOnly: true})
 		if err == nil {
 			o.log.Info("fenced an epoch", "channel", name, "epoch", e.Epoch, "slot", s, "term", term, "deleted", deleted)
 			return int64(s) - 1, nil

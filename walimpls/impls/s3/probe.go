@@ -52,7 +52,11 @@ type lineError struct {
 
 func (e *lineError) Error() string { return e.line }
 func (e *lineError) Unwrap() []error {
-	return append(append([]error(nil), e.marks...), e.cause)
+	errs := append([]error(nil), e.marks...)
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return errs
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -2,6 +2,7 @@ package s3
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -43,6 +44,9 @@ func TestProbeRefusesAStoreIgnoringConditions(t *testing.T) {
 	require.Contains(t, err.Error(), st.endpoint)
 	require.Contains(t, err.Error(), "4 of 4 concurrent create-only PUTs")
 	require.NotContains(t, err.Error(), "\n")
+	// Printed as callers print errors, with and without detail.
+	require.Equal(t, err.Error(), fmt.Sprintf("%v", err))
+	require.Contains(t, fmt.Sprintf("%+v", err), "4 of 4 concurrent create-only PUTs")
 
 	// Unfenced, the same store is taken, and the backend says it cannot
 	// fence.
