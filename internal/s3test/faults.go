@@ -32,7 +32,9 @@ type Request struct {
 	// request is in the proxy, or when the client got no answer (dropped,
 	// reset, or gone).
 	Status int
-	// Done is true once the proxy is through with the request.
+	// Done is true once the proxy decided the request's outcome: it is
+	// set before the client can see that outcome, so a client that got an
+	// answer (or lost its connection) finds its request Done.
 	Done bool
 }
 

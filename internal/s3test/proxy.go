@@ -174,15 +174,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 	defer p.handlers.Done()
 
-	status := p.serve(w, r, faults, hooks, view)
-	p.mu.Lock()
-	req.Status, req.Done = status, true
-	p.mu.Unlock()
+	// The request is recorded as done before the client can learn its
+	// outcome: a test that saw the answer (or its absence) sees it in
+	// Requests.
+	finish := func(status int) {
+		p.mu.Lock()
+		req.Status, req.Done = status, true
+		p.mu.Unlock()
+	}
+	p.serve(w, r, faults, hooks, view, finish)
 }
 
-// serve does what faults say with r, and returns the status the client got
-// (0: none).
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, faults []Fault, hooks []func(Request), view Request) int {
+// serve does what faults say with r; it calls finish with the status the
+// client gets (0: none) just before the client can see it.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, faults []Fault, hooks []func(Request), view Request, finish func(int)) {
 	for _, h := range hooks {
 		h(view)
 	}
@@ -190,12 +195,16 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, faults []Fault, ho
 	defer cancel()
 	stop := context.AfterFunc(p.ctx, cancel)
 	defer stop()
+	abort := func(reset bool) {
+		finish(0)
+		breakConn(w, reset)
+	}
 
 	for _, f := range faults {
 		if f.before != nil {
 			if err := f.before(ctx); err != nil {
-				breakConn(w, false)
-				return 0
+				abort(false)
+				return
 			}
 		}
 	}
@@ -204,35 +213,37 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, faults []Fault, ho
 			_, _ = io.Copy(io.Discard, r.Body)
 			status, code, msg, ok := f.answer()
 			if !ok {
-				breakConn(w, false)
-				return 0
+				abort(false)
+				return
 			}
+			finish(status)
 			writeError(w, r, status, code, msg)
-			return status
+			return
 		}
 	}
 
 	resp, body, err := p.forward(ctx, r)
 	if err != nil {
 		if ctx.Err() != nil {
-			breakConn(w, false)
-			return 0
+			abort(false)
+			return
 		}
+		finish(http.StatusBadGateway)
 		writeError(w, r, http.StatusBadGateway, "BadGateway", "s3test proxy: "+err.Error())
-		return http.StatusBadGateway
+		return
 	}
 	for _, f := range faults {
 		if f.after != nil {
 			if err := f.after(ctx); err != nil {
-				breakConn(w, false)
-				return 0
+				abort(false)
+				return
 			}
 		}
 	}
 	for _, f := range faults {
 		if f.reset {
-			breakConn(w, true)
-			return 0
+			abort(true)
+			return
 		}
 	}
 	for k, vs := range resp.Header {
@@ -240,9 +251,9 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, faults []Fault, ho
 			w.Header()[k] = vs
 		}
 	}
+	finish(resp.StatusCode)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body)
-	return resp.StatusCode
 }
 
 // forward sends r to the target and returns its answer, the body read

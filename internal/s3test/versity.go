@@ -3,9 +3,10 @@ package s3test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,8 +58,9 @@ func versity(tb testing.TB, sidecar bool) *Store {
 	if sidecar || !hasUserXattrs(root) {
 		posixArgs = append(posixArgs, "--sidecar", tb.TempDir())
 	}
+	// Credentials of its own, so that it alone answers them (see waitReady).
 	s := &Store{Name: "versitygw", Bucket: "streamwal-test",
-		AccessKey: "streamwal", SecretKey: "streamwal-secret", Region: "us-east-1"}
+		AccessKey: "streamwal-" + randomHex(4), SecretKey: randomHex(16), Region: "us-east-1"}
 	// The free port is found by listening and closing: another process can
 	// take it meanwhile, so a start that lost it is tried again.
 	for attempt := 1; ; attempt++ {
@@ -64,7 +68,7 @@ func versity(tb testing.TB, sidecar bool) *Store {
 		args := append(append([]string{"--quiet", "--port", addr, "posix"}, posixArgs...), root)
 		g := startGateway(tb, bin, args, s)
 		s.Endpoint = "http://" + addr
-		err := g.waitReady(s.Endpoint)
+		err := g.waitReady(tb, s)
 		if err == nil {
 			tb.Cleanup(func() {
 				g.stop()
@@ -76,6 +80,7 @@ func versity(tb testing.TB, sidecar bool) *Store {
 		}
 		g.stop()
 		if attempt < 3 && strings.Contains(g.out.String(), "address already in use") {
+			tb.Logf("s3test: versitygw lost port %s to another process; trying another", addr)
 			continue
 		}
 		tb.Fatalf("s3test: versitygw %s did not start: %v\n%s", bin, err, g.out.String())
@@ -111,28 +116,33 @@ func startGateway(tb testing.TB, bin string, args []string, s *Store) *gateway {
 	return g
 }
 
-// waitReady returns once the gateway answers HTTP at endpoint, or an error
-// when it exited first or did not answer within a minute.
-func (g *gateway) waitReady(endpoint string) error {
-	tr := &http.Transport{DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 2 * time.Second}
+// waitReady returns once the gateway answers s's endpoint, or an error
+// when it exited first or did not answer within a minute. The answer must
+// be a versitygw's that accepts s's credentials, which are this gateway's
+// alone: a server of another test that took the port meanwhile does not
+// count (the gateway then fails to bind, and exits).
+func (g *gateway) waitReady(tb testing.TB, s *Store) error {
+	c := s.Client(tb, func(o *awss3.Options) { o.RetryMaxAttempts = 1 })
 	deadline := time.NewTimer(time.Minute)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		// Any answer, an unsigned request's 403 included, means it serves.
-		resp, err := client.Get(endpoint + "/")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		out, err := c.ListBuckets(ctx, &awss3.ListBucketsInput{})
+		cancel()
 		if err == nil {
-			_ = resp.Body.Close()
-			return nil
+			raw, _ := awsmiddleware.GetRawResponse(out.ResultMetadata).(*smithyhttp.Response)
+			if raw != nil && raw.Header.Get("Server") == "VERSITYGW" {
+				return nil
+			}
+			err = fmt.Errorf("the server at %s is not versitygw", s.Endpoint)
 		}
 		select {
 		case <-g.exited:
 			return fmt.Errorf("exited: %v", g.err)
 		case <-deadline.C:
-			return fmt.Errorf("no answer at %s within a minute: %v", endpoint, err)
+			return fmt.Errorf("no answer at %s within a minute: %v", s.Endpoint, err)
 		case <-tick.C:
 		}
 	}
@@ -266,6 +276,12 @@ func withoutModFlag(flags string) string {
 		}
 	}
 	return strings.Join(keep, " ")
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // lockedBuffer collects a process's output, written from exec's copying
