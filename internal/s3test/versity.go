@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -246,7 +245,12 @@ func buildVersity(dir, bin string) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	cmd := exec.Command(goTool(), "install", versityModule+"@"+VersityVersion)
+	// go test puts its toolchain's bin first on PATH.
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(goTool, "install", versityModule+"@"+VersityVersion)
 	cmd.Dir = tmp // outside any module: the versitygw module alone decides
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS="+withoutModFlag(os.Getenv("GOFLAGS")))
 	var out bytes.Buffer
@@ -255,15 +259,6 @@ func buildVersity(dir, bin string) error {
 		return fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out.String())
 	}
 	return os.Rename(filepath.Join(tmp, "versitygw"), bin)
-}
-
-// goTool is the go command: the one on PATH, or that of the toolchain
-// that built the test.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // withoutModFlag drops -mod=... from GOFLAGS: go install pkg@version
