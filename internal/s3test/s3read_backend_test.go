@@ -8,10 +8,12 @@ package s3test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +105,34 @@ func TestS3ReadBackend(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// TestProbeRefusesUnfencedStores: the backend's probe refuses a store that
+// ignores conditional writes and one that applies them non-atomically
+// (exactly the stores FakeIgnoringConditions and FakeNonAtomic start), and
+// accepts both stores of Stores.
+func TestProbeRefusesUnfencedStores(t *testing.T) {
+	for _, s := range []*Store{FakeIgnoringConditions(t), FakeNonAtomic(t, 2)} {
+		t.Run(s.Name, func(t *testing.T) {
+			_, err := s3.New(testCtx(t), s.Config("probe/"))
+			if !errors.Is(err, s3.ErrNoConditionalWrites) {
+				t.Fatalf("New on a store that does not fence: %s, want ErrNoConditionalWrites", err)
+			}
+			// It says why, also when formatted (%v runs the error's Format).
+			if said := fmt.Sprint(err); strings.Contains(said, "PANIC") || !strings.Contains(said, "refused") {
+				t.Errorf("the refusal reads %q (its Error(): %q)", said, err.Error())
+			}
+		})
+	}
+	for _, s := range Stores(t) {
+		t.Run(s.Name, func(t *testing.T) {
+			o, err := s3.New(testCtx(t), s.Config("probe/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = o.Close()
 		})
 	}
 }
