@@ -12,12 +12,16 @@ STATICCHECK_VERSION := v0.8.2
 BUF_VERSION         := v1.75.0
 PROTOC_GEN_GO       := v1.36.12
 PROTOC_GEN_CONNECT  := v1.21.1
+# versitygw: a real S3 server the s3 backend's tests run against (internal/s3test.Versity);
+# v1.8.0 is the first whose conditional PUTs are atomic. A tool, not a module dependency.
+VERSITYGW_VERSION   := v1.8.0
 
 MOCKERY     := $(BIN)/mockery-$(MOCKERY_VERSION)
 STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 GENTOOLS    := $(BIN)/gen-$(BUF_VERSION)-$(PROTOC_GEN_GO)-$(PROTOC_GEN_CONNECT)
+VERSITYGW   := $(BIN)/versitygw-$(VERSITYGW_VERSION)
 
-.PHONY: all run build test lint mocks mocks-check generate generate-check bench tidy-check fmt-check vet staticcheck clean
+.PHONY: all run build test versitygw lint mocks mocks-check generate generate-check bench tidy-check fmt-check vet staticcheck clean
 
 all: build test lint
 
@@ -29,9 +33,10 @@ build:
 	$(GO) build $(PKGS)
 
 ## test: every test with the race detector (goroutine leaks are checked per package), then
-## the one test that trips a data race inside pulsar-client-go, without it (see its file)
-test:
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+## the one test that trips a data race inside pulsar-client-go, without it (see its file).
+## The s3 tests run versitygw from ./bin (STREAMWAL_VERSITYGW), built first.
+test: $(VERSITYGW)
+	STREAMWAL_VERSITYGW=$(VERSITYGW) $(GO) test $(TEST_FLAGS) $(PKGS)
 	$(GO) test -timeout 5m -run '^TestFaultDroppedConnections$$' ./walimpls/impls/pulsar/
 
 ## lint: vet, gofmt, staticcheck, go.mod tidiness, mocks and generated API code up to date
@@ -85,6 +90,14 @@ $(GENTOOLS)/buf:
 	GOBIN=$(GENTOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	GOBIN=$(GENTOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
 	GOBIN=$(GENTOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT)
+
+## versitygw: the pinned versitygw binary in ./bin (about a minute to build on 2 cores)
+versitygw: $(VERSITYGW)
+
+$(VERSITYGW):
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	@mv $(BIN)/versitygw $@
 
 $(STATICCHECK):
 	@mkdir -p $(BIN)

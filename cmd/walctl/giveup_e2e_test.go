@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,19 +17,27 @@ import (
 )
 
 // walctlUntil runs walctl like walctl, and stops it as Ctrl-C would once
-// stop, given walctl's context, returns (it runs beside walctl).
+// stop, given walctl's context, returns (it runs beside walctl) and
+// migrate has written all its requests.
 func (h *harness) walctlUntil(stop func(ctx context.Context), args ...string) result {
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()
+	requested := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		stop(ctx)
+		select {
+		case <-requested:
+		case <-ctx.Done():
+		}
 		cancel()
 	}()
 	var out, errOut bytes.Buffer
 	args = append(args, "-etcd", strings.Join(h.endpoints, ","), "-root", h.layout.Root)
-	code := run(ctx, args, env{in: strings.NewReader(""), out: &out, errOut: &errOut})
+	var once sync.Once
+	code := run(ctx, args, env{in: strings.NewReader(""), out: &out, errOut: &errOut,
+		requested: func() { once.Do(func() { close(requested) }) }})
 	cancel()
 	<-done
 	return result{code: code, out: out.String(), errOut: errOut.String()}

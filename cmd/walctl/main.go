@@ -330,6 +330,10 @@ type env struct {
 	out, errOut io.Writer
 	// tty reports whether errOut is a terminal (progress lines).
 	tty bool
+	// requested, when set, is called once migrate has written (or failed
+	// to write) every request it planned: tests stop walctl after it
+	// instead of guessing when the writes are over.
+	requested func()
 }
 
 func main() {
@@ -456,7 +460,7 @@ func execute(ctx context.Context, cmd *command, args []string, o options, e env)
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	c := &ctl{cli: cli, layout: layout, opts: o, json: o.json, out: e.out, errOut: e.errOut, in: e.in, tty: e.tty,
+	c := &ctl{cli: cli, layout: layout, opts: o, json: o.json, out: e.out, errOut: e.errOut, in: e.in, tty: e.tty, requested: e.requested,
 		token: creds.token, tls: nodeTLS}
 	defer c.close()
 	return cmd.run(ctx, c, args)
@@ -472,6 +476,8 @@ type ctl struct {
 	errOut io.Writer
 	in     io.Reader
 	tty    bool
+	// requested: env.requested.
+	requested func()
 	// view follows the cluster while a command waits (made on first use).
 	view *cluster.View
 	// token is the bearer token for the nodes' API; "" for none.

@@ -234,6 +234,9 @@ func (c *ctl) migrate(ctx context.Context, channel, backend string) error {
 		return nil
 	}
 	revs, errs := c.requestMigrations(ctx, plan)
+	if c.requested != nil {
+		c.requested()
+	}
 	var (
 		sts     []*migState
 		refused []string // another migration requested there: nothing written

@@ -1,7 +1,20 @@
 // Package s3test starts S3-compatible stores for the tests of the s3
-// backend and of the layers above it: gofakes3 (its in-memory backend,
-// which applies conditional PUTs atomically) in the test's own process.
-// Everything it starts is stopped by the test's cleanup.
+// backend and of the layers above it, and puts faults between a client
+// and a store:
+//
+//   - Fake: gofakes3 (its in-memory backend, which applies conditional
+//     PUTs atomically) in the test's own process.
+//   - Versity: versitygw, a real S3 server, in its own process on a
+//     temporary directory (see versity.go for where its binary comes
+//     from).
+//   - Stores: both, the list every backend test runs against.
+//   - NewProxy: a proxy in front of a Store that holds, delays, drops,
+//     answers or breaks chosen requests, and counts them.
+//   - FakeIgnoringConditions and FakeNonAtomic: gofakes3 made into stores
+//     that do not fence, for the tests of the backend's probe.
+//
+// Everything it starts (goroutines, servers, processes) is stopped, and
+// waited for, by the test's cleanup.
 package s3test
 
 import (
@@ -10,7 +23,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
@@ -34,17 +49,28 @@ type Store struct {
 // test's process, plain HTTP, with one bucket.
 func Fake(tb testing.TB) *Store {
 	tb.Helper()
+	return fake(tb, "gofakes3", nil)
+}
+
+// fake starts gofakes3 like Fake, its handler wrapped by wrap (nil: as it
+// is), under name.
+func fake(tb testing.TB, name string, wrap func(http.Handler) http.Handler) *Store {
+	tb.Helper()
 	backend := s3mem.New()
 	const bucket = "streamwal-test"
 	if err := backend.CreateBucket(bucket); err != nil {
 		tb.Fatalf("s3test: create bucket: %v", err)
 	}
 	faker := gofakes3.New(backend, gofakes3.WithTimeSkewLimit(0))
+	h := faker.Server()
+	if wrap != nil {
+		h = wrap(h)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("s3test: listen: %v", err)
 	}
-	srv := &http.Server{Handler: faker.Server(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -54,13 +80,41 @@ func Fake(tb testing.TB) *Store {
 		_ = srv.Close()
 		<-done
 	})
-	return &Store{Name: "gofakes3", Endpoint: "http://" + ln.Addr().String(), Bucket: bucket,
+	return &Store{Name: name, Endpoint: "http://" + ln.Addr().String(), Bucket: bucket,
 		AccessKey: "streamwal", SecretKey: "streamwal-secret", Region: "us-east-1"}
+}
+
+// Stores starts every store the backend's tests run against, for a test
+// to loop over: gofakes3 in the test's process and versitygw in its own.
+func Stores(tb testing.TB) []*Store {
+	tb.Helper()
+	return []*Store{Fake(tb), Versity(tb)}
 }
 
 // Config is a backend configuration for s, its keys under prefix (which
 // ends with "/"), with static credentials and path-style addressing.
 func (s *Store) Config(prefix string) s3.Config {
 	return s3.Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: prefix, Region: s.Region, PathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, "")}
+		Credentials: s.credentials()}
+}
+
+func (s *Store) credentials() aws.CredentialsProvider {
+	return credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, "")
+}
+
+// Client is an aws-sdk-go-v2 client of s (path-style, its credentials,
+// the SDK's retries), for a test to look at or arrange the bucket with;
+// opts adjust it (o.RetryMaxAttempts = 1 to see every failure). Its idle
+// connections are closed by tb's cleanup.
+func (s *Store) Client(tb testing.TB, opts ...func(*awss3.Options)) *awss3.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tb.Cleanup(tr.CloseIdleConnections)
+	o := append([]func(*awss3.Options){func(o *awss3.Options) {
+		o.BaseEndpoint = aws.String(s.Endpoint)
+		o.Region = s.Region
+		o.UsePathStyle = true
+		o.Credentials = s.credentials()
+		o.HTTPClient = &http.Client{Transport: tr}
+	}}, opts...)
+	return awss3.New(awss3.Options{}, o...)
 }

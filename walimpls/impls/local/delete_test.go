@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,9 +164,9 @@ func TestDeleteLetsScannersFinishTheirReadAhead(t *testing.T) {
 // Delete, over and over: nothing is lost or misplaced. The earlier writer
 // never stores into the channel that follows; each Delete returns with
 // that writer finished; the racing Open either got the deleted channel
-// (its appends then fail with a deletion) or the new one (and then holds
-// every one of its appends, and nothing else); and a restart reads back
-// the same.
+// (its appends then fail with a deletion, or all succeeded before the
+// Delete took them) or the new one (and then holds every one of its
+// appends, and nothing else); and a restart reads back the same.
 func TestDeleteRacesOpenAndAppend(t *testing.T) {
 	ctx := context.Background()
 	cfg := testConfig(t.TempDir())
@@ -190,6 +191,11 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 			w2OpenErr   error
 			afterDelete [2]error // w1's append once each Delete returned
 			deleteErr   [2]error
+			// seq orders the racers' events: the racing Open's start and
+			// each Delete's return.
+			seq        atomic.Int64
+			openSeq    int64
+			deletedSeq [2]int64
 		)
 		wg.Add(4)
 		openDelay := time.Duration(rng.IntN(3000)) * time.Microsecond
@@ -208,6 +214,7 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 			<-start
 			// Delays only vary the interleaving; every outcome is checked.
 			time.Sleep(openDelay)
+			openSeq = seq.Add(1)
 			w2, err := nodeB.Open(ctx, walimpls.Channel{Name: name, Term: 5})
 			if err != nil {
 				w2OpenErr = err
@@ -229,6 +236,7 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 				<-start
 				time.Sleep(delay) // varies the interleaving, as openDelay does
 				deleteErr[k] = o.Delete(ctx, name)
+				deletedSeq[k] = seq.Add(1)
 				_, afterDelete[k] = w1.Append(ctx, msg(t, "w1-after"))
 			}()
 		}
@@ -248,8 +256,13 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 				require.Truef(t, strings.HasPrefix(string(m.Payload()), "w2-"), "%s %s: %q in the channel after the delete", what, when, m.Payload())
 			}
 			if len(got) == 0 {
-				// The racing Open got a channel that a Delete took.
-				requireDeletedFence(t, w2Err, what+" "+when+": the racing writer of a deleted channel")
+				// The racing Open got a channel that a Delete took: it
+				// began before a Delete returned, and its appends failed
+				// with the deletion or all were stored before it.
+				require.Truef(t, openSeq < max(deletedSeq[0], deletedSeq[1]), "%s %s: the racing writer opened after both Deletes, and its %d acknowledged appends are gone", what, when, len(w2Acked))
+				if w2Err != nil || len(w2Acked) < w2Appends {
+					requireDeletedFence(t, w2Err, what+" "+when+": the racing writer of a deleted channel")
+				}
 				return
 			}
 			require.NoError(t, w2Err, what)
