@@ -1,9 +1,3 @@
-//go:build s3backend
-
-// Remove the build constraint once walimpls/impls/s3 has New, Open and
-// Append on main: this test uses only them (and s3.Config), and checks that
-// what the backend itself writes decodes with scripts/s3read.py.
-
 package s3test
 
 import (
