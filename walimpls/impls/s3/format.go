@@ -217,8 +217,12 @@ func decodeObject(key string, body []byte, epoch, slot uint64) (*object, error) 
 	return o, nil
 }
 
+// errShortRecord is a record cut short; made once, not per record, since
+// decodeRecord runs for every message read.
+var errShortRecord = errors.New("truncated record")
+
 func decodeRecord(b []byte) (message.Message, []byte, error) {
-	short := errors.New("truncated record")
+	short := errShortRecord
 	if len(b) < 4 {
 		return message.Message{}, nil, short
 	}
