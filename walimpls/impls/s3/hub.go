@@ -115,13 +115,16 @@ func (h *hub) awaitsOwn(k slotKey) bool {
 
 // publish keeps an object for the scanners (the writer's acknowledged
 // flushes, what the poller found).
+//
+// obj nil says only that the slot is acknowledged (no scanner was there
+// to want it decoded): a scanner that comes later GETs it.
 func (h *hub) publish(epoch, slot uint64, obj *object) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.own && h.ownEpoch == epoch && slot >= h.ownNext {
 		h.ownNext = slot + 1
 	}
-	if h.readers == 0 || h.closed {
+	if obj == nil || h.readers == 0 || h.closed {
 		return
 	}
 	h.keepLocked(slotKey{epoch, slot}, fetched{obj: obj})
@@ -160,6 +163,14 @@ func (h *hub) lookup(k slotKey) (fetched, bool) {
 	defer h.mu.Unlock()
 	f, ok := h.objs[k]
 	return f, ok
+}
+
+// hasReaders reports whether a scanner of the Opener is live: the writer
+// decodes what it flushed for them only then.
+func (h *hub) hasReaders() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.readers > 0 && !h.closed
 }
 
 // addReader and dropReader count live scanners.

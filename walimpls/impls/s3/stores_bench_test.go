@@ -188,7 +188,7 @@ func BenchmarkStoresAppendThroughput(b *testing.B) {
 	forEachStore(b, func(b *testing.B, store *s3test.Store) {
 		sb := newStoreBench(b, store, nil)
 		m, _ := message.New(bytes.Repeat([]byte("p"), 1024), nil)
-		const appenders, total, window = 16, 64 << 10, 1024 // 64 MiB, 16 MiB in flight
+		const appenders, total, window = 16, 64 << 10, 2048 // 64 MiB, 16 MiB in flight
 		for b.Loop() {
 			w, err := sb.o.Open(context.Background(), walimpls.Channel{Name: "tput", Term: time.Now().UnixNano()})
 			require.NoError(b, err)

@@ -434,9 +434,14 @@ func (wr *writer) answerFlush(f *flush, err error) {
 func (wr *writer) ack(f *flush) {
 	o := wr.o
 	o.m.flushed(len(f.body), f.records, f.start)
-	if obj, err := decodeObject("", f.body, wr.epoch, f.slot); err == nil {
-		wr.w.hub.publish(wr.epoch, f.slot, obj)
+	// Decoding a flush costs as much as encoding it: done only for live
+	// scanners, on the writer's goroutine, which acknowledges nothing
+	// meanwhile.
+	var obj *object
+	if wr.w.hub.hasReaders() {
+		obj, _ = decodeObject("", f.body, wr.epoch, f.slot)
 	}
+	wr.w.hub.publish(wr.epoch, f.slot, obj)
 	index := uint32(0)
 	for _, r := range f.reqs {
 		ids := make([]message.ID, r.count)
