@@ -179,8 +179,9 @@ func appendAsync(b *testing.B, w walimpls.WALImpl, m message.Message, appenders,
 	wg.Wait()
 }
 
-// 16 appenders of 1 KiB messages, each keeping 1,024 appends in flight (16
-// MiB in all: the writer's MaxInflight flushes of FlushBytes), on
+// 16 appenders of 1 KiB messages, each keeping 2,048 appends in flight (32
+// MiB in all: the writer's MaxInflight flushes of FlushBytes in flight and
+// as much queued behind them), on
 // one channel at the default flush bounds: append throughput against raw
 // create-only PUTs of objects of the mean size the backend wrote, as many
 // at once as the writer's MaxInflight. Also PUTs per MiB written.
@@ -188,7 +189,7 @@ func BenchmarkStoresAppendThroughput(b *testing.B) {
 	forEachStore(b, func(b *testing.B, store *s3test.Store) {
 		sb := newStoreBench(b, store, nil)
 		m, _ := message.New(bytes.Repeat([]byte("p"), 1024), nil)
-		const appenders, total, window = 16, 64 << 10, 2048 // 64 MiB, 16 MiB in flight
+		const appenders, total, window = 16, 64 << 10, 2048 // 64 MiB, 32 MiB in flight
 		for b.Loop() {
 			w, err := sb.o.Open(context.Background(), walimpls.Channel{Name: "tput", Term: time.Now().UnixNano()})
 			require.NoError(b, err)

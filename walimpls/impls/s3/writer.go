@@ -50,14 +50,23 @@ type flush struct {
 
 // writer is the group-commit flusher of a ReadWrite WAL (see the package
 // doc, "The writer"). One goroutine, run, owns the queue, the slots and the
-// flushes; appends hand requests over on in and wait for their answer.
+// flushes; appends add requests to pending and wake it on notify, then
+// wait for their answer. (A channel send per request was a rendezvous with
+// run per message: the appenders then waited on the scheduler, not on the
+// store, and the flushes in flight were half the window.)
 type writer struct {
 	o      *Opener
 	w      *wal
 	epoch  uint64
 	window uint64
 
-	in      chan *request
+	pendMu sync.Mutex
+	// pending are the requests handed over since run last took them;
+	// stopping refuses more once run's shutdown took the last.
+	pending  []*request
+	stopping bool
+	notify   chan struct{} // one token: pending has requests
+
 	results chan *flush // PUTs done; room for every flush in flight
 	hints   chan struct{}
 	kill    chan error // a fence learnt elsewhere (Delete)
@@ -88,11 +97,12 @@ type writer struct {
 }
 
 func newWriter(o *Opener, w *wal, e epochEntry) *writer {
+	buffered := o.m.buffered.WithLabelValues(w.ch.Name)
 	wr := &writer{
 		o: o, w: w, epoch: e.Epoch, window: e.window(),
-		in: make(chan *request), results: make(chan *flush, e.window()), hints: make(chan struct{}, 1),
+		notify: make(chan struct{}, 1), results: make(chan *flush, e.window()), hints: make(chan struct{}, 1),
 		kill: make(chan error, 1), stop: make(chan struct{}), stopped: make(chan struct{}),
-		budget:   newBudget(o.cfg.MaxBufferedBytes, func(n int) { o.m.buffered.WithLabelValues(w.ch.Name).Set(float64(n)) }),
+		budget:   newBudget(o.cfg.MaxBufferedBytes, buffered.Set),
 		inflight: map[uint64]*flush{}, finished: map[uint64]*flush{},
 	}
 	wr.putCtx, wr.putCancel = context.WithCancel(context.Background())
@@ -133,13 +143,37 @@ func (wr *writer) submit(ctx context.Context, recs []byte, count, size int, done
 		return nil
 	}
 	r := &request{recs: recs, count: count, size: reserved, queued: wr.o.clock.Now(), done: done}
-	r.stopCtx = context.AfterFunc(ctx, func() { wr.cancel(r, ctx.Err()) })
-	select {
-	case wr.in <- r:
-		return r
-	case <-wr.stop:
+	r.stopCtx = noWatch
+	if ctx.Done() != nil { // a context that can end: watched while queued
+		r.stopCtx = context.AfterFunc(ctx, func() { wr.cancel(r, ctx.Err()) })
+	}
+	wr.pendMu.Lock()
+	if wr.stopping {
+		wr.pendMu.Unlock()
 		wr.answerUnsent(r, errors.Wrapf(walimpls.ErrClosed, "s3: append to %s", ch))
 		return nil
+	}
+	wr.pending = append(wr.pending, r)
+	wr.pendMu.Unlock()
+	select {
+	case wr.notify <- struct{}{}:
+	default: // run is woken already
+	}
+	return r
+}
+
+// takePending moves the requests handed over into the queue; stopping
+// refuses any after it (shutdown).
+func (wr *writer) takePending(stopping bool) {
+	wr.pendMu.Lock()
+	rs := wr.pending
+	wr.pending = nil
+	wr.stopping = wr.stopping || stopping
+	wr.pendMu.Unlock()
+	for _, r := range rs {
+		wr.queue = append(wr.queue, r)
+		wr.queuedBytes += len(r.recs)
+		wr.queuedRecs += r.count
 	}
 }
 
@@ -194,10 +228,8 @@ func (wr *writer) run() {
 			timerC = wr.timer.Chan()
 		}
 		select {
-		case r := <-wr.in:
-			wr.queue = append(wr.queue, r)
-			wr.queuedBytes += len(r.recs)
-			wr.queuedRecs += r.count
+		case <-wr.notify:
+			wr.takePending(false)
 			if wr.failed != nil {
 				wr.failQueued()
 			}
@@ -476,6 +508,7 @@ func (wr *writer) shutdown() {
 	closed := errors.Wrapf(walimpls.ErrClosed, "s3: append to %s", wr.w.ch)
 	wr.setSticky(walimpls.MarkNotStored(closed))
 	defer wr.w.hub.dropOwn(wr.epoch)
+	wr.takePending(true)
 	for _, r := range wr.queue {
 		wr.answerUnsent(r, closed)
 	}
@@ -505,10 +538,13 @@ type budget struct {
 	used   int
 	max    int
 	wake   chan struct{}
-	report func(int)
+	report func(float64)
 }
 
-func newBudget(maxBytes int, report func(int)) *budget {
+// noWatch is stopCtx of a request whose context never ends.
+func noWatch() bool { return true }
+
+func newBudget(maxBytes int, report func(float64)) *budget {
 	return &budget{max: maxBytes, wake: make(chan struct{}), report: report}
 }
 
@@ -526,7 +562,7 @@ func (b *budget) acquire(ctx context.Context, stop <-chan struct{}, n int) (int,
 		b.mu.Lock()
 		if b.used+n <= b.max {
 			b.used += n
-			b.report(b.used)
+			b.report(float64(b.used))
 			b.mu.Unlock()
 			return n, nil
 		}
@@ -548,7 +584,7 @@ func (b *budget) release(n int) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	b.report(b.used)
+	b.report(float64(b.used))
 	close(b.wake)
 	b.wake = make(chan struct{})
 	b.mu.Unlock()
