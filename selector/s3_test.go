@@ -199,3 +199,17 @@ func TestS3EntryRefusals(t *testing.T) {
 func listInput(bucket, prefix string) *awss3.ListObjectsV2Input {
 	return &awss3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix)}
 }
+
+// The README's example of an s3 entry is a valid file.
+func TestS3ReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	const start = "```yaml\nbackends:\n  local:\n    dir: ./streamwal-data\n  s3:\n"
+	i := strings.Index(string(readme), start)
+	require.GreaterOrEqual(t, i, 0, "the README's s3 example")
+	block := string(readme[i+len("```yaml\n"):])
+	block = block[:strings.Index(block, "```")]
+	cfg, err := selector.Parse([]byte(block))
+	require.NoError(t, err)
+	require.Equal(t, "local", cfg.Default())
+}
