@@ -35,7 +35,8 @@ type Segment struct {
 type Backend struct {
 	// Name is the configuration entry the segment was built from.
 	Name string `json:"name"`
-	// Kind is the backend's registered name (local, memory, kafka, pulsar).
+	// Kind is the backend's registered name (local, memory, kafka, pulsar,
+	// s3).
 	Kind string `json:"kind"`
 	// Channel is the channel's name on that backend.
 	Channel string `json:"channel"`

@@ -24,10 +24,10 @@
 //     migration is requested and copied verbatim into the segment: Name,
 //     the configuration entry it was built from ("kafka", or "kafka-east"
 //     when a configuration names several); Kind, the backend's registered
-//     name ("local", "memory", "kafka", "pulsar"); Channel, the channel's
-//     name on that backend (a segment never shares it with another kept
-//     segment on the same Name, so a sealed segment's data is never
-//     written again, nor deleted with another's); Params, the backend's
+//     name ("local", "memory", "kafka", "pulsar", "s3"); Channel, the
+//     channel's name on that backend (a segment never shares it with
+//     another kept segment on the same Name, so a sealed segment's data is
+//     never written again, nor deleted with another's); Params, the backend's
 //     settings that locate the data (broker addresses, a directory), as a
 //     JSON object, without secrets. A node reopens a segment from what is
 //     recorded, never from a configuration read later: the configuration's
@@ -164,7 +164,7 @@
 // begins with "s" ("s0/s12" then), and ParsePosition refuses other forms
 // ("s0/12", "s01/12", "s3/"). No backend's ID begins with "s" today
 // (local, memory and kafka write decimal offsets, pulsar
-// "ledger:entry[:batch][@partition]"). A string that does not parse is an
+// "ledger:entry[:batch][@partition]", s3 "epoch.slot.index"). A string that does not parse is an
 // error matching message.ErrCorruptID.
 //
 // # Store layout

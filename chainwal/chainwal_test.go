@@ -77,7 +77,7 @@ func TestMigrateFourBackends(t *testing.T) {
 // node that lost its channel and did not notice) gets nothing
 // acknowledged after the seal, and nothing it sends is delivered.
 func TestZombieWriter(t *testing.T) {
-	for _, from := range []string{"memory", "local", "kafka", "pulsar"} {
+	for _, from := range []string{"memory", "local", "kafka", "pulsar", "s3"} {
 		t.Run(from, func(t *testing.T) {
 			ctx := testCtx(t)
 			to := "memory"
@@ -177,7 +177,7 @@ func TestFinishHalfDone(t *testing.T) {
 // owner appends on the new backend after the seal, without a restart,
 // every message once, in timetick order.
 func TestScannerCrossesALiveSeal(t *testing.T) {
-	for _, to := range []string{"kafka", "pulsar"} {
+	for _, to := range []string{"kafka", "pulsar", "s3"} {
 		t.Run(to, func(t *testing.T) {
 			ctx := testCtx(t)
 			e := newEnv(t, "local", to)

@@ -15,7 +15,7 @@ import (
 )
 
 // TestRandomHistories runs seeded random histories of one channel across
-// the four backends: appends, reads from the start and resumes from
+// the five backends: appends, reads from the start and resumes from
 // random checkpoints, migrations to a random other backend, plain moves
 // (a new term on the same segment, by another process), migrations
 // interrupted after their intent or their fence and finished by a later
@@ -35,7 +35,7 @@ func TestRandomHistories(t *testing.T) {
 
 func runHistory(t *testing.T, e *env, rng *rand.Rand, channel string, steps int) {
 	ctx := testCtx(t)
-	kinds := []string{"memory", "local", "kafka", "pulsar"}
+	kinds := []string{"memory", "local", "kafka", "pulsar", "s3"}
 	first := kinds[rng.IntN(len(kinds))]
 	o := e.opener(first)
 	term := int64(1)

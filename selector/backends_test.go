@@ -445,12 +445,12 @@ func TestBuildAllErrors(t *testing.T) {
 		name: "an entry that is no backend and has no kind",
 		yaml: "backends:\n  local: {dir: %DIR%}\n  kafka-east:\n    seedBrokers: [a:9092]\ndefault: local\n",
 		is:   walimpls.ErrUnknownBackend,
-		want: `selector: %FILE%:3: backends.kafka-east: no kind, and "kafka-east" is no registered backend: add kind: (registered: kafka, local, memory, pulsar)`,
+		want: `selector: %FILE%:3: backends.kafka-east: no kind, and "kafka-east" is no registered backend: add kind: (registered: kafka, local, memory, pulsar, s3)`,
 	}, {
 		name: "a kind that is no backend",
 		yaml: "backends:\n  k:\n    kind: kafak\n",
 		is:   walimpls.ErrUnknownBackend,
-		want: `selector: %FILE%:3: backends.k.kind: backend "kafak": did you mean "kafka"? (registered: kafka, local, memory, pulsar)`,
+		want: `selector: %FILE%:3: backends.k.kind: backend "kafak": did you mean "kafka"? (registered: kafka, local, memory, pulsar, s3)`,
 	}, {
 		name: "a value the backend refuses",
 		yaml: "backends:\n  a: {kind: memory}\n  b:\n    kind: local\n    dir: %DIR%/b\n    sync: sometimes\ndefault: a\n",

@@ -22,6 +22,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 // ConfigError is one problem of a configuration: where it is (the file,
@@ -77,6 +78,7 @@ type fileShape struct {
 	Memory    memory.Config    `yaml:"memory"`
 	Kafka     kafka.Config     `yaml:"kafka"`
 	Pulsar    pulsar.Config    `yaml:"pulsar"`
+	S3        s3.Config        `yaml:"s3"`
 }
 
 // checker walks a yaml.Node beside the Go type it is to be decoded into and

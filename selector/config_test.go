@@ -24,6 +24,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 // writeConfig writes text to a file in a fresh temporary directory.
@@ -110,7 +111,7 @@ func TestConfigErrors(t *testing.T) {
 	}, {
 		name: "unknown top-level key, no near miss",
 		yaml: "# comment\nbackend: memory\nwhatever: 1\n",
-		want: []problem{{3, "whatever", "unknown key (known keys: backend, backends, default, kafka, local, memory, meta, pool, pulsar, retention)"}},
+		want: []problem{{3, "whatever", "unknown key (known keys: backend, backends, default, kafka, local, memory, meta, pool, pulsar, retention, s3)"}},
 	}, {
 		name: "unknown nested key on line 4",
 		yaml: "backend: local\nlocal:\n  dir: ./d\n  segmentByte: 1048576\n",
@@ -284,7 +285,7 @@ func TestUnknownBackendName(t *testing.T) {
 	require.NoError(t, err, "the registry, known at Build, says which names exist")
 	_, err = selector.Build(context.Background(), cfg, selector.Deps{})
 	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
-	require.Contains(t, err.Error(), "selector: "+path+`:2: backend "memroy": did you mean "memory"? (registered: kafka, local, memory, pulsar)`)
+	require.Contains(t, err.Error(), "selector: "+path+`:2: backend "memroy": did you mean "memory"? (registered: kafka, local, memory, pulsar, s3)`)
 }
 
 // errCaptured stops a capturing builder's Build once it has decoded.
@@ -379,6 +380,11 @@ func TestValidFilesUnchanged(t *testing.T) {
 		want: &pulsar.Config{ServiceURL: "pulsar://127.0.0.1:6650", Tenant: "public", Namespace: "default",
 			TLS: pulsar.TLS{AllowInsecureConnection: true}, TakeOverGrace: time.Minute, AdminURL: "https://127.0.0.1:8443"},
 	}, {
+		name: "the README's s3 example",
+		yaml: "backend: s3\ns3:\n  endpoint: http://127.0.0.1:9000\n  bucket: streamwal\n  prefix: wal/\n  region: us-east-1\n  pathStyle: true\n  credentialsFile: /etc/streamwal/s3-credentials\n  flushInterval: 50ms\n  readAhead: 16\n",
+		want: &s3.Config{Endpoint: "http://127.0.0.1:9000", Bucket: "streamwal", Prefix: "wal/", Region: "us-east-1", PathStyle: true,
+			CredentialsFile: "/etc/streamwal/s3-credentials", FlushInterval: 50 * time.Millisecond, ReadAhead: 16},
+	}, {
 		name: "a merge key inside a section",
 		yaml: "local:\n  <<: {dir: /merged, sync: none}\n  sync: always\n",
 		want: &local.Config{Dir: "/merged", Sync: local.SyncAlways},
@@ -395,6 +401,7 @@ func TestValidFilesUnchanged(t *testing.T) {
 				{name: memory.Name, new: func() any { return &memory.Config{} }, got: got},
 				{name: kafka.Name, new: func() any { return &kafka.Config{} }, got: got},
 				{name: pulsar.Name, new: func() any { return &pulsar.Config{} }, got: got},
+				{name: s3.Name, new: func() any { return &s3.Config{} }, got: got},
 			} {
 				require.NoError(t, reg.Register(b))
 			}
@@ -411,6 +418,8 @@ func TestValidFilesUnchanged(t *testing.T) {
 				before.new = func() any { return &kafka.Config{} }
 			case pulsar.Name:
 				before.new = func() any { return &pulsar.Config{} }
+			case s3.Name:
+				before.new = func() any { return &s3.Config{} }
 			}
 			old := before.new()
 			if lc, ok := old.(*local.Config); ok {

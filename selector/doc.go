@@ -6,7 +6,7 @@
 //
 // A file names one backend, and its section holds the backend's settings:
 //
-//	backend: local        # local (default) | memory | kafka | pulsar
+//	backend: local        # local (default) | memory | kafka | pulsar | s3
 //	local:                # the section of the chosen backend is decoded
 //	  dir: ./streamwal-data
 //	  sync: always
@@ -65,7 +65,13 @@
 // Backends.Describe gives what a chain records of an entry: its Name, Kind
 // and Params, the settings that locate its data, with their defaults
 // applied, as a compact JSON object. Params never hold a secret: the entry
-// supplies credentials and TLS when the segment is opened.
+// supplies credentials and TLS when the segment is opened. An s3 entry is
+// checked by s3.Config.Validate as its Params are made, before anything is
+// built (a missing bucket, a prefix without its final slash, an endpoint
+// that is not an http or https URL are refused at their line), and an
+// endpoint that holds user information is refused without being repeated:
+// an s3 entry's credentials come from its credentialsFile (and profile) or
+// the AWS chain.
 //
 //	local    {"dir":"/abs/streamwal-data"}     the directory, absolute and cleaned (symlinks are not resolved)
 //	memory   none                              a memory entry is one of the Registry's memory cluster
@@ -73,6 +79,9 @@
 //	                                           seed brokers sorted, without repeats (their order does not move the data)
 //	pulsar   {"serviceUrl":"pulsar://h:6650","tenant":"public","namespace":"default","topicPrefix":"streamwal-"}
 //	                                           the service URL without user information
+//	s3       {"endpoint":"http://h:9000","bucket":"wal","prefix":"streamwal/","region":"us-east-1","pathStyle":true}
+//	                                           the endpoint without a trailing slash ("" for AWS S3 of the region),
+//	                                           prefix "" for one configured as "/" (no prefix)
 //
 // A kind the selector does not know (a backend of the caller's Registry)
 // has no Params. Two entries of one kind with the same Params (two local

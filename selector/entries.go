@@ -14,6 +14,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 // entry is one backend the configuration names: an entry of "backends",
@@ -48,7 +49,9 @@ func (e entry) line() int {
 }
 
 // compiledKinds are the names of the backends Registry compiles in.
-func compiledKinds() []string { return []string{kafka.Name, local.Name, memory.Name, pulsar.Name} }
+func compiledKinds() []string {
+	return []string{kafka.Name, local.Name, memory.Name, pulsar.Name, s3.Name}
+}
 
 // kindType returns the settings type of a compiled-in backend: Parse
 // checks an entry of that kind against it.
@@ -62,6 +65,8 @@ func kindType(kind string) (reflect.Type, bool) {
 		return reflect.TypeFor[kafka.Config](), true
 	case pulsar.Name:
 		return reflect.TypeFor[pulsar.Config](), true
+	case s3.Name:
+		return reflect.TypeFor[s3.Config](), true
 	}
 	return nil, false
 }

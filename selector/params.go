@@ -7,12 +7,15 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 // The Params of each kind (see the package documentation): the settings
@@ -32,6 +35,13 @@ type (
 		Tenant      string `json:"tenant"`
 		Namespace   string `json:"namespace"`
 		TopicPrefix string `json:"topicPrefix"`
+	}
+	s3Params struct {
+		Endpoint  string `json:"endpoint"`
+		Bucket    string `json:"bucket"`
+		Prefix    string `json:"prefix"`
+		Region    string `json:"region"`
+		PathStyle bool   `json:"pathStyle"`
 	}
 )
 
@@ -101,6 +111,12 @@ func (c Config) params(e entry) (json.RawMessage, error) {
 			p.TopicPrefix = pulsar.DefaultTopicPrefix
 		}
 		v = p
+	case s3.Name:
+		p, err := c.s3Params(e)
+		if err != nil {
+			return nil, err
+		}
+		v = p
 	default:
 		return nil, nil
 	}
@@ -109,6 +125,50 @@ func (c Config) params(e entry) (json.RawMessage, error) {
 		return nil, errors.Wrapf(err, "selector: %s: params", e.path)
 	}
 	return raw, nil
+}
+
+// s3Params are the Params of an s3 entry: its settings checked by
+// s3.Config.Validate (so that a bad entry is refused at its line before
+// anything is built), its endpoint without a trailing slash, and the
+// defaults of prefix and region applied. An endpoint that holds user
+// information is refused without being repeated: credentials come from
+// credentialsFile or the AWS chain, never from what a chain records.
+func (c Config) s3Params(e entry) (s3Params, error) {
+	var s s3.Config
+	if err := c.lenient(e, &s); err != nil {
+		return s3Params{}, err
+	}
+	refused := func(err error) error {
+		if e.node == nil {
+			return &ConfigError{File: c.file, Line: e.line(), Path: e.path, Msg: err.Error(), Err: err}
+		}
+		return c.refusedAt(e.node, e.path, err)
+	}
+	if s.Endpoint != "" {
+		// Not url.Parse's error, nor the value: either may hold a password.
+		u, err := url.Parse(s.Endpoint)
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			return s3Params{}, refused(errors.Wrap(walimpls.ErrInvalidConfig, "s3: endpoint is not an http:// or https:// URL with a host"))
+		}
+		if u.User != nil {
+			return s3Params{}, refused(errors.Wrap(walimpls.ErrInvalidConfig,
+				"s3: endpoint holds user information: give credentials in credentialsFile or the AWS environment, never in the URL"))
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return s3Params{}, refused(err)
+	}
+	p := s3Params{Endpoint: strings.TrimRight(s.Endpoint, "/"), Bucket: s.Bucket, Prefix: s.Prefix, Region: s.Region, PathStyle: s.PathStyle}
+	switch p.Prefix {
+	case "":
+		p.Prefix = s3.DefaultPrefix
+	case "/":
+		p.Prefix = "" // no prefix
+	}
+	if p.Region == "" {
+		p.Region = s3.DefaultRegion
+	}
+	return p, nil
 }
 
 // lenient decodes the keys of e's settings that into has, ignoring the

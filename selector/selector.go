@@ -20,6 +20,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 // DefaultBackend is the backend used when the configuration names none.
@@ -266,7 +267,7 @@ func Registry(memCluster *memory.Cluster) (*walimpls.Registry, error) {
 		memCluster = memory.NewCluster()
 	}
 	r := walimpls.NewRegistry()
-	for _, b := range []walimpls.Builder{local.NewBuilder(), memory.NewBuilder(memCluster), kafka.NewBuilder(), pulsar.NewBuilder()} {
+	for _, b := range []walimpls.Builder{local.NewBuilder(), memory.NewBuilder(memCluster), kafka.NewBuilder(), pulsar.NewBuilder(), s3.NewBuilder()} {
 		if err := r.Register(b); err != nil {
 			return nil, err
 		}
@@ -300,6 +301,7 @@ type Backend struct {
 	Memory *memory.Opener
 	Kafka  *kafka.Opener
 	Pulsar *pulsar.Opener
+	S3     *s3.Opener
 }
 
 func newBackend(name, kind string, o walimpls.Opener) *Backend {
@@ -313,6 +315,8 @@ func newBackend(name, kind string, o walimpls.Opener) *Backend {
 		b.Kafka = o
 	case *pulsar.Opener:
 		b.Pulsar = o
+	case *s3.Opener:
+		b.S3 = o
 	}
 	return b
 }
@@ -345,6 +349,13 @@ func (c Config) build(ctx context.Context, reg *walimpls.Registry, e entry, logg
 	b, err := reg.Lookup(e.kind)
 	if err != nil {
 		return nil, c.unknownBackend(e, reg)
+	}
+	if e.kind == s3.Name {
+		// Its refusals before the builder's: an endpoint with user
+		// information is refused without being repeated.
+		if _, err := c.s3Params(e); err != nil {
+			return nil, err
+		}
 	}
 	var defaults func(any)
 	if e.kind == local.Name {

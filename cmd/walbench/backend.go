@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/internal/s3dev"
 	"github.com/streamwal/streamwal/selector"
 	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walimpls"
@@ -19,6 +20,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 // Addresses a -backend kafka or pulsar uses when -addr is not given.
@@ -35,26 +37,48 @@ const DefaultConnectTimeout = 30 * time.Second
 // cluster does not answer.
 const stillWaitingEvery = 5 * time.Second
 
+// inProcessS3 is the configuration of -backend s3 without -addr: a store
+// (s3dev) that openBackend starts in this process, with this bucket, and
+// the backend's FlushInterval (0: its default).
+type inProcessS3 struct {
+	bucket        string
+	flushInterval time.Duration
+}
+
 // flagConfig is the backend configuration the flags describe, as the
 // backend's own Config struct (nothing passes through YAML text, so a -dir
-// of any spelling is the directory used).
+// of any spelling is the directory used), or an inProcessS3.
 func flagConfig(p params) (name string, cfg any, err error) {
 	name = p.backend
 	if name == "" {
 		name = local.Name
 	}
 	addr := p.addr
+	if name != s3.Name && (p.s3Bucket != "" || p.s3FlushInterval != 0) {
+		return "", nil, errors.New("-s3-bucket and -s3-flush-interval are for -backend s3")
+	}
 	switch name {
 	case local.Name:
 		if addr != "" {
-			return "", nil, errors.New("-addr is for -backend kafka or pulsar; the local backend takes -dir")
+			return "", nil, errors.New("-addr is for -backend kafka, pulsar or s3; the local backend takes -dir")
 		}
 		return name, &local.Config{Dir: p.dir}, nil
 	case memory.Name:
 		if addr != "" {
-			return "", nil, errors.New("-addr is for -backend kafka or pulsar")
+			return "", nil, errors.New("-addr is for -backend kafka, pulsar or s3")
 		}
 		return name, &memory.Config{}, nil
+	case s3.Name:
+		bucket := p.s3Bucket
+		if bucket == "" {
+			bucket = s3dev.DefaultBucket
+		}
+		if addr == "" {
+			return name, &inProcessS3{bucket: bucket, flushInterval: p.s3FlushInterval}, nil
+		}
+		// Path-style: what stores other than AWS S3 want (-config for
+		// AWS, credentials and the rest).
+		return name, &s3.Config{Endpoint: addr, Bucket: bucket, PathStyle: true, FlushInterval: p.s3FlushInterval}, nil
 	case kafka.Name:
 		if addr == "" {
 			addr = defaultKafkaAddr
@@ -69,7 +93,7 @@ func flagConfig(p params) (name string, cfg any, err error) {
 		}
 		return name, &pulsar.Config{ServiceURL: addr}, nil
 	}
-	return "", nil, errors.Wrapf(walimpls.ErrUnknownBackend, "-backend %q (want local, memory, kafka or pulsar)", name)
+	return "", nil, errors.Wrapf(walimpls.ErrUnknownBackend, "-backend %q (want local, memory, kafka, pulsar or s3)", name)
 }
 
 // newConfig returns a pointer to a zero Config of the named backend, nil
@@ -84,6 +108,8 @@ func newConfig(name string) any {
 		return &kafka.Config{}
 	case pulsar.Name:
 		return &pulsar.Config{}
+	case s3.Name:
+		return &s3.Config{}
 	}
 	return nil
 }
@@ -105,8 +131,35 @@ func describe(cfg any) (target, detail string, remote bool) {
 		return strings.Join(c.SeedBrokers, ","), "", true
 	case *pulsar.Config:
 		return c.ServiceURL, "", true
+	case *s3.Config:
+		target = c.Endpoint
+		if target == "" {
+			target = "AWS S3 " + cmpOr(c.Region, s3.DefaultRegion)
+		}
+		prefix := cmpOr(c.Prefix, s3.DefaultPrefix)
+		if c.Prefix == "/" {
+			prefix = "none"
+		}
+		return target, fmt.Sprintf("bucket %s, prefix %s", c.Bucket, prefix), true
 	}
 	return "", "", false
+}
+
+// describe is the function describe, which knows the store c started in
+// this process (nothing to wait for).
+func (c *connector) describe(cfg any) (target, detail string, remote bool) {
+	target, detail, remote = describe(cfg)
+	if sc, ok := cfg.(*s3.Config); ok && c.dev != nil && sc.Endpoint == c.dev.Endpoint {
+		return target, "gofakes3 in this process, bucket " + sc.Bucket, false
+	}
+	return target, detail, remote
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // assign is a walimpls.ConfigDecoder that hands a builder the ready
@@ -132,6 +185,9 @@ type connector struct {
 	// announce is called once the backend's configuration is known and
 	// valid, before connecting.
 	announce func(name string, cfg any)
+	// dev is the S3-compatible store of -backend s3 without -addr, in
+	// this process; nil without one.
+	dev *s3dev.Store
 }
 
 // build builds the backend inner with configuration cfg (a pointer to its
@@ -144,7 +200,7 @@ func (c *connector) build(ctx context.Context, inner walimpls.Builder, cfg any, 
 	}
 	c.announce(inner.Name(), cfg)
 	bp.Config = assign(cfg)
-	target, _, remote := describe(cfg)
+	target, _, remote := c.describe(cfg)
 	if !remote {
 		return inner.Build(ctx, bp)
 	}
@@ -248,10 +304,13 @@ func openBackend(ctx context.Context, p params, c *connector) (walimpls.Opener, 
 		if err != nil {
 			return nil, err
 		}
+		if dev, ok := cfg.(*inProcessS3); ok {
+			return buildInProcessS3(ctx, c, inner, *dev, bp)
+		}
 		return c.build(ctx, inner, cfg, bp)
 	}
-	if p.backend != "" || p.addr != "" {
-		return nil, errors.New("-backend and -addr choose the backend without a -config file; the file names its own")
+	if p.backend != "" || p.addr != "" || p.s3Bucket != "" || p.s3FlushInterval != 0 {
+		return nil, errors.New("-backend and -addr choose the backend without a -config file (so do -s3-bucket and -s3-flush-interval); the file names its own")
 	}
 	file, err := selector.Load(p.config)
 	if err != nil {
@@ -275,6 +334,36 @@ func openBackend(ctx context.Context, p params, c *connector) (walimpls.Opener, 
 		return nil, err
 	}
 	return b, nil
+}
+
+// buildInProcessS3 starts an S3-compatible store in this process (gofakes3,
+// on a free loopback port) with dev's bucket, and builds the s3 backend on
+// it; closing the Opener stops the store.
+func buildInProcessS3(ctx context.Context, c *connector, inner walimpls.Builder, dev inProcessS3, bp walimpls.BuildParams) (walimpls.Opener, error) {
+	st, err := s3dev.Start("127.0.0.1:0", dev.bucket)
+	if err != nil {
+		return nil, err
+	}
+	c.dev = st
+	cfg := st.Config("")
+	cfg.FlushInterval = dev.flushInterval
+	o, err := c.build(ctx, inner, &cfg, bp)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	return withStore{Opener: o, st: st}, nil
+}
+
+// withStore is an Opener that stops the store it runs on once closed.
+type withStore struct {
+	walimpls.Opener
+	st *s3dev.Store
+}
+
+func (w withStore) Close() error {
+	err := w.Opener.Close()
+	return errors.Join(err, w.st.Close())
 }
 
 // watched is a builder that decodes its configuration itself and builds

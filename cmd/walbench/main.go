@@ -8,6 +8,8 @@
 //	go run ./cmd/walbench                      # local backend in ./streamwal-data
 //	go run ./cmd/walbench -dir 'data #1'       # local backend in that directory
 //	go run ./cmd/walbench -backend kafka -addr 127.0.0.1:9092
+//	go run ./cmd/walbench -backend s3          # an S3-compatible store (gofakes3) in this process
+//	go run ./cmd/walbench -backend s3 -addr http://127.0.0.1:9000 -s3-bucket wal
 //	go run ./cmd/walbench -config node.yaml    # any backend (see package selector)
 //	go run ./cmd/walbench -json                # one JSON object, for scripts
 //	go run ./cmd/walbench -cluster http://127.0.0.1:2379   # through the client, against running walnodes
@@ -18,9 +20,9 @@
 //
 // then, on stderr, a progress line every second (one line updated in place
 // on a terminal), and at the end the throughput and the append latency
-// percentiles (p50, p90, p99, p99.9, max). A Kafka or Pulsar cluster that
-// does not answer is waited for, with a line naming its address, for
-// -connect-timeout. Ctrl-C stops the run and prints the summary of what
+// percentiles (p50, p90, p99, p99.9, max). A Kafka or Pulsar cluster (or
+// an S3 store of -addr) that does not answer is waited for, with a line
+// naming its address, for -connect-timeout. Ctrl-C stops the run and prints the summary of what
 // was done; the exit code is then 130.
 package main
 
@@ -38,26 +40,31 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/internal/s3dev"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/selector"
 	"github.com/streamwal/streamwal/walmanager"
 )
 
 type params struct {
-	config         string
-	backend        string // local (default), memory, kafka or pulsar, without -config
-	addr           string // kafka seed brokers or pulsar service URL
-	dir            string
-	connectTimeout time.Duration
-	channels       int
-	appenders      int
-	records        int
-	size           int
-	term           int64
-	verbose        bool
-	json           bool
-	cluster        string // etcd endpoints of a running cluster: cluster mode
-	root           string
+	config   string
+	backend  string // local (default), memory, kafka, pulsar or s3, without -config
+	addr     string // kafka seed brokers, pulsar service URL or s3 endpoint
+	s3Bucket string
+	// s3FlushInterval is the s3 backend's FlushInterval (0: its
+	// default).
+	s3FlushInterval time.Duration
+	dir             string
+	connectTimeout  time.Duration
+	channels        int
+	appenders       int
+	records         int
+	size            int
+	term            int64
+	verbose         bool
+	json            bool
+	cluster         string // etcd endpoints of a running cluster: cluster mode
+	root            string
 	// ca, cert and key reach a cluster that serves TLS (its nodes, and its
 	// etcd when the endpoints are https).
 	ca, cert, key string
@@ -85,8 +92,11 @@ const stallTimeout = time.Minute
 func main() {
 	var p params
 	flag.StringVar(&p.config, "config", "", "YAML configuration (default: the backend of -backend)")
-	flag.StringVar(&p.backend, "backend", "", "backend without -config: local (default), memory, kafka or pulsar")
-	flag.StringVar(&p.addr, "addr", "", "-backend kafka: seed brokers host:port[,host:port] (default "+defaultKafkaAddr+"); pulsar: service URL (default "+defaultPulsarAddr+")")
+	flag.StringVar(&p.backend, "backend", "", "backend without -config: local (default), memory, kafka, pulsar or s3")
+	flag.StringVar(&p.addr, "addr", "", "-backend kafka: seed brokers host:port[,host:port] (default "+defaultKafkaAddr+"); pulsar: service URL (default "+defaultPulsarAddr+
+		"); s3: the store's URL, path-style, credentials from the AWS chain (default: a store in this process, gofakes3)")
+	flag.StringVar(&p.s3Bucket, "s3-bucket", "", "-backend s3: the bucket (default "+s3dev.DefaultBucket+"; with -addr it must exist)")
+	flag.DurationVar(&p.s3FlushInterval, "s3-flush-interval", 0, "-backend s3: how long an append waits for others to share its object (default 200ms)")
 	flag.StringVar(&p.dir, "dir", selector.DefaultLocalDir, "directory of the local backend when no -config is given")
 	flag.DurationVar(&p.connectTimeout, "connect-timeout", DefaultConnectTimeout, "how long to wait for a Kafka or Pulsar cluster (or the cluster mode's etcd) to answer")
 	flag.IntVar(&p.channels, "channels", 4, "channels to open")
@@ -141,12 +151,12 @@ func run(ctx context.Context, p params, out, errOut io.Writer) error {
 	b := &bench{p: p, out: out, errOut: errOut, channels: p.channels,
 		verifyMsg: fmt.Sprintf("term %d; a scanner per channel checks that every acknowledged record is delivered once, in timetick order", p.term)}
 	remote := false
-	c := &connector{logger: logger, timeout: p.connectTimeout, errOut: errOut,
-		announce: func(name string, cfg any) {
-			b.backend = name
-			b.target, b.detail, remote = describe(cfg)
-			b.header()
-		}}
+	c := &connector{logger: logger, timeout: p.connectTimeout, errOut: errOut}
+	c.announce = func(name string, cfg any) {
+		b.backend = name
+		b.target, b.detail, remote = c.describe(cfg)
+		b.header()
+	}
 	backend, err := openBackend(ctx, p, c)
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -317,7 +318,7 @@ func TestRunFlagsAndConfig(t *testing.T) {
 	err := run(context.Background(), small(params{backend: "kafak"}), &out, nil)
 	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
 	err = run(context.Background(), small(params{backend: "memory", addr: "127.0.0.1:1"}), &out, nil)
-	require.ErrorContains(t, err, "-addr is for -backend kafka or pulsar")
+	require.ErrorContains(t, err, "-addr is for -backend kafka, pulsar or s3")
 	require.False(t, errors.Is(err, errInterrupted))
 }
 
@@ -383,6 +384,10 @@ func TestFlagConfig(t *testing.T) {
 		{params{backend: "pulsar"}, "pulsar", &pulsar.Config{ServiceURL: "pulsar://127.0.0.1:6650"}},
 		{params{backend: "pulsar", addr: "h:6650"}, "pulsar", &pulsar.Config{ServiceURL: "pulsar://h:6650"}},
 		{params{backend: "pulsar", addr: "pulsar+ssl://h:6651"}, "pulsar", &pulsar.Config{ServiceURL: "pulsar+ssl://h:6651"}},
+		{params{backend: "s3"}, "s3", &inProcessS3{bucket: "streamwal"}},
+		{params{backend: "s3", s3Bucket: "b", s3FlushInterval: time.Millisecond}, "s3", &inProcessS3{bucket: "b", flushInterval: time.Millisecond}},
+		{params{backend: "s3", addr: "http://h:9000"}, "s3", &s3.Config{Endpoint: "http://h:9000", Bucket: "streamwal", PathStyle: true}},
+		{params{backend: "s3", addr: "https://h", s3Bucket: "b"}, "s3", &s3.Config{Endpoint: "https://h", Bucket: "b", PathStyle: true}},
 	} {
 		name, cfg, err := flagConfig(c.p)
 		require.NoError(t, err)

@@ -102,25 +102,33 @@ type e2eCluster struct {
 }
 
 func newE2ECluster(t *testing.T, n int, ttl time.Duration) *e2eCluster {
-	srv := etcdtest.Start(t)
 	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
 	require.NoError(t, err)
 	t.Cleanup(broker.Close)
-	c := &e2eCluster{t: t, root: etcdtest.Prefix(t) + "cluster/", etcd: srv.Endpoints(), brokers: broker.ListenAddrs(),
-		dir: t.TempDir(), nodes: map[string]*child{}}
+	c := newE2EClusterWith(t, n, ttl, func(string) []string { return []string{"-kafka", strings.Join(broker.ListenAddrs(), ",")} })
+	c.brokers = broker.ListenAddrs()
+	return c
+}
+
+// newE2EClusterWith starts n walnode processes on one etcd, each with the
+// backend flags backend gives for its ID, and a client.
+func newE2EClusterWith(t *testing.T, n int, ttl time.Duration, backend func(id string) []string) *e2eCluster {
+	srv := etcdtest.Start(t)
+	c := &e2eCluster{t: t, root: etcdtest.Prefix(t) + "cluster/", etcd: srv.Endpoints(), dir: t.TempDir(), nodes: map[string]*child{}}
 	for i := 1; i <= n; i++ {
 		id := "n" + strconv.Itoa(i)
-		c.nodes[id] = &child{id: id, log: filepath.Join(c.dir, id+".log"), args: []string{
-			"-id", id, "-listen", "127.0.0.1:0", "-etcd", strings.Join(c.etcd, ","), "-kafka", strings.Join(c.brokers, ","),
+		c.nodes[id] = &child{id: id, log: filepath.Join(c.dir, id+".log"), args: append([]string{
+			"-id", id, "-listen", "127.0.0.1:0", "-etcd", strings.Join(c.etcd, ","),
 			"-root", c.root, "-session-ttl", ttl.String(), "-data", filepath.Join(c.dir, id), "-shutdown-timeout", "10s",
 			"-log-level", "debug",
-		}}
+		}, backend(id)...)}
 		c.start(id)
 	}
 	ecli := etcdtest.Client(t, c.etcd)
 	c.ecli = ecli
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var err error
 	c.cli, err = client.New(ctx, client.Config{Etcd: ecli, Root: c.root, Retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(c.cli.Close)

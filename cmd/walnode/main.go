@@ -18,6 +18,22 @@
 //	go run ./cmd/walnode -id n2 -listen 127.0.0.1:7072 -etcd http://127.0.0.1:2379 -kafka 127.0.0.1:9092
 //	go run ./cmd/walnode -id n3 -listen 127.0.0.1:7073 -etcd http://127.0.0.1:2379 -kafka 127.0.0.1:9092
 //
+// An S3-compatible store is the other shared backend: -s3-bucket with
+// -s3-endpoint (and -s3-prefix, -s3-region, -s3-path-style,
+// -s3-credentials-file; the AWS chain gives credentials otherwise), or, to
+// try it on one machine, -dev-s3, an in-memory store (gofakes3) in the
+// first node's process with a bucket, whose credentials it writes to
+// <-data>/dev-s3-credentials for the others (for trying only, like
+// -dev-kafka):
+//
+//	go run ./cmd/walnode -id n1 -listen 127.0.0.1:7071 -dev-s3 127.0.0.1:9000
+//	go run ./cmd/walnode -id n2 -listen 127.0.0.1:7072 -etcd http://127.0.0.1:2379 -data ./walnode-n2 \
+//	    -s3-endpoint http://127.0.0.1:9000 -s3-bucket streamwal -s3-path-style -s3-credentials-file ./walnode-data/dev-s3-credentials
+//
+// Beside Kafka or S3 the local backend is configured too, and -default
+// says where new channels begin (kafka or s3, the one configured, by
+// default; local): walctl migrate moves channels between them.
+//
 // Beyond loopback it needs TLS, or it refuses to start: -tls-cert and
 // -tls-key serve the API (and the embedded etcd member) over TLS,
 // -tls-client-ca requires client certificates of that CA (mutual TLS);
@@ -63,12 +79,14 @@ import (
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/consumers"
 	"github.com/streamwal/streamwal/coordinator"
+	"github.com/streamwal/streamwal/internal/s3dev"
 	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/node"
 	"github.com/streamwal/streamwal/pool"
 	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/security/authz"
 	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 type params struct {
@@ -77,6 +95,8 @@ type params struct {
 	authz                 string
 	etcd, etcdListen      string
 	devKafka, kafka       string
+	devS3                 string
+	s3                    s3Flags
 	defaultBackend        string
 	crashAfter            string
 	retentionMaxAge       time.Duration
@@ -88,6 +108,16 @@ type params struct {
 	logLevel              string
 	security
 }
+
+// s3Flags configure the s3 backend without a -config file.
+type s3Flags struct {
+	endpoint, bucket, prefix, region string
+	pathStyle                        bool
+	credentialsFile                  string
+}
+
+// given reports whether any of the flags is set.
+func (f s3Flags) given() bool { return f != s3Flags{} }
 
 // security are the flags of TLS and credentials.
 type security struct {
@@ -131,7 +161,14 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd member")
 	fs.StringVar(&p.devKafka, "dev-kafka", "", "run an in-memory Kafka-protocol broker (kfake) on this address and use it (for trying only)")
 	fs.StringVar(&p.kafka, "kafka", "", "use the Kafka backend on these seed brokers, comma-separated (a shortcut for -config)")
-	fs.StringVar(&p.defaultBackend, "default", "", "with -kafka or -dev-kafka: the backend new channels begin on, kafka (the default) or local; both are configured, so walctl migrate moves channels between them")
+	fs.StringVar(&p.devS3, "dev-s3", "", "run an in-memory S3-compatible store (gofakes3) with a bucket on this address and use it; its credentials go to <-data>/dev-s3-credentials (for trying only)")
+	fs.StringVar(&p.s3.endpoint, "s3-endpoint", "", "with -s3-bucket: the S3-compatible store's URL (http:// or https://; empty: AWS S3 of -s3-region)")
+	fs.StringVar(&p.s3.bucket, "s3-bucket", "", "use the S3 backend on this bucket, which must exist (a shortcut for -config); with -dev-s3: the bucket it creates (default "+s3dev.DefaultBucket+")")
+	fs.StringVar(&p.s3.prefix, "s3-prefix", "", "the S3 backend's key prefix in the bucket, ending with / (default "+s3.DefaultPrefix+")")
+	fs.StringVar(&p.s3.region, "s3-region", "", "the S3 backend's region (default "+s3.DefaultRegion+")")
+	fs.BoolVar(&p.s3.pathStyle, "s3-path-style", false, "address the bucket in the URL's path, as most stores other than AWS S3 want (-dev-s3 sets it)")
+	fs.StringVar(&p.s3.credentialsFile, "s3-credentials-file", "", "the S3 backend's shared-credentials file (the format of ~/.aws/credentials, profile default; empty: the AWS chain)")
+	fs.StringVar(&p.defaultBackend, "default", "", "with -kafka, -dev-kafka, -s3-bucket or -dev-s3: the backend new channels begin on, kafka, s3 or local (default: the one configured beside local; required with both kafka and s3); all are configured, so walctl migrate moves channels between them")
 	fs.StringVar(&p.crashAfter, "crash-after", "", "for crash tests only: SIGKILL this process right after the named step of a migration, prune or retention round (fenced, sealed, opened, prune-deleted, floor-recorded, truncated)")
 	fs.DurationVar(&p.retentionMaxAge, "retention-max-age", 0, "drop what no consumer committed on once older than this, in every channel (0: keep; the config file's retention section sets it per channel)")
 	fs.Int64Var(&p.retentionMaxBytes, "retention-max-bytes", 0, "drop the oldest of what no consumer committed on beyond this many bytes per channel (0: keep)")
@@ -199,6 +236,21 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		}
 		closers = append(closers, broker.Close)
 		logger.Warn("running an in-memory Kafka-protocol broker: for trying only, its data lives in this process", "addr", p.devKafka)
+	}
+	if p.devS3 != "" {
+		st, creds, err := startDevS3(p)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, func() { _ = st.Close() })
+		// The address it listens on (a port 0 picked one) is the s3
+		// entry's endpoint.
+		p.devS3 = strings.TrimPrefix(st.Endpoint, "http://")
+		if cfg, err = backendConfig(p); err != nil {
+			return err
+		}
+		logger.Warn("running an in-memory S3-compatible store (gofakes3): for trying only, its data lives in this process",
+			"endpoint", st.Endpoint, "bucket", st.Bucket, "credentials_file", creds)
 	}
 	sec, err := p.tlsConfigs(logger)
 	if err != nil {
@@ -393,32 +445,101 @@ func backendConfig(p params) (selector.Config, error) {
 		if p.defaultBackend != "" {
 			return selector.Config{}, errors.New("-default with -config: name the default entry in the file (default:)")
 		}
+		if p.s3.given() {
+			return selector.Config{}, errors.New("-s3-* flags with -config: configure the s3 entry in the file (backends: s3:)")
+		}
 		// Load, not Parse: its errors name the file beside the line.
 		return selector.Load(p.config)
 	}
-	var text string
+	if p.s3.given() && p.s3.bucket == "" && p.devS3 == "" {
+		return selector.Config{}, errors.New("-s3-endpoint, -s3-prefix, -s3-region, -s3-path-style and -s3-credentials-file configure the s3 backend of -s3-bucket (or -dev-s3): give it")
+	}
+	if p.devS3 != "" && (p.s3.endpoint != "" || p.s3.credentialsFile != "") {
+		return selector.Config{}, errors.New("-dev-s3 runs the store the s3 backend uses, with its own credentials: leave out -s3-endpoint and -s3-credentials-file")
+	}
+	withKafka := p.devKafka != "" || p.kafka != ""
+	withS3 := p.devS3 != "" || p.s3.bucket != ""
+	def := p.defaultBackend
 	switch {
-	case p.devKafka != "" || p.kafka != "":
+	case def == "" && withKafka && withS3:
+		return selector.Config{}, errors.New("both kafka and s3 are configured: name the backend new channels begin on with -default kafka, s3 or local")
+	case def == "" && withKafka:
+		def = "kafka"
+	case def == "" && withS3:
+		def = "s3"
+	case def == "" || def == "local":
+		def = "local"
+	case def == "kafka" && !withKafka:
+		return selector.Config{}, errors.New("-default kafka: the kafka backend is not configured: give -kafka or -dev-kafka (or -config)")
+	case def == "s3" && !withS3:
+		return selector.Config{}, errors.New("-default s3: the s3 backend is not configured: give -s3-bucket or -dev-s3 (or -config)")
+	case def != "kafka" && def != "s3":
+		return selector.Config{}, errors.Newf("-default %q: not a backend walnode configures from flags (kafka, s3, local; or give -config)", def)
+	}
+	local := filepath.Join(p.data, "wal")
+	if !withKafka && !withS3 {
+		return selector.Parse(fmt.Appendf(nil, "backend: local\nlocal:\n  dir: %q\npool:\n  size: 4\n", local))
+	}
+	// The backends side by side: channels begin on the default and move
+	// with walctl migrate. The pool is the same whichever is the default,
+	// so that the default can change.
+	var b strings.Builder
+	b.WriteString("backends:\n")
+	if withKafka {
 		brokers := splitList(p.kafka)
 		if len(brokers) == 0 {
 			brokers = []string{p.devKafka}
 		}
-		def := p.defaultBackend
-		if def == "" {
-			def = "kafka"
-		}
-		// Both backends, side by side: channels begin on the default and
-		// move with walctl migrate. A short metadata age: topic creation
-		// waits on refreshed metadata. The pool is the same whichever is
-		// the default, so that the default can change.
-		text = fmt.Sprintf("backends:\n  kafka:\n    seedBrokers: [%s]\n    metadataMinAge: 100ms\n  local:\n    dir: %q\ndefault: %s\npool:\n  size: 6\n  prefix: pch-\n",
-			strings.Join(brokers, ", "), filepath.Join(p.data, "wal"), def)
-	case p.defaultBackend != "" && p.defaultBackend != "local":
-		return selector.Config{}, errors.Newf("-default %s: without -kafka or -dev-kafka only the local backend is configured (or give -config)", p.defaultBackend)
-	default:
-		text = fmt.Sprintf("backend: local\nlocal:\n  dir: %q\npool:\n  size: 4\n", filepath.Join(p.data, "wal"))
+		// A short metadata age: topic creation waits on refreshed
+		// metadata.
+		fmt.Fprintf(&b, "  kafka:\n    seedBrokers: [%s]\n    metadataMinAge: 100ms\n", strings.Join(brokers, ", "))
 	}
-	return selector.Parse([]byte(text))
+	fmt.Fprintf(&b, "  local:\n    dir: %q\n", local)
+	if withS3 {
+		b.WriteString("  s3:\n")
+		f := p.s3
+		if p.devS3 != "" {
+			f.endpoint, f.pathStyle = "http://"+p.devS3, true
+			f.credentialsFile = devS3Credentials(p)
+			if f.bucket == "" {
+				f.bucket = s3dev.DefaultBucket
+			}
+		}
+		for _, kv := range []struct{ key, value string }{
+			{"endpoint", f.endpoint}, {"bucket", f.bucket}, {"prefix", f.prefix}, {"region", f.region}, {"credentialsFile", f.credentialsFile},
+		} {
+			if kv.value != "" {
+				fmt.Fprintf(&b, "    %s: %q\n", kv.key, kv.value)
+			}
+		}
+		if f.credentialsFile != "" {
+			b.WriteString("    profile: default\n") // the file's, whatever $AWS_PROFILE says
+		}
+		fmt.Fprintf(&b, "    pathStyle: %t\n", f.pathStyle)
+	}
+	fmt.Fprintf(&b, "default: %s\npool:\n  size: 6\n  prefix: pch-\n", def)
+	return selector.Parse([]byte(b.String()))
+}
+
+// devS3Credentials is where -dev-s3 writes the credentials of its store.
+func devS3Credentials(p params) string { return filepath.Join(p.data, "dev-s3-credentials") }
+
+// startDevS3 runs the in-memory S3-compatible store of -dev-s3 with its
+// bucket, and writes its credentials where the s3 entry reads them (and
+// other nodes may: -s3-credentials-file).
+func startDevS3(p params) (*s3dev.Store, string, error) {
+	if err := os.MkdirAll(p.data, 0o700); err != nil {
+		return nil, "", errors.Wrap(err, "walnode: -data")
+	}
+	creds := devS3Credentials(p)
+	if err := s3dev.WriteCredentials(creds); err != nil {
+		return nil, "", errors.Wrap(err, "walnode: -dev-s3")
+	}
+	st, err := s3dev.Start(p.devS3, p.s3.bucket)
+	if err != nil {
+		return nil, "", errors.Wrap(err, "walnode: -dev-s3")
+	}
+	return st, creds, nil
 }
 
 // startDevKafka runs kfake on addr.

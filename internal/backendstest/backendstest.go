@@ -1,8 +1,9 @@
 // Package backendstest starts every backend a test may put a chain's
 // segments on, each a real peer in the test's process: the memory
 // backend, the local backend in a temporary directory, Kafka on an
-// in-process kfake broker and Pulsar on the repository's pulsartest
-// broker. Everything is closed by the test's cleanup.
+// in-process kfake broker, Pulsar on the repository's pulsartest broker
+// and S3 on an in-process gofakes3 (s3test.Fake). Everything is closed by
+// the test's cleanup.
 package backendstest
 
 import (
@@ -17,15 +18,17 @@ import (
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/internal/pulsartest"
+	"github.com/streamwal/streamwal/internal/s3test"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 	"github.com/streamwal/streamwal/walimpls/impls/pulsar"
+	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
 // Kinds are the backends Start can start, by their registered names.
-var Kinds = []string{memory.Name, local.Name, kafka.Name, pulsar.Name}
+var Kinds = []string{memory.Name, local.Name, kafka.Name, pulsar.Name, s3.Name}
 
 // GoroutinesToIgnore are the functions of pulsar-client-go goroutines that
 // outlive a closed producer or consumer (see the pulsar backend's
@@ -75,6 +78,8 @@ func (b *Backends) Add(tb testing.TB, name, kind string) walimpls.Opener {
 		o, err = startKafka(tb, ctx)
 	case pulsar.Name:
 		o, err = startPulsar(tb, ctx)
+	case s3.Name:
+		o, err = startS3(tb, ctx)
 	default:
 		err = errors.Newf("backendstest: unknown kind %q", kind)
 	}
@@ -148,4 +153,14 @@ func startPulsar(tb testing.TB, ctx context.Context) (walimpls.Opener, error) {
 		},
 		TopicExists: func(_ context.Context, topic string) (bool, error) { return br.TopicExists(topic) },
 	})
+}
+
+// startS3 starts gofakes3 and an Opener on it that flushes and polls
+// often: tests append one message at a time, and the defaults (200 ms)
+// would make each wait for the interval.
+func startS3(tb testing.TB, ctx context.Context) (walimpls.Opener, error) {
+	cfg := s3test.Fake(tb).Config("")
+	cfg.FlushInterval = 2 * time.Millisecond
+	cfg.PollInterval = 10 * time.Millisecond
+	return s3.New(ctx, cfg)
 }
