@@ -150,7 +150,11 @@ func (o *Opener) probe(ctx context.Context) (err error) {
 	if errors.Is(err, errPrecondition) {
 		// A try that landed and lost its answer changed the ETag its
 		// retry names: then the key holds its body.
-		if b, _, gerr := o.st.get(ctx, key); gerr == nil && string(b) == string(right) {
+		b, _, gerr := o.st.get(ctx, key)
+		switch {
+		case gerr != nil:
+			return errors.Wrapf(gerr, "s3: %s: probe: read back %s", o.st.where, key)
+		case string(b) == string(right):
 			return nil
 		}
 		return refuse("a PUT with If-Match of the key's own ETag got 412")
