@@ -32,8 +32,8 @@ import (
 )
 
 // The process tests: a writer in a child process (child_test.go) on a
-// store that outlives it (versitygw in a process of its own, or gofakes3
-// in this one), its requests through an s3test proxy that holds the ones
+// store that outlives it (each test runs on versitygw, in a process of its
+// own, and on gofakes3, in this one), its requests through an s3test proxy that holds the ones
 // a test chooses, is killed (SIGKILL) or stopped (SIGSTOP) at a point the
 // proxy's gate makes certain, and another writer takes the channel over.
 
@@ -47,9 +47,15 @@ import (
 // the takeover); the new owner's messages come after all of it; a reader
 // tailing the channel throughout delivers the same as a fresh one.
 func TestProcessKillMidFlush(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testseed.Seed(t), 0))
+	seed := testseed.Seed(t)
+	for _, store := range s3test.Stores(t) {
+		t.Run(store.Name, func(t *testing.T) { killMidFlush(t, store, seed) })
+	}
+}
+
+func killMidFlush(t *testing.T, store *s3test.Store, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0))
 	ctx := testCtx(t)
-	store := s3test.Versity(t)
 	const prefix, name = "kill/", "orders"
 	proxy := s3test.NewProxy(t, store)
 	c := startChild(t, proxy.Store(), s3.ChildSpec{Prefix: prefix, Channel: name, Term: 1, Appenders: 16,
@@ -132,8 +138,13 @@ func TestProcessKillMidFlush(t *testing.T) {
 // a still higher term succeeds and fences it for good, an open at the dead
 // process's term is refused, and nothing acknowledged is lost.
 func TestProcessKillMidTakeover(t *testing.T) {
+	for _, store := range s3test.Stores(t) {
+		t.Run(store.Name, func(t *testing.T) { killMidTakeover(t, store) })
+	}
+}
+
+func killMidTakeover(t *testing.T, store *s3test.Store) {
 	ctx := testCtx(t)
-	store := s3test.Fake(t)
 	const name = "orders"
 	for _, tc := range []struct {
 		name     string
@@ -209,8 +220,13 @@ func TestProcessKillMidTakeover(t *testing.T) {
 // delivers what it wrote after the fence, and every message it had
 // acknowledged is read back.
 func TestProcessStoppedZombie(t *testing.T) {
+	for _, store := range s3test.Stores(t) {
+		t.Run(store.Name, func(t *testing.T) { stoppedZombie(t, store) })
+	}
+}
+
+func stoppedZombie(t *testing.T, store *s3test.Store) {
 	ctx := testCtx(t)
-	store := s3test.Versity(t)
 	const prefix, name = "zombie/", "orders"
 	proxy := s3test.NewProxy(t, store)
 	c := startChild(t, proxy.Store(), s3.ChildSpec{Prefix: prefix, Channel: name, Term: 1, Appenders: 16,
@@ -319,7 +335,11 @@ func startChild(t *testing.T, st *s3test.Store, spec s3.ChildSpec) *child {
 	c := &child{stderr: &syncBuffer{}, eof: make(chan struct{}), changed: make(chan struct{}),
 		acked: map[string]string{}, failed: map[string]childFailure{}}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), s3.ChildEnv+"="+string(raw))
+	// Under -race, a process sleeps a second before it exits
+	// (atexit_sleep_ms), for races at exit: the child's races are found
+	// while it runs.
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	c.cmd.Env = append(os.Environ(), s3.ChildEnv+"="+string(raw), "GORACE="+gorace)
 	c.cmd.Stderr = c.stderr
 	// Killed with this process, should that die first.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -332,8 +352,9 @@ func startChild(t *testing.T, st *s3test.Store, spec s3.ChildSpec) *child {
 			_ = c.cmd.Process.Kill()
 			_ = c.wait()
 		}
-		if t.Failed() {
-			t.Logf("child stderr:\n%s", c.stderr.String())
+		// Nothing, unless it failed (or raced: -race reports there).
+		if e := c.stderr.String(); e != "" {
+			t.Errorf("the child wrote to stderr:\n%s", e)
 		}
 	})
 	return c
