@@ -40,8 +40,13 @@ import (
 // nonce; and a transient fault never refuses the store at New.
 func TestFaultsUnderLoad(t *testing.T) {
 	seed := testseed.Seed(t)
+	for _, store := range s3test.Stores(t) {
+		t.Run(store.Name, func(t *testing.T) { faultsUnderLoad(t, store, seed) })
+	}
+}
+
+func faultsUnderLoad(t *testing.T, store *s3test.Store, seed uint64) {
 	ctx := testCtx(t)
-	store := s3test.Fake(t)
 	const prefix, name = "faults/", "orders"
 	slot := func(s int) s3test.Matcher { return s3test.KeySuffix(fmt.Sprintf("/%020d", s)) }
 	dataPut := s3test.And(s3test.Method("PUT"), s3test.KeyMatches(slotKeyRe(prefix, name)))
