@@ -32,10 +32,11 @@ import (
 )
 
 // The process tests: a writer in a child process (child_test.go) on a
-// store that outlives it (each test runs on versitygw, in a process of its
-// own, and on gofakes3, in this one), its requests through an s3test proxy that holds the ones
-// a test chooses, is killed (SIGKILL) or stopped (SIGSTOP) at a point the
-// proxy's gate makes certain, and another writer takes the channel over.
+// store that outlives it (each test runs on versitygw, in a process of
+// its own, and on gofakes3, in this one), its requests through an s3test
+// proxy that holds the ones a test chooses, is killed (SIGKILL) or
+// stopped (SIGSTOP) at a point the proxy's gate makes certain, and
+// another writer takes the channel over.
 
 // TestProcessKillMidFlush: a writer process appending with sixteen
 // appenders is killed with four flushes in flight, held in the proxy:
@@ -97,8 +98,9 @@ func killMidFlush(t *testing.T, store *s3test.Store, seed uint64) {
 		len(c.acked), first, first+3, stored, mask, hole)
 
 	owner := openWAL(t, newOpener(t, cfg), name, 2, walimpls.ReadWrite)
-	// The dead writer's held PUTs reach the store now: the one at the
-	// hole meets the fence, the others land after it.
+	// The dead writer's held PUTs go on to the store now, those whose
+	// body it sent before it died: at the hole one meets the fence, after
+	// it they land where no reader looks.
 	gate.Release()
 	waitHeldDone(t, ctx, proxy)
 	for i := range 5 {
