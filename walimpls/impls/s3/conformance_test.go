@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,7 +11,12 @@ import (
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(ChildEnv); spec != "" {
+		os.Exit(runChild(spec)) // a process test's child (child_test.go)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // cluster is a fresh prefix of one store: each NewOpener is another node
 // on it, built through the Builder.

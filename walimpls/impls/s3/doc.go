@@ -240,7 +240,11 @@
 // store answered), then races Config.ProbeRacers create-only PUTs to a
 // fresh scratch key: exactly one must succeed and every other get 412,
 // and the key must hold the winner's body; then an If-Match with a wrong
-// ETag must get 412 and one with the right ETag succeed. The scratch key
+// ETag must get 412 and one with the right ETag succeed. A PUT whose try
+// landed and whose answer was lost is retried by the client and meets its
+// own write with 412: the key holding its body (its own, as a flush's
+// nonce is) tells it from a loss, so that a transient fault never refuses
+// a store that fences. The scratch key
 // is deleted after. A store that fails any of it is refused with an error
 // naming the endpoint and what it lacks. Config.Unfenced opts out, for a
 // single writer: the backend then declares no fencing (the adaptor's log

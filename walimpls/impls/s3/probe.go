@@ -102,34 +102,41 @@ func (o *Opener) probe(ctx context.Context) (err error) {
 	}
 	close(start)
 	wg.Wait()
-	winner, won, lost := -1, 0, 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			won++
-			winner = i
-		case errors.Is(err, errPrecondition):
-			lost++
-		default:
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, errPrecondition) {
 			if ctx.Err() != nil {
 				return errors.Wrapf(ctx.Err(), "s3: %s: probe", o.st.where)
 			}
 			return errors.WithStack(&lineError{line: fmt.Sprintf("s3: %s: probe: create-only PUT of %s: %s", o.st.where, key, oneLine(said(err))), cause: err})
 		}
 	}
-	if won != 1 {
-		return refuse("%d of %d concurrent create-only PUTs (If-None-Match: *) to one key succeeded, want exactly 1", won, n)
-	}
-	// The winner's body must be what the key holds.
+	// The key holds the winner's body. A racer's PUT whose first try
+	// landed and whose answer was lost is retried by the client and meets
+	// its own object: 412, but its body is there (as a flush tells its own
+	// earlier try by its nonce). Every other racer must have got 412.
 	body, etag, err := o.st.get(ctx, key)
-	if err != nil {
+	if err != nil && !errors.Is(err, errNotFound) {
 		return errors.Wrapf(err, "s3: %s: probe: read back %s", o.st.where, key)
 	}
-	if string(body) != string(bodies[winner]) {
-		return refuse("the key holds %q after the race, but the PUT that succeeded wrote %q", body, bodies[winner])
+	won, succeeded, holder := 0, -1, -1
+	for i, err := range errs {
+		if err == nil {
+			won, succeeded = won+1, i
+		}
+		if string(body) == string(bodies[i]) {
+			holder = i
+		}
+	}
+	switch {
+	case won > 1 || won == 0 && holder < 0:
+		return refuse("%d of %d concurrent create-only PUTs (If-None-Match: *) to one key succeeded, want exactly 1", won, n)
+	case won == 1 && holder != succeeded:
+		return refuse("the key holds %q after the race, but the PUT that succeeded wrote %q", body, bodies[succeeded])
+	case won == 1 && etag == "":
+		etag = etags[succeeded]
 	}
 	if etag == "" {
-		etag = etags[winner]
+		return refuse("the store gave no ETag for the key, which If-Match needs")
 	}
 	_, err = o.st.put(ctx, reqProbe, key, []byte("streamwal probe: wrong etag"), nil, putCond{ifMatch: `"00000000000000000000000000000000"`})
 	switch {
@@ -138,10 +145,21 @@ func (o *Opener) probe(ctx context.Context) (err error) {
 	case !errors.Is(err, errPrecondition):
 		return errors.WithStack(&lineError{line: fmt.Sprintf("s3: %s: probe: If-Match PUT of %s: %s", o.st.where, key, oneLine(said(err))), cause: err})
 	}
-	if _, err = o.st.put(ctx, reqProbe, key, []byte("streamwal probe: right etag"), nil, putCond{ifMatch: etag}); err != nil {
-		if errors.Is(err, errPrecondition) {
-			return refuse("a PUT with If-Match of the key's own ETag got 412")
+	right := []byte("streamwal probe: right etag")
+	_, err = o.st.put(ctx, reqProbe, key, right, nil, putCond{ifMatch: etag})
+	if errors.Is(err, errPrecondition) {
+		// A try that landed and lost its answer changed the ETag its
+		// retry names: then the key holds its body.
+		b, _, gerr := o.st.get(ctx, key)
+		switch {
+		case gerr != nil:
+			return errors.Wrapf(gerr, "s3: %s: probe: read back %s", o.st.where, key)
+		case string(b) == string(right):
+			return nil
 		}
+		return refuse("a PUT with If-Match of the key's own ETag got 412")
+	}
+	if err != nil {
 		return errors.WithStack(&lineError{line: fmt.Sprintf("s3: %s: probe: If-Match PUT of %s: %s", o.st.where, key, oneLine(said(err))), cause: err})
 	}
 	return nil

@@ -3,9 +3,12 @@ package s3
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,6 +106,67 @@ func TestProbeAcceptsGofakes3(t *testing.T) {
 	var keys []string
 	require.NoError(t, o.st.list(context.Background(), o.keys.prefix, func(k string) { keys = append(keys, k) }))
 	require.Empty(t, keys, "the probe leaves nothing behind")
+}
+
+// loseFirstAnswer forwards the first request pick chooses, drops its
+// answer (the client sees a reset connection and tries again), and holds
+// the others it chooses until that one is in the store.
+type loseFirstAnswer struct {
+	next   http.RoundTripper
+	pick   func(*http.Request) bool
+	taken  atomic.Bool
+	landed chan struct{}
+	picked atomic.Int64
+}
+
+func (l *loseFirstAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !l.pick(r) {
+		return l.next.RoundTrip(r)
+	}
+	l.picked.Add(1)
+	if l.taken.CompareAndSwap(false, true) {
+		resp, err := l.next.RoundTrip(r)
+		if err == nil {
+			drain(resp.Body)
+		}
+		close(l.landed)
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	select {
+	case <-l.landed:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return l.next.RoundTrip(r)
+}
+
+// A probe PUT that landed and lost its answer is retried by the client
+// and meets its own write (412): the probe tells it by the key's body and
+// takes the store, as a flush tells its own earlier try by its nonce. (It
+// used to refuse the store, as if it did not fence, for a lost answer.)
+func TestProbeToleratesLostAnswers(t *testing.T) {
+	probePut := func(r *http.Request) bool {
+		return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/_probe/")
+	}
+	for _, tc := range []struct {
+		name string
+		pick func(*http.Request) bool
+	}{
+		{"race winner", func(r *http.Request) bool { return probePut(r) && r.Header.Get("If-None-Match") == "*" }},
+		{"If-Match of its ETag", func(r *http.Request) bool {
+			m := r.Header.Get("If-Match")
+			return probePut(r) && m != "" && m != `"00000000000000000000000000000000"`
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newTestStore(t)
+			lose := &loseFirstAnswer{pick: tc.pick, landed: make(chan struct{})}
+			o := newOpener(t, st.config(func(rt http.RoundTripper) http.RoundTripper { lose.next = rt; return lose }))
+			require.True(t, o.Capabilities().Fencing)
+			require.True(t, lose.taken.Load(), "an answer was lost")
+			require.GreaterOrEqual(t, lose.picked.Load(), int64(2), "and its PUT tried again")
+		})
+	}
 }
 
 // checkCredentials answers 403 InvalidAccessKeyId to a request signed with
