@@ -145,11 +145,21 @@ func report(b *testing.B, name string, ds []time.Duration) {
 // new channels on Kafka the same way (a migration's new segment is such
 // an open, and its fence and seal come on top).
 func BenchmarkMigrateMany(b *testing.B) {
-	const channels, parallel = 1000, 16
+	migrateMany(b, "local", "kafka", 1000)
+}
+
+// BenchmarkMigrateKafkaToS3 is BenchmarkMigrateMany for 100 channels from
+// Kafka (kfake) to object storage (gofakes3), the move off brokers.
+func BenchmarkMigrateKafkaToS3(b *testing.B) {
+	migrateMany(b, "kafka", "s3", 100)
+}
+
+func migrateMany(b *testing.B, from, to string, channels int) {
+	const parallel = 16
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		e := newEnv(b, "local", "kafka")
-		o := e.opener("local")
+		e := newEnv(b, from, to)
+		o := e.opener(from)
 		m := e.manager(o)
 		ctx := context.Background()
 		names := make([]string, channels)
@@ -172,11 +182,11 @@ func BenchmarkMigrateMany(b *testing.B) {
 		}
 		b.StartTimer()
 		took := inParallel(names, parallel, func(name string) {
-			_, err := o.Migrate(ctx, m, name, "kafka", "bench")
+			_, err := o.Migrate(ctx, m, name, to, "bench")
 			require.NoError(b, err)
 		})
 		b.StopTimer()
-		ko := e.opener("kafka")
+		ko := e.opener(to)
 		mk := e.manager(ko)
 		opened := inParallel(names, parallel, func(name string) {
 			require.NoError(b, mk.Open(ctx, adaptor.Channel{Name: "new-" + name, Term: 1}))
@@ -203,7 +213,7 @@ func BenchmarkMigrateMany(b *testing.B) {
 }
 
 // appendUntil appends to channel at whatever term it has, until stop.
-func appendUntil(b *testing.B, m *walmanager.Manager, channel string, l *log, stop <-chan struct{}) {
+func appendUntil(b testing.TB, m *walmanager.Manager, channel string, l *log, stop <-chan struct{}) {
 	ctx := context.Background()
 	for i := 0; ; i++ {
 		select {
