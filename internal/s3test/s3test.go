@@ -18,8 +18,14 @@
 package s3test
 
 import (
+	"encoding/pem"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -43,6 +49,9 @@ type Store struct {
 	AccessKey, SecretKey string
 	// Region is the region to sign for.
 	Region string
+	// CAFile verifies the store's TLS certificate (FakeTLS); empty for
+	// plain HTTP.
+	CAFile string
 }
 
 // Fake starts gofakes3 with its in-memory backend on a loopback port of the
@@ -95,7 +104,7 @@ func Stores(tb testing.TB) []*Store {
 // ends with "/"), with static credentials and path-style addressing.
 func (s *Store) Config(prefix string) s3.Config {
 	return s3.Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: prefix, Region: s.Region, PathStyle: true,
-		Credentials: s.credentials()}
+		Credentials: s.credentials(), CAFile: s.CAFile}
 }
 
 func (s *Store) credentials() aws.CredentialsProvider {
@@ -117,4 +126,27 @@ func (s *Store) Client(tb testing.TB, opts ...func(*awss3.Options)) *awss3.Clien
 		o.HTTPClient = &http.Client{Transport: tr}
 	}}, opts...)
 	return awss3.New(awss3.Options{}, o...)
+}
+
+// FakeTLS starts gofakes3 like Fake, served over TLS with a certificate of
+// its own; the returned Store's CAFile is the PEM file that verifies it
+// (Config sets it), so that a client without it refuses the store.
+func FakeTLS(tb testing.TB) *Store {
+	tb.Helper()
+	backend := s3mem.New()
+	const bucket = "streamwal-test"
+	if err := backend.CreateBucket(bucket); err != nil {
+		tb.Fatalf("s3test: create bucket: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(gofakes3.New(backend, gofakes3.WithTimeSkewLimit(0)).Server())
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes tests make on purpose
+	srv.StartTLS()
+	tb.Cleanup(srv.Close)
+	ca := filepath.Join(tb.TempDir(), "store-ca.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(ca, pemBytes, 0o600); err != nil {
+		tb.Fatalf("s3test: write the store's CA: %v", err)
+	}
+	return &Store{Name: "gofakes3-tls", Endpoint: srv.URL, Bucket: bucket,
+		AccessKey: "streamwal", SecretKey: "streamwal-secret", Region: "us-east-1", CAFile: ca}
 }

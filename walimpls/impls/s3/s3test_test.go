@@ -80,3 +80,30 @@ func TestConformanceOnVersitygw(t *testing.T) {
 	store := s3test.Versity(t)
 	walimplstest.Run(t, versityFactory(store, nil), walimplstest.Implements(walimplstest.BatchRead, walimplstest.AsyncAppend))
 }
+
+// TLS to the store: verified by the configured CA file, and a store whose
+// certificate nothing verifies is refused at New with one line.
+func TestTLSToTheStore(t *testing.T) {
+	store := s3test.FakeTLS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := store.Config("tls/")
+	cfg.FlushInterval = 2 * time.Millisecond
+	o, err := s3.New(ctx, cfg)
+	require.NoError(t, err)
+	defer o.Close()
+	w, err := o.Open(ctx, walimpls.Channel{Name: "tls", Term: 1})
+	require.NoError(t, err)
+	m, _ := message.New([]byte("over tls"), nil)
+	_, err = w.Append(ctx, m)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+
+	cfg.CAFile = ""
+	cfg.MaxAttempts = 1
+	_, err = s3.New(ctx, cfg)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "certificate")
+	require.NotContains(t, err.Error(), "\n")
+	t.Logf("without the CA: %v", err)
+}
