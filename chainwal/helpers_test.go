@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/meta/boltstore"
+	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
 )
 
@@ -72,6 +74,20 @@ type acked struct {
 type log struct {
 	mu    sync.Mutex
 	acked []acked
+	// failed holds the payloads of failed appends, by whether their
+	// outcome is unknown (true: the message may be stored and delivered)
+	// or they certainly stored nothing (false).
+	failed map[string]bool
+}
+
+// fail records a failed append of payload p with err.
+func (l *log) fail(p string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failed == nil {
+		l.failed = map[string]bool{}
+	}
+	l.failed[p] = !walimpls.NotStored(err)
 }
 
 func (l *log) add(r adaptor.AppendResult, p string) {
@@ -185,6 +201,56 @@ func check(t testing.TB, want []acked, got []message.Immutable) {
 func readAll(t testing.TB, w adaptor.WAL, l *log, policy adaptor.DeliverPolicy, skip int) []message.Immutable {
 	t.Helper()
 	return readWant(t, w, policy, l.sorted()[skip:])
+}
+
+// readAcked reads w from the start up to the last acknowledged append
+// and checks it delivers, in strictly increasing timetick order, every
+// acknowledged append once, with the ID and timetick its append returned,
+// and beside them only appends whose outcome was unknown (see
+// adaptor.WAL.Append: such an append, e.g. one in flight when its WAL was
+// closed, may have been stored), each at most once. It returns how many of
+// those it delivered.
+func readAcked(t testing.TB, w adaptor.WAL, l *log) int {
+	t.Helper()
+	want := l.sorted()
+	require.NotEmpty(t, want)
+	l.mu.Lock()
+	failed := maps.Clone(l.failed)
+	l.mu.Unlock()
+	byPayload := make(map[string]acked, len(want))
+	for _, a := range want {
+		byPayload[a.payload] = a
+	}
+	s, err := w.Read(testCtx(t), adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAll()})
+	require.NoError(t, err)
+	defer s.Close()
+	end := want[len(want)-1].res.ID
+	seen := map[string]bool{}
+	var prev uint64
+	next, unknown := 0, 0 // next: the index in want of the next acknowledged append
+	for {
+		m := recv(t, s, 1)[0]
+		p := string(m.Payload())
+		tt, _ := m.TimeTick()
+		require.Greaterf(t, tt, prev, "%q at %s: timetick %d, not above the previous message's", p, m.ID(), tt)
+		prev = tt
+		require.Falsef(t, seen[p], "%q delivered twice", p)
+		seen[p] = true
+		if a, ok := byPayload[p]; ok {
+			require.Equalf(t, want[next].payload, p, "acknowledged append %d", next)
+			require.Equal(t, a.res.TimeTick, tt)
+			require.Truef(t, a.res.ID.EQ(m.ID()), "%q: delivered at %s, acknowledged at %s", p, m.ID(), a.res.ID)
+			next++
+			if m.ID().EQ(end) {
+				return unknown
+			}
+			continue
+		}
+		maybe, ok := failed[p]
+		require.Truef(t, ok, "%q at %s: delivered, never appended", p, m.ID())
+		require.Truef(t, maybe, "%q at %s: delivered, its append failed as certainly not stored", p, m.ID())
+		unknown++
+	}
 }
 
 // readFrom reads w from position id (inclusive) and checks it delivers
