@@ -233,6 +233,13 @@
 // A WAL of the same Opener is fenced with Deleted set at once; one of
 // another process learns it from the fence its next flush meets.
 //
+// Left undone: small objects are never compacted. A channel appended to
+// slowly writes one small object per interval (at 200 ms, 432,000 a day),
+// and a reader catching up on it pays a GET per object ($0.17 for a day at
+// S3 Standard prices, and the GETs' latency, ReadAhead at a time); what
+// truncation deletes goes with them. The fences stay until Delete: one
+// small object per open at a higher term.
+//
 // # Proving the store fences
 //
 // New checks the bucket (HeadBucket: a wrong bucket, credentials or
