@@ -52,6 +52,9 @@ type Store struct {
 	// CAFile verifies the store's TLS certificate (FakeTLS); empty for
 	// plain HTTP.
 	CAFile string
+	// HTTPClient, when set (FakeH2C), is the client Config gives the
+	// backend.
+	HTTPClient *http.Client
 }
 
 // Fake starts gofakes3 with its in-memory backend on a loopback port of the
@@ -79,7 +82,10 @@ func fake(tb testing.TB, name string, wrap func(http.Handler) http.Handler) *Sto
 	if err != nil {
 		tb.Fatalf("s3test: listen: %v", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true) // FakeH2C's client
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: &protos}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -104,7 +110,7 @@ func Stores(tb testing.TB) []*Store {
 // ends with "/"), with static credentials and path-style addressing.
 func (s *Store) Config(prefix string) s3.Config {
 	return s3.Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: prefix, Region: s.Region, PathStyle: true,
-		Credentials: s.credentials(), CAFile: s.CAFile}
+		Credentials: s.credentials(), CAFile: s.CAFile, HTTPClient: s.HTTPClient}
 }
 
 func (s *Store) credentials() aws.CredentialsProvider {
@@ -149,4 +155,20 @@ func FakeTLS(tb testing.TB) *Store {
 	}
 	return &Store{Name: "gofakes3-tls", Endpoint: srv.URL, Bucket: bucket,
 		AccessKey: "streamwal", SecretKey: "streamwal-secret", Region: "us-east-1", CAFile: ca}
+}
+
+// FakeH2C starts gofakes3 like Fake, with a Config whose client speaks
+// HTTP/2 in clear text over one connection: a test that counts goroutines
+// (the conformance suite's scanner checks) sees no pool of HTTP/1
+// connections grow and linger, on the client's side and on the store's in
+// the same process. The connection is closed by tb's cleanup.
+func FakeH2C(tb testing.TB) *Store {
+	tb.Helper()
+	s := fake(tb, "gofakes3-h2c", nil)
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protos, MaxIdleConnsPerHost: 1}
+	tb.Cleanup(tr.CloseIdleConnections)
+	s.HTTPClient = &http.Client{Transport: tr}
+	return s
 }

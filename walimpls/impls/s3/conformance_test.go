@@ -53,17 +53,6 @@ func TestConformance(t *testing.T) {
 	walimplstest.Run(t, factory(newTestStore(t), nil), implementsOptional)
 }
 
-// A size limit exercises the suite's large-message and too-large paths.
-func TestConformanceWithSizeLimit(t *testing.T) {
-	walimplstest.Run(t, factory(newTestStore(t), func(c *Config) { c.MaxMessageBytes = 64 << 10 }), implementsOptional)
-}
-
-// Unfenced, the backend declares no fencing: the suite skips what it
-// declares it cannot do.
-func TestConformanceUnfenced(t *testing.T) {
-	walimplstest.Run(t, factory(newTestStore(t), func(c *Config) { c.Unfenced = true }), implementsOptional)
-}
-
 func TestAdaptor(t *testing.T) {
 	adaptortest.Run(t, factory(newTestStore(t), nil))
 }

@@ -2,8 +2,6 @@ package s3_test
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/s3"
-	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
 // The shared test store (plain HTTP/1, the client the backend builds for
@@ -51,34 +48,6 @@ func TestOnSharedTestStore(t *testing.T) {
 	require.NoError(t, b.Delete(ctx, "smoke"))
 	_, err = a.Open(ctx, walimpls.Channel{Name: "smoke", Mode: walimpls.ReadOnly})
 	require.ErrorIs(t, err, walimpls.ErrNoChannel)
-}
-
-// versityFactory is a fresh prefix of one versitygw process per cluster.
-func versityFactory(store *s3test.Store, mod func(*s3.Config)) walimplstest.Factory {
-	var n atomic.Int64
-	return func(t *testing.T) walimplstest.Cluster {
-		cfg := store.Config(fmt.Sprintf("conformance-%d/", n.Add(1)))
-		cfg.FlushInterval = 2 * time.Millisecond
-		if mod != nil {
-			mod(&cfg)
-		}
-		return versityCluster{cfg: cfg}
-	}
-}
-
-type versityCluster struct{ cfg s3.Config }
-
-func (c versityCluster) NewOpener(t *testing.T) walimpls.Opener {
-	o, err := s3.New(t.Context(), c.cfg)
-	require.NoError(t, err)
-	return o
-}
-
-// The whole conformance suite against a real S3 server in its own process:
-// versitygw on a temporary directory, over loopback.
-func TestConformanceOnVersitygw(t *testing.T) {
-	store := s3test.Versity(t)
-	walimplstest.Run(t, versityFactory(store, nil), walimplstest.Implements(walimplstest.BatchRead, walimplstest.AsyncAppend))
 }
 
 // TLS to the store: verified by the configured CA file, and a store whose
