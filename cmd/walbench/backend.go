@@ -273,7 +273,12 @@ func (c *connector) wait(ctx context.Context, what, until string, retry bool, at
 			return err
 		}
 		mu.Lock()
-		last = err
+		// An attempt cut short by the deadline says less than the one
+		// before it (connection refused, say): that one is reported.
+		if cctx.Err() == nil || last == nil {
+			last = err
+		}
+		err = last
 		mu.Unlock()
 		if !retry || bo.Wait(cctx, n) != nil {
 			if ctx.Err() != nil {
