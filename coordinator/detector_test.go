@@ -36,6 +36,9 @@ type livenessServer struct {
 	cutting chan struct{} // closed and replaced by cut
 	served  atomic.Int64  // streams established
 	beats   atomic.Int64  // heartbeats written
+	// lastBeat is when the last heartbeat was written (UnixNano): a
+	// silence is counted from it, not from the stall that follows.
+	lastBeat atomic.Int64
 }
 
 func startLivenessServer(t *testing.T, id string) *livenessServer {
@@ -104,6 +107,7 @@ func (l *livenessServer) handle(w http.ResponseWriter, r *http.Request) {
 			if _, err := w.Write([]byte("\n")); err != nil || rc.Flush() != nil {
 				return
 			}
+			l.lastBeat.Store(time.Now().UnixNano())
 			l.beats.Add(1)
 		}
 	}
@@ -451,7 +455,9 @@ func TestDetectSilence(t *testing.T) {
 		move := h[len(h)-2].a
 		require.Equal(t, cluster.Assigning, move.State, ch)
 		require.False(t, move.Detected.IsZero(), "%s: moved by detection, Detected set", ch)
-		require.GreaterOrEqual(t, move.Detected.Sub(stalled), testTTL, "%s: not before the TTL", ch)
+		// Silent from its last heartbeat, which may precede the stall.
+		lastBeat := time.Unix(0, n1.live.lastBeat.Load())
+		require.GreaterOrEqual(t, move.Detected.Sub(lastBeat), testTTL, "%s: not before the TTL after its last heartbeat", ch)
 		t.Logf("%s: stalled → verdict %s, → move %s", ch, move.Detected.Sub(stalled), move.Since.Sub(stalled))
 	}
 	t.Logf("stalled → moved: %s (lease TTL %s)", moved.Round(time.Millisecond), testTTL)
