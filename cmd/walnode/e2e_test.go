@@ -507,6 +507,20 @@ func reportPhases(t *testing.T, moves []movePhases) int {
 // readAll reads ch from the start until every payload of want was read and
 // returns the payloads read (payloads of appends that ended without an
 // answer may follow the last acknowledged one and are dropped).
+// appendTagged appends n messages tag-0 … tag-(n-1) to ch, one at a time,
+// each acknowledged, and returns their payloads.
+func (c *e2eCluster) appendTagged(ctx context.Context, ch, tag string, n int) []string {
+	c.t.Helper()
+	var acked []string
+	for i := range n {
+		p := fmt.Sprintf("%s-%d", tag, i)
+		_, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte(p)}, client.Options{})
+		require.NoError(c.t, err, "append %s", p)
+		acked = append(acked, p)
+	}
+	return acked
+}
+
 func (c *e2eCluster) readAll(ch string, want []string) []string {
 	t := c.t
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

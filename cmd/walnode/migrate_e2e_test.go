@@ -82,14 +82,7 @@ func TestMigrationCrashes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var acked []string
-	appendSome := func(tag string, n int) {
-		for i := range n {
-			p := fmt.Sprintf("%s-%d", tag, i)
-			_, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte(p)}, client.Options{})
-			require.NoError(t, err, "append %s", p)
-			acked = append(acked, p)
-		}
-	}
+	appendSome := func(tag string, n int) { acked = append(acked, c.appendTagged(ctx, ch, tag, n)...) }
 	appendSome("start", 10)
 	to := "local" // -kafka makes kafka the default: channels begin there
 	for _, step := range []string{"fenced", "sealed", "opened"} {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/internal/s3dev"
 )
 
@@ -35,14 +33,7 @@ func TestDevS3(t *testing.T) {
 
 	const ch = "pch-0"
 	var acked []string
-	appendSome := func(tag string, n int) {
-		for i := range n {
-			p := fmt.Sprintf("%s-%d", tag, i)
-			_, err := c.cli.Append(ctx, ch, client.Message{Payload: []byte(p)}, client.Options{})
-			require.NoError(t, err, "append %s", p)
-			acked = append(acked, p)
-		}
-	}
+	appendSome := func(tag string, n int) { acked = append(acked, c.appendTagged(ctx, ch, tag, n)...) }
 	appendSome("on-s3", 5)
 	require.Equal(t, acked, c.readAll(ch, acked))
 
