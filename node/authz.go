@@ -10,6 +10,7 @@ import (
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/internal/errmark"
+	"github.com/streamwal/streamwal/pool"
 	"github.com/streamwal/streamwal/security/authz"
 )
 
@@ -23,6 +24,27 @@ func (n *Node) guarded(h http.Handler) http.Handler {
 		return h
 	}
 	return n.guard.Authenticate(h)
+}
+
+// Placement is where the channel pool allocated vchannels: a *pool.Pool.
+type Placement interface {
+	Lookup(ctx context.Context, vchannel string) (pool.Allocation, error)
+}
+
+// placedBy answers authz's question (GuardOptions.Placed) from the pool:
+// the pchannel a vchannel is allocated to, "" when it is allocated to
+// none.
+func placedBy(p Placement) func(ctx context.Context, vchannel string) (string, error) {
+	return func(ctx context.Context, vchannel string) (string, error) {
+		a, err := p.Lookup(ctx, vchannel)
+		switch {
+		case errors.Is(err, pool.ErrNotAllocated):
+			return "", nil
+		case err != nil:
+			return "", err
+		}
+		return a.PChannel, nil
+	}
 }
 
 // SetPolicy replaces the policy of a node started with Config.Authz, for
@@ -154,8 +176,13 @@ func (gi guardInterceptor) decide(ctx context.Context, peer string, msg any) err
 		return nil
 	}
 	code := connect.CodePermissionDenied
-	if errors.Is(err, authz.ErrUnauthenticated) {
+	switch {
+	case errors.Is(err, authz.ErrUnauthenticated):
 		code = connect.CodeUnauthenticated
+	case !errors.Is(err, authz.ErrPermissionDenied):
+		// Not a refusal: the pool could not say where a vchannel is
+		// (GuardOptions.Placed).
+		code = connect.CodeUnavailable
 	}
 	e := connect.NewError(code, err)
 	if appending {

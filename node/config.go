@@ -88,6 +88,36 @@ type Config struct {
 	// does not grant is refused (package authz, "Enforcement"). Nil
 	// serves everyone, as a node on loopback does by default.
 	Authz *authz.Policy
+	// Placement, when set, is where the channel pool allocated each
+	// vchannel (a *pool.Pool): a grant on a vchannel name then holds only
+	// on the pchannel the pool allocated that vchannel to (authz.go). Nil
+	// (no pool): a vchannel grant holds on any pchannel.
+	Placement Placement
+
+	// Bounds: what one peer may hold (bounds.go). A peer is an IP
+	// address; an authenticated peer (a verified client certificate, or
+	// a request with a token of the policy) is not capped.
+
+	// MaxConnsPerPeer caps the connections open at once from one peer
+	// not authenticated by a client certificate; default 64.
+	MaxConnsPerPeer int
+	// MaxStreamsPerPeer caps the requests (RPCs, streams) in flight at
+	// once from one unauthenticated peer; default 256. Over it a request
+	// is refused with ResourceExhausted (HTTP 429 outside the RPC API).
+	MaxStreamsPerPeer int
+	// LivenessIdle bounds a liveness stream on which the node writes
+	// nothing: a heartbeat not written within it (the caller does not
+	// read) ends the stream, a stream without heartbeats ends after it
+	// (the coordinator connects again at once), and heartbeats are at
+	// most half of it apart; default 30s.
+	LivenessIdle time.Duration
+	// IdleTimeout closes a connection with no request in flight after
+	// that long; default 2m.
+	IdleTimeout time.Duration
+	// RefusalLogInterval is how often the log says a refusal of one
+	// (peer, reason); the others are counted and the count said once
+	// (refusallog.go); default 10s.
+	RefusalLogInterval time.Duration
 }
 
 // Defaults of Config.
@@ -96,6 +126,12 @@ const (
 	DefaultSessionTTL = 10 * time.Second
 	DefaultDedupKeys  = 100_000
 	DefaultStallAfter = 10 * time.Second
+
+	DefaultMaxConnsPerPeer    = 64
+	DefaultMaxStreamsPerPeer  = 256
+	DefaultLivenessIdle       = 30 * time.Second
+	DefaultIdleTimeout        = 2 * time.Minute
+	DefaultRefusalLogInterval = 10 * time.Second
 )
 
 // Validate reports settings no node can run with.
@@ -111,6 +147,12 @@ func (c Config) Validate() error {
 	}
 	if c.StallAfter < 0 {
 		return errors.Wrapf(ErrInvalidConfig, "negative StallAfter %s", c.StallAfter)
+	}
+	if c.MaxConnsPerPeer < 0 || c.MaxStreamsPerPeer < 0 {
+		return errors.Wrapf(ErrInvalidConfig, "negative MaxConnsPerPeer %d or MaxStreamsPerPeer %d", c.MaxConnsPerPeer, c.MaxStreamsPerPeer)
+	}
+	if c.LivenessIdle < 0 || c.IdleTimeout < 0 || c.RefusalLogInterval < 0 {
+		return errors.Wrapf(ErrInvalidConfig, "negative LivenessIdle %s, IdleTimeout %s or RefusalLogInterval %s", c.LivenessIdle, c.IdleTimeout, c.RefusalLogInterval)
 	}
 	if c.Registerer != nil && c.Gatherer == nil {
 		return errors.Wrap(ErrInvalidConfig, "a Registerer of your own needs its Gatherer to serve /metrics")
@@ -139,6 +181,21 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StallAfter == 0 {
 		c.StallAfter = DefaultStallAfter
+	}
+	if c.MaxConnsPerPeer == 0 {
+		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
+	if c.MaxStreamsPerPeer == 0 {
+		c.MaxStreamsPerPeer = DefaultMaxStreamsPerPeer
+	}
+	if c.LivenessIdle == 0 {
+		c.LivenessIdle = DefaultLivenessIdle
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.RefusalLogInterval == 0 {
+		c.RefusalLogInterval = DefaultRefusalLogInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

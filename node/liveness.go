@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/security/authz"
 )
 
 // liveness serves cluster.LivenessPath: the stream the coordinator's
@@ -25,7 +26,21 @@ import (
 //
 // A request naming another node is 404 (the caller's registration of that
 // node points here by mistake); one during Shutdown is 503.
+//
+// Bounds (bounds.go): when the API verifies client certificates, only a
+// node may hold the stream: a caller without a node's certificate
+// (authz.NodeName) is 403. A stream ends once the node could write
+// nothing on it for Config.LivenessIdle: a heartbeat the caller does not
+// read within it, or, without heartbeats, at that age; heartbeats are at
+// most half of it apart.
 func (n *Node) liveness(w http.ResponseWriter, r *http.Request) {
+	if verifiesClients(n.cfg.TLS) {
+		if _, err := authz.NodeName(r.TLS); err != nil {
+			n.refuser.refuse(r.RemoteAddr, reasonNoNodeIdentity, "liveness stream refused: the caller is not a node", "error", err.Error())
+			http.Error(w, "liveness stream: only a node may hold it: "+err.Error(), http.StatusForbidden)
+			return
+		}
+	}
 	q := r.URL.Query()
 	if id := q.Get("node"); id != "" && id != n.cfg.ID {
 		http.Error(w, fmt.Sprintf("this is node %s, not %s", n.cfg.ID, id), http.StatusNotFound)
@@ -37,7 +52,7 @@ func (n *Node) liveness(w http.ResponseWriter, r *http.Request) {
 	}
 	interval, _ := time.ParseDuration(q.Get(cluster.LivenessHeartbeat))
 	if interval > 0 {
-		interval = min(max(interval, cluster.MinHeartbeat), cluster.MaxHeartbeat)
+		interval = max(min(interval, cluster.MaxHeartbeat, n.cfg.LivenessIdle/2), cluster.MinHeartbeat)
 		w.Header().Set(cluster.LivenessHeartbeatHeader, interval.String())
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -46,11 +61,13 @@ func (n *Node) liveness(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_, _ = fmt.Fprintln(w, n.cfg.ID)
 	_ = rc.Flush()
-	var beat <-chan time.Time
+	var beat, idle <-chan time.Time
 	if interval > 0 {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		beat = t.C
+	} else {
+		idle = n.after(n.cfg.LivenessIdle)
 	}
 	for {
 		select {
@@ -58,11 +75,20 @@ func (n *Node) liveness(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-n.ctx.Done():
 			return
+		case <-idle:
+			return // the caller connects again: that is its probe
 		case <-beat:
-			if _, err := w.Write([]byte("\n")); err != nil {
-				return
+			// A caller that does not read would otherwise hold this
+			// goroutine on a full socket forever.
+			_ = rc.SetWriteDeadline(time.Now().Add(n.cfg.LivenessIdle))
+			_, err := w.Write([]byte("\n"))
+			if err == nil {
+				err = rc.Flush()
 			}
-			if err := rc.Flush(); err != nil {
+			if err != nil {
+				if r.Context().Err() == nil && n.ctx.Err() == nil {
+					n.refuser.refuse(r.RemoteAddr, reasonLivenessStalled, "liveness stream ended: its heartbeat could not be written", "error", err.Error())
+				}
 				return
 			}
 		}

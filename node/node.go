@@ -43,6 +43,15 @@ type Node struct {
 	metrics *metrics
 	phases  *phases      // times opens and first appends (phases.go)
 	guard   *authz.Guard // nil without Config.Authz (authz.go)
+	// limits caps what unauthenticated peers hold (bounds.go); refuser
+	// logs and counts the node's own refusals, through refusals, the
+	// rate limit of every refusal's log line (refusallog.go).
+	limits   *peerLimits
+	refuser  refuser
+	refusals *refusalLimiter
+	// after times the liveness streams (time.After; tests replace it
+	// before Start).
+	after func(d time.Duration) <-chan time.Time
 	// consumers keeps the consumers' checkpoints and retainer releases
 	// the owned channels' logs (consumers.go); both nil without
 	// Config.Consumers. The retainer starts with the API.
@@ -109,8 +118,17 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 		return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
 	}
 	n.metrics = m
+	n.limits = newPeerLimits(cfg.MaxConnsPerPeer, cfg.MaxStreamsPerPeer)
+	n.refusals = newRefusalLimiter(cfg.RefusalLogInterval, time.Now, m.refusalLogsSuppressed)
+	refusalLog := slog.New(refusalHandler{next: n.log.Handler(), l: n.refusals})
+	n.refuser = refuser{log: refusalLog, refused: m.refused}
+	n.after = time.After
 	if cfg.Authz != nil {
-		if n.guard, err = authz.NewGuard(cfg.Authz, authz.GuardOptions{Logger: n.log}); err != nil {
+		var placed func(ctx context.Context, vchannel string) (string, error)
+		if cfg.Placement != nil {
+			placed = placedBy(cfg.Placement)
+		}
+		if n.guard, err = authz.NewGuard(cfg.Authz, authz.GuardOptions{Logger: refusalLog, Placed: placed}); err != nil {
 			m.unregister()
 			return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
 		}
@@ -214,10 +232,18 @@ func (n *Node) Start(ctx context.Context) error {
 		protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
 	}
 	mux.HandleFunc(cluster.LivenessPath, n.liveness)
-	n.srv = &http.Server{Handler: n.guarded(mux), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.cfg.TLS,
-		ErrorLog: newServerLog(n.log, n.metrics.handshakesRefused)}
+	n.srv = &http.Server{Handler: n.guarded(n.bounded(mux)), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.cfg.TLS,
+		IdleTimeout: n.cfg.IdleTimeout, ConnState: connState,
+		ErrorLog: newServerLog(n.refuser.log, n.metrics.handshakesRefused)}
+	ln = limitListener{Listener: ln, limits: n.limits, refuse: n.refuser}
 	n.accepting.Store(true)
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(n.cfg.RefusalLogInterval)
+		defer t.Stop()
+		n.refusals.run(n.ctx, n.log, t.C)
+	}()
 	go func() {
 		defer n.wg.Done()
 		serve := func() error { return n.srv.Serve(ln) }
@@ -439,6 +465,11 @@ type metrics struct {
 	dedup        *prometheus.CounterVec
 	// handshakesRefused counts the API's failed TLS handshakes (tlslog.go).
 	handshakesRefused *prometheus.CounterVec
+	// refused counts the node's own refusals (bounds.go), by reason;
+	// refusalLogsSuppressed the refusals' log lines not written
+	// (refusallog.go).
+	refused               *prometheus.CounterVec
+	refusalLogsSuppressed prometheus.Counter
 	// offDefault is how many channels were on a backend other than the
 	// default when the node started (Config.Chains).
 	offDefault prometheus.Gauge
@@ -458,10 +489,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "retries_total", Help: "Retried appends, by how they were resolved: memory, log (found an earlier copy), stored."}, []string{"resolved"}),
 		handshakesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
 			Name: "tls_handshakes_refused_total", Help: "TLS handshakes of the API that failed, by reason: no_client_certificate, expired_certificate, unknown_authority, bad_certificate, plaintext_client, closed_by_client, other."}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
+			Name: "refused_total", Help: "Connections and requests the node refused before authorization, by reason: too_many_connections, too_many_streams (an unauthenticated peer over its caps), no_node_identity (a liveness stream without a node's certificate), liveness_stalled (a liveness stream whose heartbeat could not be written)."}, []string{"reason"}),
+		refusalLogsSuppressed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
+			Name: "refusal_logs_suppressed_total", Help: "Refusals (of every kind) not logged because one of the same peer and reason was logged in the interval; the log says each count."}),
 		offDefault: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "streamwal", Subsystem: "node",
 			Name: "channels_off_default", Help: "Channels whose writable segment is on a backend entry other than the default, when the node started (walctl migrate moves them)."}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.sessionsLost, m.opens, m.dedup, m.handshakesRefused, m.offDefault}
+	for _, r := range []string{reasonTooManyConns, reasonTooManyStreams, reasonNoNodeIdentity, reasonLivenessStalled} {
+		m.refused.WithLabelValues(r)
+	}
+	m.collectors = []prometheus.Collector{m.requests, m.sessionsLost, m.opens, m.dedup, m.handshakesRefused, m.refused, m.refusalLogsSuppressed, m.offDefault}
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -23,6 +23,9 @@ const (
 	ReasonNoCredentials  = "no_credentials"
 	ReasonBadCredentials = "bad_credentials"
 	ReasonNoGrant        = "no_grant"
+	// ReasonVChannelElsewhere: a vchannel grant used on a pchannel the
+	// pool did not allocate the vchannel to (GuardOptions.Placed).
+	ReasonVChannelElsewhere = "vchannel_elsewhere"
 )
 
 // authnError is a failed authentication: a reason and what the client is

@@ -21,6 +21,7 @@ type Guard struct {
 	log     *slog.Logger
 	reg     prometheus.Registerer
 	refused *prometheus.CounterVec
+	placed  func(ctx context.Context, vchannel string) (string, error)
 }
 
 // GuardOptions are a Guard's dependencies.
@@ -30,6 +31,12 @@ type GuardOptions struct {
 	// Registerer receives streamwal_authz_refused_total; nil registers
 	// nothing (the counter still counts).
 	Registerer prometheus.Registerer
+	// Placed, when set, returns the pchannel the channel pool allocated
+	// a vchannel to ("" when it is allocated to none): a grant on a
+	// vchannel then holds only there (package doc, "Vchannels"). An
+	// error (the pool cannot be read) fails the request, refusing
+	// nothing. Nil: a vchannel grant holds on any pchannel.
+	Placed func(ctx context.Context, vchannel string) (string, error)
 }
 
 // NewGuard returns a guard of policy.
@@ -37,9 +44,9 @@ func NewGuard(policy *Policy, o GuardOptions) (*Guard, error) {
 	if policy == nil {
 		return nil, errors.New("authz: a guard needs a policy")
 	}
-	g := &Guard{log: o.Logger, reg: o.Registerer,
+	g := &Guard{log: o.Logger, reg: o.Registerer, placed: o.Placed,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "authz",
-			Name: "refused_total", Help: "Requests refused by authorization, by action and reason (no_credentials, bad_credentials, no_grant)."},
+			Name: "refused_total", Help: "Requests refused by authorization, by action and reason (no_credentials, bad_credentials, no_grant, vchannel_elsewhere)."},
 			[]string{"action", "reason"})}
 	g.policy.Store(policy)
 	if g.log == nil {
@@ -53,7 +60,7 @@ func NewGuard(policy *Policy, o GuardOptions) (*Guard, error) {
 	// Every series exists from the start, at 0, so that a rate over
 	// them is defined before the first refusal.
 	for _, a := range actions {
-		for _, r := range []string{ReasonNoCredentials, ReasonBadCredentials, ReasonNoGrant} {
+		for _, r := range []string{ReasonNoCredentials, ReasonBadCredentials, ReasonNoGrant, ReasonVChannelElsewhere} {
 			g.refused.WithLabelValues(string(a), r)
 		}
 	}
@@ -113,7 +120,7 @@ func (r *Refusal) Error() string { return r.msg }
 
 // Is matches the refusal's sentinel.
 func (r *Refusal) Is(target error) bool {
-	if r.Reason == ReasonNoGrant {
+	if r.Reason == ReasonNoGrant || r.Reason == ReasonVChannelElsewhere {
 		return target == ErrPermissionDenied
 	}
 	return target == ErrUnauthenticated
@@ -122,12 +129,18 @@ func (r *Refusal) Is(target error) bool {
 // Check decides a request from ctx (wrapped by Authenticate) for action on
 // pchannel ("" for every channel) under the vchannel rule (Principal.AllowsIn;
 // vchannels may be nil): nil if allowed, otherwise a *Refusal, logged and
-// counted once. peer is the client's address, for the log.
+// counted once. peer is the client's address, for the log. With
+// GuardOptions.Placed, a request allowed by vchannel grants alone is
+// refused unless every vchannel it names is allocated to pchannel; an
+// error finding out is returned as is (no *Refusal).
 func (g *Guard) Check(ctx context.Context, peer string, action Action, pchannel string, vchannels iter.Seq[string]) error {
 	pr, err := fromContext(ctx)
 	if err == nil {
 		if pr.AllowsIn(action, pchannel, vchannels) {
-			return nil
+			if g.placed == nil || pr.Allows(action, pchannel) {
+				return nil
+			}
+			return g.checkPlaced(ctx, peer, pr, action, pchannel, vchannels)
 		}
 		what := fmt.Sprintf("channel %q", pchannel)
 		if pchannel == "" {
@@ -154,6 +167,32 @@ func (g *Guard) CheckAny(ctx context.Context, peer string, a, b Action, pchannel
 		return nil
 	}
 	return g.Check(ctx, peer, a, pchannel, nil)
+}
+
+// checkPlaced refuses a request confined to vchannels (allowed by their
+// grants) unless the pool allocated each of them to pchannel.
+func (g *Guard) checkPlaced(ctx context.Context, peer string, pr Principal, action Action, pchannel string, vchannels iter.Seq[string]) error {
+	last := ""
+	for vc := range vchannels {
+		if vc == last {
+			continue // a batch of one vchannel's messages asks once
+		}
+		last = vc
+		at, err := g.placed(ctx, vc)
+		if err != nil {
+			return errors.Wrapf(err, "authz: which pchannel holds vchannel %q", vc)
+		}
+		if at == pchannel {
+			continue
+		}
+		where := fmt.Sprintf("the pool allocated it to %q", at)
+		if at == "" {
+			where = "the pool has not allocated it"
+		}
+		msg := fmt.Sprintf("permission denied: principal %q may %s vchannel %q only on its pchannel, not on %q (%s)", pr.Name, action, vc, pchannel, where)
+		return g.refuse(ctx, peer, &Refusal{Principal: pr.Name, Action: action, Channel: pchannel, Reason: ReasonVChannelElsewhere, msg: msg})
+	}
+	return nil
 }
 
 func (g *Guard) refuse(ctx context.Context, peer string, r *Refusal) error {
