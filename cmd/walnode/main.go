@@ -330,7 +330,8 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root, TLS: sec.server,
 		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
 		Chains:    &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe, AfterStep: crashAfter[chainwal.Step](p.crashAfter, logger)},
-		Consumers: checkpoints, Retention: retain, RetentionAfterStep: crashAfter[retention.Step](p.crashAfter, logger)})
+		Consumers: checkpoints, Retention: retain, RetentionAfterStep: crashAfter[retention.Step](p.crashAfter, logger),
+		Placement: pl})
 	if err != nil {
 		return err
 	}
