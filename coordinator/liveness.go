@@ -60,6 +60,12 @@ func (k eventKind) String() string {
 	return "eventKind(?)"
 }
 
+// errNotANode: the node refused the liveness stream (403): where it
+// verifies client certificates, only a node's may hold it, and the
+// certificate this coordinator presents is not one. That proves nothing
+// about the node's process.
+var errNotANode = errors.New("liveness stream refused: the coordinator's certificate is not a node's")
+
 // liveness watches nodes' processes.
 type liveness struct {
 	// dial connects to a node's address (a net.Dialer bounded by the probe
@@ -139,6 +145,7 @@ func (l liveness) watch(ctx context.Context, reg registration, report func(kind 
 			return wait
 		},
 	}
+	told := false // errNotANode was logged
 	for attempt := 0; ctx.Err() == nil; {
 		held, err := l.hold(ctx, reg, ear, func() { tell(eventAlive, l.now(), since) })
 		if ctx.Err() != nil {
@@ -153,6 +160,14 @@ func (l liveness) watch(ctx context.Context, reg registration, report func(kind 
 			// The stream ended: probe at once.
 			since, attempt = now, 0
 			continue
+		}
+		if errors.Is(err, errNotANode) && !told {
+			// Nothing will change until the certificate does: say it
+			// once, loud, rather than at Debug on every attempt.
+			told = true
+			l.log.Warn("the node refuses this coordinator's liveness stream: its certificate is not a node's "+
+				"(walctl certs create-node makes one); failure detection of this node falls back to its lease",
+				"node", reg.node, "addr", reg.addr, "error", err)
 		}
 		l.log.Debug("liveness attempt proved nothing", "node", reg.node, "addr", reg.addr, "error", err)
 		tell(eventSuspect, now, since)
@@ -249,6 +264,9 @@ func (l liveness) hold(ctx context.Context, reg registration, ear *ear, establis
 		return false, errors.Wrap(err, "read liveness answer")
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode == http.StatusForbidden {
+		return false, errors.Wrapf(errNotANode, "liveness answer %s", resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return false, errors.Newf("liveness answer %s", resp.Status)
 	}

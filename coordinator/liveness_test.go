@@ -5,7 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,4 +203,48 @@ func TestWatchSilence(t *testing.T) {
 	})
 	require.True(t, held)
 	require.Error(t, err)
+}
+
+// warnings counts the Warn records whose message contains a text.
+type warnings struct {
+	text string
+	n    atomic.Int64
+}
+
+func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnings) WithGroup(string) slog.Handler            { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, w.text) {
+		w.n.Add(1)
+	}
+	return nil
+}
+
+// A node that refuses the liveness stream (403: the coordinator's
+// certificate is not a node's) is suspect, never dead nor alive, and the
+// watch says why once, at Warn, however often it tries.
+func TestWatchRefusedNotANode(t *testing.T) {
+	var asked atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.Error(w, "only a node may hold it", http.StatusForbidden)
+	}))
+	defer srv.Close()
+	warned := &warnings{text: "certificate is not a node's"}
+	lv := liveness{dial: dialer(time.Second), timeout: time.Second, now: time.Now, log: slog.New(warned),
+		retry: backoff.Config{Initial: time.Millisecond, Max: time.Millisecond}}
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan eventKind, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lv.watch(ctx, registration{node: "n1", addr: srv.Listener.Addr().String()}, func(k eventKind, _, _ time.Time) { events <- k })
+	}()
+	require.Equal(t, eventSuspect, <-events)
+	require.Eventually(t, func() bool { return asked.Load() >= 5 }, 10*time.Second, time.Millisecond)
+	cancel()
+	<-done
+	require.Empty(t, events, "suspect only, reported once")
+	require.EqualValues(t, 1, warned.n.Load())
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/cockroachdb/errors"
@@ -16,7 +17,10 @@ import (
 )
 
 // bounds.go: what one peer that has not authenticated may hold. A peer is
-// an IP address. Connections are counted from accept: one over
+// an IP address. With TLS, a peer whose handshakes fail faster than
+// Config.FailedHandshakesPerPeer a second (beyond a burst of four
+// seconds' worth) has its connections closed at accept until it slows
+// down (handshakeBudget). Connections are counted from accept: one over
 // Config.MaxConnsPerPeer is closed at once, before its TLS handshake; a
 // connection whose handshake verified a client certificate stops
 // counting (its peer is known: the CA vouched for it). Requests in flight
@@ -32,6 +36,7 @@ const (
 	reasonTooManyStreams  = "too_many_streams"
 	reasonNoNodeIdentity  = "no_node_identity"
 	reasonLivenessStalled = "liveness_stalled"
+	reasonBadHandshakes   = "failed_handshakes"
 )
 
 // peerLimits counts what each peer holds. Safe for concurrent use.
@@ -79,10 +84,12 @@ func (r refuser) refuse(peer, reason, msg string, attrs ...any) {
 	r.log.Warn(msg, append([]any{"peer", peer, "reason", reason}, attrs...)...)
 }
 
-// limitListener closes at once each connection over its peer's cap.
+// limitListener closes at once each connection over its peer's cap, or
+// from a peer out of failed handshakes (budget; nil without TLS).
 type limitListener struct {
 	net.Listener
 	limits *peerLimits
+	budget *handshakeBudget
 	refuse refuser
 }
 
@@ -93,6 +100,11 @@ func (l limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		peer := peerHost(c.RemoteAddr().String())
+		if l.budget != nil && l.budget.exhausted(peer) {
+			_ = c.Close()
+			l.refuse.refuse(c.RemoteAddr().String(), reasonBadHandshakes, "connection refused: too many failed TLS handshakes from this peer", "per_second", l.budget.rate)
+			continue
+		}
 		if !l.limits.take(l.limits.conns, peer, l.limits.maxConns) {
 			_ = c.Close()
 			l.refuse.refuse(c.RemoteAddr().String(), reasonTooManyConns, "connection refused: too many from this peer", "max", l.limits.maxConns)
@@ -183,4 +195,79 @@ func (n *Node) authenticated(r *http.Request) bool {
 // for a node's.
 func verifiesClients(c *tls.Config) bool {
 	return c != nil && (c.ClientAuth == tls.VerifyClientCertIfGiven || c.ClientAuth == tls.RequireAndVerifyClientCert)
+}
+
+// handshakeBudget is, per peer, a bucket of failed TLS handshakes: each
+// failure takes a token, tokens come back at rate per second up to burst.
+// A peer with no token left has its connections closed at accept, before
+// their handshake: a flood of bad handshakes then costs the node an
+// accept and a close each, not a signature and a certificate
+// verification. A client with a good certificate behind the same address
+// is turned away with it until tokens come back.
+type handshakeBudget struct {
+	rate, burst float64
+	now         func() time.Time
+
+	mu    sync.Mutex
+	peers map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// maxBudgetPeers bounds the table: beyond it, full buckets are dropped
+// (they are the same as none), and if that is not enough, all of them
+// (the budget fails open rather than grow without bound).
+const maxBudgetPeers = 16384
+
+func newHandshakeBudget(perSecond int, now func() time.Time) *handshakeBudget {
+	return &handshakeBudget{rate: float64(perSecond), burst: 4 * float64(perSecond), now: now, peers: map[string]*bucket{}}
+}
+
+// refill brings b to now. Assumes h.mu is held.
+func (h *handshakeBudget) refill(b *bucket, now time.Time) {
+	b.tokens = min(h.burst, b.tokens+now.Sub(b.at).Seconds()*h.rate)
+	b.at = now
+}
+
+// failed takes a token from peer's bucket.
+func (h *handshakeBudget) failed(peer string) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.peers[peer]
+	if b == nil {
+		if len(h.peers) >= maxBudgetPeers {
+			for p, o := range h.peers {
+				if h.refill(o, now); o.tokens >= h.burst {
+					delete(h.peers, p)
+				}
+			}
+			if len(h.peers) >= maxBudgetPeers {
+				clear(h.peers)
+			}
+		}
+		b = &bucket{tokens: h.burst, at: now}
+		h.peers[peer] = b
+	}
+	h.refill(b, now)
+	b.tokens = max(b.tokens-1, -1)
+}
+
+// exhausted reports whether peer has no token left.
+func (h *handshakeBudget) exhausted(peer string) bool {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.peers[peer]
+	if b == nil {
+		return false
+	}
+	h.refill(b, now)
+	if b.tokens >= h.burst {
+		delete(h.peers, peer)
+	}
+	return b.tokens < 1
 }

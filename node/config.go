@@ -105,6 +105,11 @@ type Config struct {
 	// once from one unauthenticated peer; default 256. Over it a request
 	// is refused with ResourceExhausted (HTTP 429 outside the RPC API).
 	MaxStreamsPerPeer int
+	// FailedHandshakesPerPeer is how many failed TLS handshakes a second
+	// one peer may make (after a burst of four times as many) before its
+	// connections are closed at accept, until it slows down; default 16.
+	// A node behind a TCP proxy sees every client as one peer: raise it.
+	FailedHandshakesPerPeer int
 	// LivenessIdle bounds a liveness stream on which the node writes
 	// nothing: a heartbeat not written within it (the caller does not
 	// read) ends the stream, a stream without heartbeats ends after it
@@ -129,6 +134,7 @@ const (
 
 	DefaultMaxConnsPerPeer    = 64
 	DefaultMaxStreamsPerPeer  = 256
+	DefaultFailedHandshakes   = 16
 	DefaultLivenessIdle       = 30 * time.Second
 	DefaultIdleTimeout        = 2 * time.Minute
 	DefaultRefusalLogInterval = 10 * time.Second
@@ -148,8 +154,9 @@ func (c Config) Validate() error {
 	if c.StallAfter < 0 {
 		return errors.Wrapf(ErrInvalidConfig, "negative StallAfter %s", c.StallAfter)
 	}
-	if c.MaxConnsPerPeer < 0 || c.MaxStreamsPerPeer < 0 {
-		return errors.Wrapf(ErrInvalidConfig, "negative MaxConnsPerPeer %d or MaxStreamsPerPeer %d", c.MaxConnsPerPeer, c.MaxStreamsPerPeer)
+	if c.MaxConnsPerPeer < 0 || c.MaxStreamsPerPeer < 0 || c.FailedHandshakesPerPeer < 0 {
+		return errors.Wrapf(ErrInvalidConfig, "negative MaxConnsPerPeer %d, MaxStreamsPerPeer %d or FailedHandshakesPerPeer %d",
+			c.MaxConnsPerPeer, c.MaxStreamsPerPeer, c.FailedHandshakesPerPeer)
 	}
 	if c.LivenessIdle < 0 || c.IdleTimeout < 0 || c.RefusalLogInterval < 0 {
 		return errors.Wrapf(ErrInvalidConfig, "negative LivenessIdle %s, IdleTimeout %s or RefusalLogInterval %s", c.LivenessIdle, c.IdleTimeout, c.RefusalLogInterval)
@@ -187,6 +194,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxStreamsPerPeer == 0 {
 		c.MaxStreamsPerPeer = DefaultMaxStreamsPerPeer
+	}
+	if c.FailedHandshakesPerPeer == 0 {
+		c.FailedHandshakesPerPeer = DefaultFailedHandshakes
 	}
 	if c.LivenessIdle == 0 {
 		c.LivenessIdle = DefaultLivenessIdle

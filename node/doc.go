@@ -42,9 +42,38 @@
 // mapping): a connect interceptor decides each RPC from its decoded
 // request before the service sees it, so a refused request never reaches
 // the WAL; /metrics and /admin/channels are checked in front of their
-// handlers; /healthz and the liveness stream stay open. A refusal is
+// handlers; /healthz stays open, and the liveness stream takes a node's
+// certificate when the API verifies client certificates. A refusal is
 // Unauthenticated or PermissionDenied, and for an append carries the
-// not_stored outcome.
+// not_stored outcome. With Config.Placement (the channel pool) a vchannel
+// grant holds only on the pchannel the pool allocated the vchannel to.
+//
+// # Bounds
+//
+// Nothing a peer that has not authenticated does is unbounded
+// (bounds.go). A peer is an IP address; one that presented a verified
+// client certificate, or a token of the policy, is not capped.
+//
+//	connections at once          Config.MaxConnsPerPeer (64): more are
+//	                             closed at accept
+//	requests in flight           Config.MaxStreamsPerPeer (256): more are
+//	                             ResourceExhausted (429 outside the API)
+//	failed TLS handshakes        Config.FailedHandshakesPerPeer a second
+//	                             (16, burst 64): beyond, its connections
+//	                             are closed at accept until it slows down
+//	an idle connection           Config.IdleTimeout (2m)
+//	request headers              10s
+//	a liveness stream            ends when nothing could be written on it
+//	                             for Config.LivenessIdle (30s)
+//
+// Each refusal is counted in streamwal_node_refused_total{reason}. Every
+// refusal's log line (these, refused handshakes, authorization's) is
+// rate-limited per peer and reason (refusallog.go): one line per
+// Config.RefusalLogInterval (10s), the rest counted in
+// streamwal_node_refusal_logs_suppressed_total and said in one line
+// ("suppressed similar refusals", with the count) when the interval is
+// over. A read that tails a channel may stay open and quiet as long as
+// its client wants: it counts against its peer's requests in flight.
 //
 // # Errors
 //

@@ -232,10 +232,16 @@ func (n *Node) Start(ctx context.Context) error {
 		protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
 	}
 	mux.HandleFunc(cluster.LivenessPath, n.liveness)
+	var budget *handshakeBudget
+	var failed func(peer string)
+	if n.cfg.TLS != nil {
+		budget = newHandshakeBudget(n.cfg.FailedHandshakesPerPeer, time.Now)
+		failed = budget.failed
+	}
 	n.srv = &http.Server{Handler: n.guarded(n.bounded(mux)), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.cfg.TLS,
 		IdleTimeout: n.cfg.IdleTimeout, ConnState: connState,
-		ErrorLog: newServerLog(n.refuser.log, n.metrics.handshakesRefused)}
-	ln = limitListener{Listener: ln, limits: n.limits, refuse: n.refuser}
+		ErrorLog: newServerLog(n.refuser.log, n.metrics.handshakesRefused, failed)}
+	ln = limitListener{Listener: ln, limits: n.limits, budget: budget, refuse: n.refuser}
 	n.accepting.Store(true)
 	n.wg.Add(4)
 	go func() {
@@ -490,13 +496,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		handshakesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
 			Name: "tls_handshakes_refused_total", Help: "TLS handshakes of the API that failed, by reason: no_client_certificate, expired_certificate, unknown_authority, bad_certificate, plaintext_client, closed_by_client, other."}, []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
-			Name: "refused_total", Help: "Connections and requests the node refused before authorization, by reason: too_many_connections, too_many_streams (an unauthenticated peer over its caps), no_node_identity (a liveness stream without a node's certificate), liveness_stalled (a liveness stream whose heartbeat could not be written)."}, []string{"reason"}),
+			Name: "refused_total", Help: "Connections and requests the node refused before authorization, by reason: too_many_connections, too_many_streams (an unauthenticated peer over its caps), failed_handshakes (a connection of a peer whose TLS handshakes failed too fast, closed at accept), no_node_identity (a liveness stream without a node's certificate), liveness_stalled (a liveness stream whose heartbeat could not be written)."}, []string{"reason"}),
 		refusalLogsSuppressed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "streamwal", Subsystem: "node",
 			Name: "refusal_logs_suppressed_total", Help: "Refusals (of every kind) not logged because one of the same peer and reason was logged in the interval; the log says each count."}),
 		offDefault: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "streamwal", Subsystem: "node",
 			Name: "channels_off_default", Help: "Channels whose writable segment is on a backend entry other than the default, when the node started (walctl migrate moves them)."}),
 	}
-	for _, r := range []string{reasonTooManyConns, reasonTooManyStreams, reasonNoNodeIdentity, reasonLivenessStalled} {
+	for _, r := range []string{reasonTooManyConns, reasonTooManyStreams, reasonNoNodeIdentity, reasonLivenessStalled, reasonBadHandshakes} {
 		m.refused.WithLabelValues(r)
 	}
 	m.collectors = []prometheus.Collector{m.requests, m.sessionsLost, m.opens, m.dedup, m.handshakesRefused, m.refused, m.refusalLogsSuppressed, m.offDefault}

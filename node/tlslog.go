@@ -48,6 +48,9 @@ func handshakeReason(text string) string {
 type serverLog struct {
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+	// failed, when set, is told the peer of each refused handshake
+	// (handshakeBudget.failed).
+	failed func(peer string)
 }
 
 func (s serverLog) Write(p []byte) (int, error) {
@@ -64,11 +67,14 @@ func (s serverLog) Write(p []byte) (int, error) {
 	}
 	label := handshakeReason(reason)
 	s.refused.WithLabelValues(label).Inc()
+	if s.failed != nil {
+		s.failed(peerHost(peer))
+	}
 	s.log.Warn("tls handshake refused", "peer", peer, "reason", label, "error", reason)
 	return len(p), nil
 }
 
 // newServerLog returns the *log.Logger an http.Server takes as ErrorLog.
-func newServerLog(logger *slog.Logger, refused *prometheus.CounterVec) *log.Logger {
-	return log.New(serverLog{log: logger, refused: refused}, "", 0)
+func newServerLog(logger *slog.Logger, refused *prometheus.CounterVec, failed func(peer string)) *log.Logger {
+	return log.New(serverLog{log: logger, refused: refused, failed: failed}, "", 0)
 }

@@ -13,7 +13,7 @@ import (
 // its label; other server log lines are not counted.
 func TestServerLogCountsHandshakes(t *testing.T) {
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "refused"}, []string{"reason"})
-	l := newServerLog(slog.New(slog.DiscardHandler), refused)
+	l := newServerLog(slog.New(slog.DiscardHandler), refused, nil)
 	for line, reason := range map[string]string{
 		"http: TLS handshake error from 127.0.0.1:5555: tls: client didn't provide a certificate":                                             "no_client_certificate",
 		"http: TLS handshake error from 127.0.0.1:5555: remote error: tls: certificate required":                                              "no_client_certificate",

@@ -126,6 +126,8 @@ type security struct {
 	insecure                            bool
 	etcdCA, etcdCert, etcdKey           string
 	etcdUser, etcdPasswordFile          string
+	// Per unauthenticated peer (node.Config; 0: the node's defaults).
+	maxConnsPerPeer, maxStreamsPerPeer, failedHandshakesPerPeer int
 }
 
 func main() {
@@ -188,6 +190,9 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.etcdKey, "etcd-key", "", "PEM private key of -etcd-cert")
 	fs.StringVar(&p.etcdUser, "etcd-user", "", "etcd user name (its password from -etcd-password-file or $"+etcdPasswordEnv+")")
 	fs.StringVar(&p.etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password")
+	fs.IntVar(&p.maxConnsPerPeer, "max-conns-per-peer", 0, "connections at once from one IP address without a verified client certificate (default 64)")
+	fs.IntVar(&p.maxStreamsPerPeer, "max-streams-per-peer", 0, "requests in flight from one unauthenticated IP address (default 256)")
+	fs.IntVar(&p.failedHandshakesPerPeer, "failed-handshakes-per-peer", 0, "failed TLS handshakes a second from one IP address before its connections are closed at accept (default 16; raise it behind a TCP proxy)")
 	if err := fs.Parse(args); err != nil {
 		return params{}, nil, err
 	}
@@ -331,7 +336,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
 		Chains:    &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe, AfterStep: crashAfter[chainwal.Step](p.crashAfter, logger)},
 		Consumers: checkpoints, Retention: retain, RetentionAfterStep: crashAfter[retention.Step](p.crashAfter, logger),
-		Placement: pl})
+		Placement: pl, MaxConnsPerPeer: p.maxConnsPerPeer, MaxStreamsPerPeer: p.maxStreamsPerPeer, FailedHandshakesPerPeer: p.failedHandshakesPerPeer})
 	if err != nil {
 		return err
 	}

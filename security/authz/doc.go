@@ -84,6 +84,15 @@
 // each of them. The same rule holds for every action; one name is never
 // authorized by another's grant in any other way.
 //
+// A vchannel lives in one pchannel: the one the channel pool allocated it
+// to. With GuardOptions.Placed (a node with the pool, as walnode runs), a
+// request allowed by vchannel grants alone is refused (PermissionDenied,
+// reason vchannel_elsewhere) unless the pool allocated every vchannel it
+// names to the pchannel it names: a producer granted "orders-*" appends
+// messages of orders-x into orders-x's pchannel only, never into another
+// pchannel whose readers would see them. A grant on the pchannel itself
+// still covers whatever vchannel its messages carry.
+//
 // # Principals
 //
 // A principal is a name. A request is authenticated
@@ -135,9 +144,15 @@
 //	                              describe every channel of the node
 //	GET /metrics                  read or admin on every channel ("*")
 //	GET /healthz                  open: says "ok" or why not, nothing more
-//	cluster.LivenessPath          open: the coordinator's failure detection
-//	                              holds it; it carries the node's ID only,
-//	                              takes no input and changes nothing
+//	cluster.LivenessPath          the coordinator's failure detection holds
+//	                              it; it carries the node's ID only, takes
+//	                              no input and changes nothing. Where the
+//	                              node verifies client certificates, only a
+//	                              node's certificate may hold it (NodeName:
+//	                              a certificate with the server-auth key
+//	                              usage, as package certs issues to nodes);
+//	                              otherwise it is open, bounded like every
+//	                              unauthenticated request (package node)
 //
 // A request without credentials, or with a token that matches none, is
 // Unauthenticated (HTTP 401 outside the RPC API); an authenticated request
@@ -146,10 +161,12 @@
 //
 // # Audit
 //
-// Every refused request is logged once, at Warn, with the principal ("" if
+// Every refused request is logged, at Warn, with the principal ("" if
 // none), the action, the channel, the reason and the peer's address, and
 // counted in streamwal_authz_refused_total{action, reason}, where reason is
-// one of no_credentials, bad_credentials, no_grant. Allowed requests are
+// one of no_credentials, bad_credentials, no_grant, vchannel_elsewhere. The
+// node rate-limits these lines per peer and reason (the count is exact;
+// the log says how many lines it left out). Allowed requests are
 // neither logged nor counted here (the node counts its requests).
 //
 // # Administrative actions

@@ -1,0 +1,68 @@
+package node
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// A peer's failed handshakes are a bucket: a burst of four seconds'
+// worth, then rate a second; a quiet peer gets its tokens back, and its
+// entry goes.
+func TestHandshakeBudget(t *testing.T) {
+	now := time.Unix(0, 0)
+	h := newHandshakeBudget(2, func() time.Time { return now })
+	for range 7 {
+		h.failed("10.0.0.1")
+	}
+	require.False(t, h.exhausted("10.0.0.1"), "one token left of the burst of 8")
+	h.failed("10.0.0.1")
+	require.True(t, h.exhausted("10.0.0.1"))
+	require.False(t, h.exhausted("10.0.0.2"), "another peer")
+	now = now.Add(250 * time.Millisecond)
+	require.True(t, h.exhausted("10.0.0.1"), "half a token back")
+	now = now.Add(250 * time.Millisecond)
+	require.False(t, h.exhausted("10.0.0.1"), "a token back: rate 2 a second")
+	now = now.Add(time.Hour)
+	require.False(t, h.exhausted("10.0.0.1"))
+	require.Empty(t, h.peers, "a full bucket is no entry")
+}
+
+// The limiter lets one line per key through per interval, says how many
+// it suppressed on the next line or when the interval is over, and shares
+// one key per reason once its table is full.
+func TestRefusalLimiter(t *testing.T) {
+	now := time.Unix(0, 0)
+	suppressed := prometheus.NewCounter(prometheus.CounterOpts{Name: "s"})
+	l := newRefusalLimiter(time.Second, func() time.Time { return now }, suppressed)
+	l.maxKeys = 2
+	a := refusalKey{"10.0.0.1", "no_grant"}
+	write, prior := l.admit(a, now)
+	require.True(t, write)
+	require.Zero(t, prior)
+	for range 3 {
+		write, _ = l.admit(a, now)
+		require.False(t, write)
+	}
+	require.Empty(t, l.expired(now, false), "the interval is not over")
+	now = now.Add(time.Second)
+	write, prior = l.admit(a, now)
+	require.True(t, write)
+	require.Equal(t, 3, prior, "said on the next line")
+	l.admit(a, now)
+	now = now.Add(time.Second)
+	require.Equal(t, map[refusalKey]int{a: 1}, l.expired(now, false), "or when the interval is over")
+	require.Empty(t, l.keys)
+
+	l.admit(refusalKey{"10.0.0.1", "r"}, now)
+	l.admit(refusalKey{"10.0.0.2", "r"}, now)
+	write, _ = l.admit(refusalKey{"10.0.0.3", "r"}, now)
+	require.True(t, write, "a new key beyond the table's size: the shared one, first line")
+	write, _ = l.admit(refusalKey{"10.0.0.4", "r"}, now)
+	require.False(t, write, "the shared key's interval")
+	require.Equal(t, map[refusalKey]int{{"*", "r"}: 1}, l.expired(now, true))
+	require.EqualValues(t, 5, testutil.ToFloat64(suppressed))
+}
