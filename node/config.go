@@ -99,10 +99,10 @@ type Config struct {
 	// a request with a token of the policy) is not capped.
 
 	// MaxConnsPerPeer caps the connections open at once from one peer
-	// not authenticated by a client certificate; default 64.
+	// not authenticated by a client certificate; default 256 (a plaintext client makes one per request in flight).
 	MaxConnsPerPeer int
 	// MaxStreamsPerPeer caps the requests (RPCs, streams) in flight at
-	// once from one unauthenticated peer; default 256. Over it a request
+	// once from one unauthenticated peer; default 1024. Over it a request
 	// is refused with ResourceExhausted (HTTP 429 outside the RPC API).
 	MaxStreamsPerPeer int
 	// FailedHandshakesPerPeer is how many failed TLS handshakes a second
@@ -132,8 +132,8 @@ const (
 	DefaultDedupKeys  = 100_000
 	DefaultStallAfter = 10 * time.Second
 
-	DefaultMaxConnsPerPeer    = 64
-	DefaultMaxStreamsPerPeer  = 256
+	DefaultMaxConnsPerPeer    = 256
+	DefaultMaxStreamsPerPeer  = 1024
 	DefaultFailedHandshakes   = 16
 	DefaultLivenessIdle       = 30 * time.Second
 	DefaultIdleTimeout        = 2 * time.Minute

@@ -54,9 +54,9 @@
 // (bounds.go). A peer is an IP address; one that presented a verified
 // client certificate, or a token of the policy, is not capped.
 //
-//	connections at once          Config.MaxConnsPerPeer (64): more are
+//	connections at once          Config.MaxConnsPerPeer (256): more are
 //	                             closed at accept
-//	requests in flight           Config.MaxStreamsPerPeer (256): more are
+//	requests in flight           Config.MaxStreamsPerPeer (1024): more are
 //	                             ResourceExhausted (429 outside the API)
 //	failed TLS handshakes        Config.FailedHandshakesPerPeer a second
 //	                             (16, burst 64): beyond, its connections

@@ -190,8 +190,8 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.etcdKey, "etcd-key", "", "PEM private key of -etcd-cert")
 	fs.StringVar(&p.etcdUser, "etcd-user", "", "etcd user name (its password from -etcd-password-file or $"+etcdPasswordEnv+")")
 	fs.StringVar(&p.etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password")
-	fs.IntVar(&p.maxConnsPerPeer, "max-conns-per-peer", 0, "connections at once from one IP address without a verified client certificate (default 64)")
-	fs.IntVar(&p.maxStreamsPerPeer, "max-streams-per-peer", 0, "requests in flight from one unauthenticated IP address (default 256)")
+	fs.IntVar(&p.maxConnsPerPeer, "max-conns-per-peer", 0, "connections at once from one IP address without a verified client certificate (default 256)")
+	fs.IntVar(&p.maxStreamsPerPeer, "max-streams-per-peer", 0, "requests in flight from one unauthenticated IP address (default 1024)")
 	fs.IntVar(&p.failedHandshakesPerPeer, "failed-handshakes-per-peer", 0, "failed TLS handshakes a second from one IP address before its connections are closed at accept (default 16; raise it behind a TCP proxy)")
 	if err := fs.Parse(args); err != nil {
 		return params{}, nil, err
