@@ -2,6 +2,7 @@ package node
 
 import (
 	"crypto/tls"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -155,10 +156,14 @@ func connState(c net.Conn, state http.ConnState) {
 }
 
 // bounded caps the requests in flight of each unauthenticated peer
-// (inside guarded: the authentication is known). Without a policy, only
-// a verified client certificate authenticates.
+// (inside guarded: the authentication is known; without a policy, only a
+// verified client certificate authenticates), and bounds the time any
+// request may take to send its body (Config.RequestReadTimeout): a client
+// that sends headers and then trickles its body, or stops, does not hold
+// the request open.
 func (n *Node) bounded(h http.Handler) http.Handler {
 	errs := connect.NewErrorWriter()
+	h = n.bodyBounded(h)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.authenticated(r) {
 			h.ServeHTTP(w, r)
@@ -179,6 +184,42 @@ func (n *Node) bounded(h http.Handler) http.Handler {
 		defer n.limits.give(n.limits.streams, peer)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// bodyBounded puts a read deadline on each request with a body, lifted
+// once the body has been read: a server stream (Read) then stays open as
+// long as its client wants, and on HTTP/1.1 the connection's read that
+// watches for the client going away is not cut short. A request without a
+// body has nothing to wait for (and on HTTP/1.1 that read has begun
+// already: a deadline would cut the request).
+func (n *Node) bodyBounded(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(n.cfg.RequestReadTimeout)) == nil {
+			r.Body = &boundedBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// boundedBody lifts its request's read deadline when the body ends.
+type boundedBody struct {
+	io.ReadCloser
+	lift   func()
+	lifted bool
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.lifted {
+		b.lifted = true
+		b.lift()
+	}
+	return n, err
 }
 
 // authenticated reports whether r comes from a peer that authenticated:

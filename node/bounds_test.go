@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/node"
@@ -282,4 +283,46 @@ func TestIdleConnectionClosed(t *testing.T) {
 	_ = resp.Body.Close()
 	_, err = r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the node closed the idle connection (a deadline error means it did not)")
+}
+
+// TestRequestBodyBounded: a request whose body stops coming is ended
+// after Config.RequestReadTimeout; a tailing read, whose body was read at
+// once, stays open past it and delivers what is appended later.
+func TestRequestBodyBounded(t *testing.T) {
+	c := newTestCluster(t)
+	const bound = 50 * time.Millisecond
+	n, _, _ := c.startConfigured(t, node.Config{RequestReadTimeout: bound}, nil)
+	c.assign("orders", "n1", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	conn, err := net.Dial("tcp", n.Addr())
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(testTimeout)))
+	_, err = io.WriteString(conn, "POST /streamwal.v1.WALService/Append HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "the node answered the stalled request (a deadline error means it waited for the body)")
+	_ = resp.Body.Close()
+	require.NotEqual(t, http.StatusOK, resp.StatusCode)
+
+	_, err = apiClient(n).Append(ctx, appendReq("orders", "first", ""))
+	require.NoError(t, err)
+	stream, err := apiClient(n).Read(ctx, connect.NewRequest(&streamwalv1.ReadRequest{Channel: "orders"}))
+	require.NoError(t, err)
+	defer func() { _ = stream.Close() }()
+	require.True(t, stream.Receive(), "%v", stream.Err())
+	require.Equal(t, "first", string(stream.Msg().GetMessages()[0].GetPayload()))
+	time.Sleep(4 * bound) // past the bound: a deadline left on the read would have cut it by now
+	_, err = apiClient(n).Append(ctx, appendReq("orders", "later", ""))
+	require.NoError(t, err)
+	for stream.Receive() {
+		for _, m := range stream.Msg().GetMessages() {
+			if string(m.GetPayload()) == "later" {
+				return
+			}
+		}
+	}
+	t.Fatalf("the tailing read ended: %v", stream.Err())
 }

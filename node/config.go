@@ -116,6 +116,10 @@ type Config struct {
 	// (the coordinator connects again at once), and heartbeats are at
 	// most half of it apart; default 30s.
 	LivenessIdle time.Duration
+	// RequestReadTimeout bounds the time a request may take to send its
+	// body (an append's messages; a read's request): past it, the request
+	// fails; default 1m.
+	RequestReadTimeout time.Duration
 	// IdleTimeout closes a connection with no request in flight after
 	// that long; default 2m.
 	IdleTimeout time.Duration
@@ -137,6 +141,7 @@ const (
 	DefaultFailedHandshakes   = 16
 	DefaultLivenessIdle       = 30 * time.Second
 	DefaultIdleTimeout        = 2 * time.Minute
+	DefaultRequestReadTimeout = time.Minute
 	DefaultRefusalLogInterval = 10 * time.Second
 )
 
@@ -158,8 +163,9 @@ func (c Config) Validate() error {
 		return errors.Wrapf(ErrInvalidConfig, "negative MaxConnsPerPeer %d, MaxStreamsPerPeer %d or FailedHandshakesPerPeer %d",
 			c.MaxConnsPerPeer, c.MaxStreamsPerPeer, c.FailedHandshakesPerPeer)
 	}
-	if c.LivenessIdle < 0 || c.IdleTimeout < 0 || c.RefusalLogInterval < 0 {
-		return errors.Wrapf(ErrInvalidConfig, "negative LivenessIdle %s, IdleTimeout %s or RefusalLogInterval %s", c.LivenessIdle, c.IdleTimeout, c.RefusalLogInterval)
+	if c.LivenessIdle < 0 || c.IdleTimeout < 0 || c.RequestReadTimeout < 0 || c.RefusalLogInterval < 0 {
+		return errors.Wrapf(ErrInvalidConfig, "negative LivenessIdle %s, IdleTimeout %s, RequestReadTimeout %s or RefusalLogInterval %s",
+			c.LivenessIdle, c.IdleTimeout, c.RequestReadTimeout, c.RefusalLogInterval)
 	}
 	if c.Registerer != nil && c.Gatherer == nil {
 		return errors.Wrap(ErrInvalidConfig, "a Registerer of your own needs its Gatherer to serve /metrics")
@@ -200,6 +206,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LivenessIdle == 0 {
 		c.LivenessIdle = DefaultLivenessIdle
+	}
+	if c.RequestReadTimeout == 0 {
+		c.RequestReadTimeout = DefaultRequestReadTimeout
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout

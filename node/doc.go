@@ -63,6 +63,7 @@
 //	                             are closed at accept until it slows down
 //	an idle connection           Config.IdleTimeout (2m)
 //	request headers              10s
+//	a request's body             Config.RequestReadTimeout (1m)
 //	a liveness stream            ends when nothing could be written on it
 //	                             for Config.LivenessIdle (30s)
 //
