@@ -18,7 +18,7 @@ import (
 )
 
 // bounds.go: what one peer that has not authenticated may hold. A peer is
-// an IP address. With TLS, a peer whose handshakes fail faster than
+// an IP address, an IPv6 one's /64 (peerHost). With TLS, a peer whose handshakes fail faster than
 // Config.FailedHandshakesPerPeer a second (beyond a burst of four
 // seconds' worth) has its connections closed at accept until it slows
 // down (handshakeBudget). Connections are counted from accept: one over

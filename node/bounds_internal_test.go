@@ -66,3 +66,18 @@ func TestRefusalLimiter(t *testing.T) {
 	require.Equal(t, map[refusalKey]int{{"*", "r"}: 1}, l.expired(now, true))
 	require.EqualValues(t, 5, testutil.ToFloat64(suppressed))
 }
+
+// A peer is an IPv4 address, or an IPv6 address's /64.
+func TestPeerHost(t *testing.T) {
+	for addr, want := range map[string]string{
+		"10.0.0.1:5555":               "10.0.0.1",
+		"[::ffff:10.0.0.1]:5555":      "10.0.0.1",
+		"[2001:db8:1:2:3:4:5:6]:5555": "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::1]:1":    "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:1":            "fe80::/64",
+		"pipe":                        "pipe",
+		"127.0.0.1":                   "127.0.0.1",
+	} {
+		require.Equal(t, want, peerHost(addr), addr)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -19,8 +20,8 @@ import (
 // "suppressed similar refusals" line once the interval is over. The
 // metrics count every refusal exactly; the log only samples them.
 //
-// A peer is its IP address, without the port (each connection of one
-// client has another). The table of keys is bounded: once full, refusals
+// A peer is its IP address (an IPv6 one's /64), without the port (each
+// connection of one client has another): peerHost. The table of keys is bounded: once full, refusals
 // of new peers share the key ("*", reason), so an attacker with many
 // addresses cannot grow it.
 
@@ -172,11 +173,27 @@ func (l *refusalLimiter) run(ctx context.Context, log *slog.Logger, tick <-chan 
 	}
 }
 
-// peerHost is the IP of a "host:port" peer address (the address itself
-// when it has no port).
+// peerHost is who a "host:port" peer address is, as the node counts and
+// rate-limits peers: its IPv4 address, or the /64 prefix of its IPv6 one
+// (a host is routinely given a whole /64: counting its addresses one by
+// one would let it walk around every cap). An address that is no IP is
+// itself.
 func peerHost(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
 		return host
 	}
-	return addr
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, err := ip.WithZone("").Prefix(64)
+	if err != nil {
+		return host
+	}
+	return p.String()
 }
