@@ -51,8 +51,9 @@
 // # Bounds
 //
 // Nothing a peer that has not authenticated does is unbounded
-// (bounds.go). A peer is an IP address (an IPv6 address's /64); one that presented a verified
-// client certificate, or a token of the policy, is not capped.
+// (bounds.go). A peer is an IP address (an IPv6 address's /64); one that
+// presented a verified client certificate, or a token of the policy, is
+// not capped.
 //
 //	connections at once          Config.MaxConnsPerPeer (256): more are
 //	                             closed at accept
