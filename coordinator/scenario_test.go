@@ -8,6 +8,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/scenario"
 )
@@ -18,16 +20,17 @@ import (
 // their output.
 func TestScenarios(t *testing.T) {
 	scenario.Run(t, "testdata", func(t *testing.T) scenario.Handler {
-		s := &decideScenario{m: newDecideModel(), clock: scenario.NewClock()}
+		s := &decideScenario{m: newDecideModel(), clock: scenario.NewClock(), chains: map[string]chain.Chain{}}
 		return s.run
 	})
 }
 
-// decideScenario is one story: the cluster, the clock, and the changes
-// the last decide printed, which apply writes.
+// decideScenario is one story: the cluster, the clock, the channels'
+// chains, and the changes the last decide printed, which apply writes.
 type decideScenario struct {
 	m       *decideModel
 	clock   *scenario.Clock
+	chains  map[string]chain.Chain
 	decided []change
 }
 
@@ -97,7 +100,8 @@ func (s *decideScenario) run(t *testing.T, d *datadriven.TestData) string {
 		m.snap.Moves[ch] = cluster.Versioned[cluster.MoveRequest]{Value: cluster.MoveRequest{To: a.String("to", "")}, Revision: m.next()}
 	case "migrate":
 		ch := a.Word()
-		m.snap.Migrations[ch] = cluster.Versioned[cluster.MigrateRequest]{Value: cluster.MigrateRequest{To: a.String("to", "")}, Revision: m.next()}
+		req := cluster.MigrateRequest{To: a.String("to", ""), By: "ops", At: s.clock.Now()}
+		m.snap.Migrations[ch] = cluster.Versioned[cluster.MigrateRequest]{Value: req, Revision: m.next()}
 	case "migration":
 		// What the chain step (migrate.go) found for a migrate request:
 		// its intent's term, done, or refused with the reason in the input.
@@ -111,6 +115,19 @@ func (s *decideScenario) run(t *testing.T, d *datadriven.TestData) string {
 			m.migs[w[0]] = migration{refusal: strings.TrimSpace(d.Input)}
 		default:
 			d.Fatalf(t, "migration CH term=T | migration CH done | migration CH refused (the reason below)")
+		}
+	case "chain":
+		// A channel's chain, created now with one segment on backend.
+		ch := a.Word()
+		b := chain.Backend{Name: a.String("backend", ""), Kind: a.String("backend", ""), Channel: ch}
+		s.chains[ch] = chain.Chain{Channel: ch, Segments: []chain.Segment{{Backend: b, Created: s.clock.Now()}}}
+	case "plan":
+		out = s.plan()
+	case "seal":
+		out = append(out, s.seal(t, d, a.Word()))
+	case "chains":
+		for _, ch := range scenario.Sorted(s.chains) {
+			out = append(out, formatChain(s.chains[ch]))
 		}
 	case "tick":
 		s.clock.Tick(t, d, a.Word())
@@ -270,6 +287,91 @@ func (s *decideScenario) assignment(ch string) string {
 	}
 	if !a.Detected.IsZero() {
 		line += " detected " + scenario.Since(a.Detected)
+	}
+	return line
+}
+
+// plan is the chain step of a pass (migrate.go's migrations, without its
+// etcd and chain store): planMigration for the migrate request of every
+// managed channel, the chain's part done on the model's chains (an intent
+// recorded, a stray one cancelled), and what decide is told.
+func (s *decideScenario) plan() []string {
+	var out []string
+	for _, ch := range sortedUnique(s.m.channels) {
+		r, ok := s.m.snap.Migrations[ch]
+		if !ok {
+			continue
+		}
+		a, assigned := s.m.snap.Assignments[ch]
+		cur, found := s.chains[ch]
+		step := planMigration(r.Value, a.Value, assigned, cur, found)
+		line := fmt.Sprintf("%s: %s", ch, step.kind)
+		var mig migration
+		switch step.kind {
+		case stepDone:
+			mig.done = true
+		case stepRefuse:
+			mig.refusal = step.note
+			line += ": " + step.note
+		case stepDrive:
+			mig.term = step.term
+			line += fmt.Sprintf(": assign the channel at term %d", step.term)
+		case stepCancel:
+			cur.Pending = nil
+			s.chains[ch] = cur
+			mig.refusal = step.note
+			line += fmt.Sprintf(": the intent at term %d on segment %d", step.term, step.segment)
+			if step.note != "" {
+				line += ", and refuse: " + step.note
+			}
+		case stepBegin:
+			target := chain.Backend{Name: r.Value.To, Kind: r.Value.To, Channel: chainwal.SegmentChannel(ch, step.segment+1)}
+			cur.Pending = &chain.Migration{Target: target, Term: step.term, By: r.Value.By, At: s.clock.Now()}
+			s.chains[ch] = cur
+			mig.term = step.term
+			line += fmt.Sprintf(": record the intent to move to %s at term %d on segment %d", target, step.term, step.segment)
+		}
+		s.m.migs[ch] = mig
+		out = append(out, line)
+	}
+	if len(out) == 0 {
+		out = append(out, "no migrate request")
+	}
+	return out
+}
+
+// seal is the owner's open at a pending migration's term: it seals the
+// last segment and opens the next on the target.
+func (s *decideScenario) seal(t *testing.T, d *datadriven.TestData, ch string) string {
+	c, ok := s.chains[ch]
+	if !ok || c.Pending == nil {
+		d.Fatalf(t, "seal: %s has no pending migration", ch)
+	}
+	p := *c.Pending
+	if a := s.m.snap.Assignments[ch].Value; a.Term != p.Term {
+		d.Fatalf(t, "seal: only the open at the intent's term %d seals; %s is assigned at %d", p.Term, ch, a.Term)
+	}
+	c = c.Clone()
+	last := &c.Segments[len(c.Segments)-1]
+	last.Seal = &chain.Seal{Term: p.Term, At: s.clock.Now()}
+	c.Segments = append(c.Segments, chain.Segment{Index: last.Index + 1, Backend: p.Target, FirstTerm: p.Term, Created: s.clock.Now()})
+	c.Pending = nil
+	s.chains[ch] = c
+	return formatChain(c)
+}
+
+func formatChain(c chain.Chain) string {
+	var segs []string
+	for _, sg := range c.Segments {
+		seg := fmt.Sprintf("%d %s from term %d", sg.Index, sg.Backend, sg.FirstTerm)
+		if sg.Seal != nil {
+			seg += fmt.Sprintf(" sealed at %d", sg.Seal.Term)
+		}
+		segs = append(segs, "["+seg+"]")
+	}
+	line := c.Channel + ": " + strings.Join(segs, " ")
+	if p := c.Pending; p != nil {
+		line += fmt.Sprintf(" pending %s at term %d by %s", p.Target, p.Term, p.By)
 	}
 	return line
 }
