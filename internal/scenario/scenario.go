@@ -15,10 +15,10 @@
 package scenario
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,8 +139,8 @@ func (a *Args) Int(key string, def int64) int64 {
 	if s == "" {
 		return def
 	}
-	var n int64
-	if _, err := fmt.Sscan(s, &n); err != nil {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
 		a.d.Fatalf(a.t, "%s=%s: %v", key, s, err)
 	}
 	return n
