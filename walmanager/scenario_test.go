@@ -75,12 +75,11 @@ func (s *machineScenario) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "opened", "closed":
 		term := a.MustInt("term")
-		if want := (action{kind: actOpen, term: term}); d.Cmd == "closed" {
+		want := action{kind: actOpen, term: term}
+		if d.Cmd == "closed" {
 			want.kind = actClose
-			s.mustBeInFlight(t, d, want)
-		} else {
-			s.mustBeInFlight(t, d, want)
 		}
+		s.mustBeInFlight(t, d, want)
 		var err error
 		if e := a.String("err", ""); e != "" {
 			err = errors.New(e)
@@ -101,7 +100,7 @@ func (s *machineScenario) run(t *testing.T, d *datadriven.TestData) string {
 		if s.m.forget(waiterID(w)) {
 			out = append(out, fmt.Sprintf("w%d: forgotten", w))
 		} else {
-			out = append(out, fmt.Sprintf("w%d: resolved already", w))
+			out = append(out, fmt.Sprintf("w%d: not waiting (resolved or forgotten already)", w))
 		}
 	case "stop":
 		res, abort := s.m.stop()
