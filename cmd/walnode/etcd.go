@@ -151,7 +151,7 @@ func checkExternalEtcd(ctx context.Context, cli *clientv3.Client, p params, logg
 		return nil
 	}
 	return errors.Newf("-authz with etcd %s, whose authentication is off: anyone who reaches it writes the cluster's keys, whatever the policy says; "+
-		"turn it on with: walctl -etcd %s etcd-auth -authz %s -dir <dir for the users' passwords> (TLS flags as for any walctl command), "+
+		"turn it on with: walctl -etcd %s etcd-auth -authz %s -passwords <dir> (TLS flags as for any walctl command), "+
 		"then start this node with -etcd-user %s -etcd-password-file <dir>/%s.password; or give -etcd-guarded-elsewhere if etcd is guarded another way",
 		p.etcd, p.etcd, p.authz, authz.EtcdNodeUser, authz.EtcdNodeUser)
 }

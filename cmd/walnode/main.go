@@ -44,8 +44,18 @@
 // -authz <file> turns authorization on: the policy (package
 // security/authz) says which principal, from a client certificate or a
 // bearer token, may append to, read and administer which channels, and
-// everything else is refused. SIGHUP reloads it (a file that does not
-// load leaves the previous policy in force, and the log says why).
+// everything else is refused. SIGHUP reloads it, and so does a change of
+// the file (one that does not load leaves the previous policy in force,
+// and the log says why). With -authz the embedded etcd member has
+// authentication on from the first start, with a user per principal
+// (passwords in <-data>/etcd-auth/<user>.password; other nodes reach it as
+// -etcd-user streamwal-node with that user's file), kept in step on every
+// reload; an etcd of -etcd without authentication is refused unless
+// -etcd-guarded-elsewhere (walctl etcd-auth turns it on).
+//
+// SIGHUP never stops a node: without -authz there is nothing to reload
+// (certificates are read again at their next handshake, and the embedded
+// member's within a second), and it says so.
 //
 // SIGTERM or SIGINT stops it gracefully: no new appends, those in flight
 // drain, the WALs close, the lease is revoked (its channels move at once),
