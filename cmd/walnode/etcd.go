@@ -228,3 +228,24 @@ func (s *servingPair) refresh() error {
 
 // endpoint is the URL the node reaches its embedded member at.
 func (e *embedded) endpoint(p params) string { return schemeOf(p.tlsCert != "") + p.etcdListen }
+
+// pinnedClient is the node's TLS configuration for its own embedded
+// member when no CA flag says what verifies it (-tls-cert and -tls-key
+// alone): the member must present exactly the pair it was given, which
+// the node wrote itself. base's client certificate is kept.
+func (s *servingPair) pinnedClient(base *tls.Config) *tls.Config {
+	cfg := base.Clone()
+	// The chain is checked below, against the one certificate that may
+	// be presented; no CA would say more.
+	cfg.InsecureSkipVerify = true
+	cfg.RootCAs = nil
+	cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(raw) > 0 && s.written != nil && bytes.Equal(raw[0], s.written.Certificate[0]) {
+			return nil
+		}
+		return errors.New("walnode: the embedded etcd member presents a certificate this node did not give it")
+	}
+	return cfg
+}

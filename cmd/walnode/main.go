@@ -282,6 +282,11 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		}
 		closers = append(closers, member.Close)
 		endpoints = []string{member.endpoint(p)}
+		if member.serving != nil && p.etcdCA == "" && p.tlsCA == "" && p.tlsClientCA == "" {
+			// No CA to verify the member with: it is this process, serving
+			// the pair the node gave it.
+			sec.etcd = member.serving.pinnedClient(sec.etcd)
+		}
 		logger.Info("embedded etcd member serving", "endpoint", endpoints[0])
 		if policy != nil {
 			// Before the node reaches it as its own user: at the first

@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/streamwal/streamwal/client"
+	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/security/tlsconf"
 )
@@ -128,4 +131,49 @@ func mustRead(t *testing.T, path string) []byte {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return data
+}
+
+// -tls-cert and -tls-key alone (no CA flag) with the embedded member: the
+// node reaches its member, pinned to the pair it gave it, and serves;
+// clients verify both with the CA they know.
+func TestTLSWithoutCAFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a walnode process")
+	}
+	dir := certDir(t, []string{"n1"}, nil)
+	file := func(name string) string { return filepath.Join(dir, name) }
+	etcdAddr := freeAddr(t)
+	c := &e2eCluster{t: t, root: "/noca/", etcd: []string{"https://" + etcdAddr}, dir: t.TempDir(), nodes: map[string]*child{}}
+	c.nodes["n1"] = &child{id: "n1", log: filepath.Join(c.dir, "n1.log"), args: []string{
+		"-id", "n1", "-listen", "127.0.0.1:0", "-etcd-listen", etcdAddr, "-root", c.root, "-data", filepath.Join(c.dir, "n1"),
+		"-log-level", "debug", "-tls-cert", file("node.n1.crt"), "-tls-key", file("node.n1.key"),
+	}}
+	c.start("n1")
+	t.Cleanup(func() {
+		c.stop("n1", syscall.SIGTERM)
+		if t.Failed() {
+			c.dumpLogs()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tc, _, err := tlsconf.Config{CAFile: file(certs.CACert)}.Client()
+	require.NoError(t, err)
+	var ecli *clientv3.Client
+	require.Eventually(t, func() bool {
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
+		defer dcancel()
+		ecli, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tc})
+		return err == nil
+	}, time.Minute, 50*time.Millisecond, "the embedded etcd member never answered over TLS")
+	t.Cleanup(func() { _ = ecli.Close() })
+	cl, err := client.New(ctx, client.Config{Etcd: ecli, Root: c.root, TLS: tc})
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	c.cli, c.view = cl, cl.View()
+	snap := c.waitAssigned(4)
+	for ch := range snap.Assignments {
+		_, err := cl.Append(ctx, ch, client.Message{Payload: []byte("hello")}, client.Options{})
+		require.NoError(t, err, ch)
+	}
 }
