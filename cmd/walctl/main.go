@@ -327,8 +327,8 @@ turn authentication on with etcdctl (printed at the end).`,
 creates the roles of etcd-roles, the user root and streamwal-node (the
 nodes: -etcd-user streamwal-node -etcd-password-file <dir>/streamwal-node.password),
 one user per principal of -authz (streamwal-admin for one that holds admin
-on every channel, else streamwal-reader), deletes the users of those roles
-the policy no longer names, and turns authentication on. Each user's
+on every channel, else streamwal-reader), deletes the users of those two
+roles the policy no longer names, and turns authentication on. Each user's
 password is <-passwords>/<user>.password, made (0600) when missing; give
 each file to its user (walctl -etcd-user <user> -etcd-password-file <file>).
 Run it again after changing the policy. Once authentication is on, run it

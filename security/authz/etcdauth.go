@@ -130,8 +130,9 @@ type EtcdAuthReport struct {
 // and users (EtcdUsers) imply, and turns it on: the roles of EtcdRoles;
 // the user root (role root) and EtcdNodeUser (EtcdRoleNode) with their
 // passwords; each of users with its password and its role, and no other
-// streamwal role; no user that holds a streamwal role but is neither of
-// those (a principal gone from the policy). Root exists before
+// streamwal role; no user that holds streamwal-admin or streamwal-reader
+// but is neither of those (a principal gone from the policy; a user that
+// also holds streamwal-node or root is left alone). Root exists before
 // authentication is turned on, as etcd demands. cli must be root's client
 // (its credentials are ignored while authentication is off). It is
 // idempotent, and a failure half way is mended by the next call.
@@ -225,9 +226,12 @@ func SyncEtcdAuth(ctx context.Context, cli *clientv3.Client, root string, users 
 		if err != nil {
 			return rep, errors.Wrapf(err, "authz: etcd user %s", u)
 		}
-		// Only users of streamwal's roles are the policy's to remove;
-		// others are someone else's.
-		if slices.ContainsFunc(info.Roles, func(r string) bool { return ours[r] }) {
+		// Only the users of the principals' roles are the policy's to
+		// remove: others are someone else's, and a user of the node role
+		// may be a node's of an earlier setup (deleting it would stop
+		// those nodes).
+		principalRole := func(r string) bool { return r == EtcdRoleAdmin || r == EtcdRoleReader }
+		if slices.ContainsFunc(info.Roles, principalRole) && !slices.Contains(info.Roles, EtcdRoleNode) && !slices.Contains(info.Roles, "root") {
 			if _, err := cli.UserDelete(ctx, u); err != nil {
 				return rep, errors.Wrapf(err, "authz: etcd user %s", u)
 			}

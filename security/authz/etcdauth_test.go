@@ -62,8 +62,15 @@ principals:
 	admin, err := etcdstore.Dial(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Username: "root", Password: rootPW})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Close() })
-	// A user of someone else's, with a role of no streamwal's: kept.
+	// A user of someone else's, with a role of no streamwal's, and a
+	// node's user of a setup by hand: kept.
 	_, err = admin.UserAdd(ctx, "other", "secret-of-other")
+	require.NoError(t, err)
+	_, err = admin.UserAdd(ctx, "node-by-hand", "secret-of-node")
+	require.NoError(t, err)
+	_, err = authz.SetupEtcdRoles(ctx, admin, root)
+	require.NoError(t, err)
+	_, err = admin.UserGrantRole(ctx, "node-by-hand", authz.EtcdRoleNode)
 	require.NoError(t, err)
 
 	rep, err := authz.SyncEtcdAuth(ctx, admin, root, users, pw)
@@ -113,7 +120,7 @@ principals:
 	require.NoError(t, put(bob, root+"requests/drain/n1"))
 	got, err := admin.UserList(ctx)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"root", authz.EtcdNodeUser, "alice", "bob", "other"}, got.Users)
+	require.ElementsMatch(t, []string{"root", authz.EtcdNodeUser, "alice", "bob", "other", "node-by-hand"}, got.Users)
 
 	// Names etcd keeps for itself are no principal's.
 	_, err = authz.SyncEtcdAuth(ctx, admin, root, map[string]string{"root": authz.EtcdRoleReader}, pw)
