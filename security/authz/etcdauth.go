@@ -13,6 +13,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/streamwal/streamwal/security/certs"
 )
 
 // etcdauth.go: turning an etcd's authentication on, with the users a
@@ -38,9 +40,14 @@ func reservedPrincipal(name string) bool {
 // principal is a user (clients look up channel owners in etcd, so each
 // needs at least EtcdRoleReader), and one that holds admin on every
 // channel ("*") is EtcdRoleAdmin, which may also write walctl's requests.
+// A node's principal (streamwal://node/<name>) is no etcd user: nodes
+// reach etcd as EtcdNodeUser.
 func (c Config) EtcdUsers() map[string]string {
 	out := make(map[string]string, len(c.Principals))
 	for name, b := range c.Principals {
+		if strings.HasPrefix(name, certs.IdentityScheme+"://") {
+			continue // a node's certificate (PrincipalName): nodes reach etcd as EtcdNodeUser
+		}
 		role := EtcdRoleReader
 		for _, r := range b.Roles {
 			for _, g := range c.Roles[r] {

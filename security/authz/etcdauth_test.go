@@ -36,6 +36,7 @@ principals:
   alice: {roles: [ops]}
   bob: {roles: [look]}
   carol: {roles: [write]}
+  streamwal://node/n1: {roles: [look]}
 `))
 	require.NoError(t, err)
 	users := pc.EtcdUsers()
