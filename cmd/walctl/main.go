@@ -15,6 +15,7 @@
 //	walctl token create                a bearer token, and its hash for the policy
 //	walctl policy <file> [<p> <a> <ch>] check a policy file, or one decision of it
 //	walctl etcd-roles                  create the etcd roles that guard the cluster's keys
+//	walctl etcd-auth                   turn etcd's authentication on with the users a policy implies
 //	walctl certs create-ca|create-node|create-client [<name>]   a CA, node and client certificates
 //	walctl help [<command>]            the commands, or one command's flags
 //
@@ -92,8 +93,10 @@ type options struct {
 	// Credentials (auth.go): files, so that no secret is on the command
 	// line.
 	tokenFile, etcdUser, etcdPasswordFile string
-	sec                                   secOpts
-	certs                                 certOpts
+	// authzFile and passwordDir: walctl etcd-auth.
+	authzFile, passwordDir string
+	sec                    secOpts
+	certs                  certOpts
 }
 
 // flagDef defines one flag on a flag set.
@@ -154,6 +157,12 @@ var commandFlags = map[string]flagDef{
 	}},
 	"vchannel": {"vchannel", false, func(fs *flag.FlagSet, o *options) {
 		fs.StringVar(&o.vchannel, "vchannel", "", "the consumer's `vchannel` (default: a consumer of the whole channel)")
+	}},
+	"authz": {"authz", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.authzFile, "authz", "", "the nodes' -authz policy `file`: its principals become etcd users")
+	}},
+	"passwords": {"passwords", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.passwordDir, "passwords", "", "`directory` of the users' passwords, <user>.password (made 0600 when missing)")
 	}},
 	"drop": {"drop", false, func(fs *flag.FlagSet, o *options) {
 		fs.StringVar(&o.drop, "drop", "", "remove this `consumer` (with -vchannel: its consumer of that vchannel): it no longer holds the log back")
@@ -310,6 +319,27 @@ granting them again if
 they exist. Run it as etcd's root user; then bind users to the roles and
 turn authentication on with etcdctl (printed at the end).`,
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.etcdRoles(ctx) }},
+	{name: "etcd-auth", flags: []string{"authz", "passwords"},
+		summary: "turn etcd's authentication on, with the users a policy implies; keep them in step",
+		detail: `What a walnode with -authz does to its embedded etcd, for an etcd of your own:
+creates the roles of etcd-roles, the user root and streamwal-node (the
+nodes: -etcd-user streamwal-node -etcd-password-file <dir>/streamwal-node.password),
+one user per principal of -authz (streamwal-admin for one that holds admin
+on every channel, else streamwal-reader), deletes the users of those two
+roles the policy no longer names, and turns authentication on. Each user's
+password is <-passwords>/<user>.password, made (0600) when missing; give
+each file to its user (walctl -etcd-user <user> -etcd-password-file <file>).
+Run it again after changing the policy. Once authentication is on, run it
+as root: -etcd-user root -etcd-password-file <-passwords>/root.password.
+Users are bound by name and password: give etcd no --client-cert-auth, or a
+client certificate named like a user (root) is that user.`,
+		check: func(o options, _ []string) string {
+			if o.authzFile == "" || o.passwordDir == "" {
+				return "etcd-auth needs -authz <policy file> and -passwords <directory>"
+			}
+			return ""
+		},
+		run: func(ctx context.Context, c *ctl, _ []string) error { return c.etcdAuth(ctx) }},
 	certsCommand,
 }
 
