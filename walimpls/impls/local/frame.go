@@ -11,7 +11,7 @@ import (
 	"github.com/streamwal/streamwal/message"
 )
 
-// The frame layout is documented in doc.go; keep the two in step.
+// The frame layout is documented in format.go; keep the two in step.
 const (
 	headerSize = 32
 	frameAlign = 8
@@ -44,7 +44,7 @@ func isMessage[T frameType | byte](typ T) bool {
 const (
 	// flagMore marks a message frame that the next frame of its batch
 	// follows: a batch is a run of message frames of one channel, every
-	// one of them but the last with flagMore (doc.go, Batches).
+	// one of them but the last with flagMore (format.go, Batches).
 	flagMore uint8 = 1
 )
 

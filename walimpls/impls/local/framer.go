@@ -134,7 +134,7 @@ func (j *journal) frameDelete(name string, w *waiter) error {
 
 // frameBatch frames the messages of one batch, in order and contiguous in
 // one segment: every frame but the last carries flagMore, so that recovery
-// keeps the batch whole or drops it whole (doc.go, Batches). A batch that
+// keeps the batch whole or drops it whole (format.go, Batches). A batch that
 // does not fit in the rest of this segment starts the next one; a batch
 // that fits in no segment is refused, with nothing framed. The waiter goes
 // with the last message: the round acknowledges the batch once. It returns

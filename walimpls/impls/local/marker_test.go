@@ -61,7 +61,7 @@ func removeMarker(t *testing.T, dir string) {
 	}
 }
 
-// requireSegmentsDeleted checks that opening cfg.Dir fails as doc.go says
+// requireSegmentsDeleted checks that opening cfg.Dir fails as format.go says
 // for a root whose segment files were deleted, and changes nothing.
 func requireSegmentsDeleted(t *testing.T, cfg Config) {
 	t.Helper()

@@ -69,7 +69,7 @@ type replayer struct {
 
 // recover replays the segments of the root, rebuilding the channels and the
 // segment list, cuts a torn tail and completes an interrupted segment
-// switch. The rules are in doc.go (Recovery).
+// switch. The rules are in format.go (Recovery).
 func (s *Store) recover() (rs recovered, err error) {
 	rs = recovered{nextSeq: 1, nextChanID: 1}
 	r := &replayer{s: s, rs: &rs, byID: map[uint32]*channel{}}
