@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamwal/streamwal/internal/errorfs"
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 )
@@ -31,20 +32,34 @@ type memFS struct {
 	// changed is closed and replaced on every namespace change (await).
 	changed chan struct{}
 
-	// before, when set, is called before every operation that changes the
-	// file system (outside the lock, so it may call crash), with the
-	// operation and the file's name.
+	// before, when set, is called before every operation of hooked() that
+	// changes the file system (outside the lock, so it may call crash),
+	// with the operation and the file's name.
 	before atomic.Pointer[func(op, name string)]
 	// space is the free space FreeBytes reports: plenty until a test
 	// sets it.
 	space freeSpace
 }
 
-// hook calls the before hook, if any.
-func (m *memFS) hook(op, name string) {
-	if f := m.before.Load(); f != nil {
-		(*f)(op, name)
-	}
+// hooked returns m under errorfs, calling the before hook (when set) ahead
+// of every operation that changes the file system: the points where a test
+// takes the states a power loss could leave. A file is named as it is now
+// (a spare renamed into place by its segment's name); a rename by its new
+// name.
+func (m *memFS) hooked() FS {
+	return errorfs.Wrap(m, errorfs.InjectorFunc(func(i errorfs.Info) error {
+		f := m.before.Load()
+		if f == nil {
+			return nil
+		}
+		switch i.Op {
+		case errorfs.OpCreate, errorfs.OpWrite, errorfs.OpSync, errorfs.OpTruncate, errorfs.OpRemove, errorfs.OpSyncDir:
+			(*f)(i.Op.String(), i.Path)
+		case errorfs.OpRename:
+			(*f)(i.Op.String(), i.NewPath)
+		}
+		return nil
+	}))
 }
 
 // nsChange is one change of the namespace: a create (old empty), a remove
@@ -192,9 +207,6 @@ func crashContent(f *memFile, r *rand.Rand) []byte {
 }
 
 func (m *memFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
-	if flag&(os.O_CREATE|os.O_TRUNC) != 0 {
-		m.hook("open", name)
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f, ok := m.names[name]
@@ -213,7 +225,6 @@ func (m *memFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) 
 }
 
 func (m *memFS) Rename(oldname, newname string) error {
-	m.hook("rename", newname)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f, ok := m.names[oldname]
@@ -227,7 +238,6 @@ func (m *memFS) Rename(oldname, newname string) error {
 }
 
 func (m *memFS) Remove(name string) error {
-	m.hook("remove", name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f, ok := m.names[name]
@@ -256,7 +266,6 @@ func (m *memFS) ReadDir(dir string) ([]string, error) {
 func (m *memFS) MkdirAll(string, os.FileMode) error { return nil }
 
 func (m *memFS) SyncDir(dir string) error {
-	m.hook("syncdir", dir)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.durable = maps.Clone(m.names)
@@ -300,7 +309,6 @@ func (h *memHandle) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (h *memHandle) WriteAt(p []byte, off int64) (int, error) {
-	h.fs.hook("write", h.name)
 	h.fs.mu.Lock()
 	defer h.fs.mu.Unlock()
 	if h.closed {
@@ -324,7 +332,6 @@ func (h *memHandle) Close() error {
 }
 
 func (h *memHandle) Sync() error {
-	h.fs.hook("sync", h.name)
 	h.fs.mu.Lock()
 	defer h.fs.mu.Unlock()
 	h.f.synced = slices.Clone(h.f.data)
@@ -332,7 +339,6 @@ func (h *memHandle) Sync() error {
 }
 
 func (h *memHandle) Truncate(size int64) error {
-	h.fs.hook("truncate", h.name)
 	h.fs.mu.Lock()
 	defer h.fs.mu.Unlock()
 	if int(size) <= len(h.f.data) {

@@ -260,7 +260,7 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 	require.NoError(t, s.Close())
 
 	cfg.SegmentBytes = segmentBytes
-	s, err = New(ctx, withFS(cfg, fs))
+	s, err = New(ctx, withFS(cfg, fs.hooked()))
 	require.NoError(t, err)
 	defer s.Close()
 	// Segment 1 holds e's messages only: the deletion frees it, but it is
@@ -356,7 +356,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 	// Freed segments are recycled (renamed to spares, two at most) or
 	// deleted: either is a namespace change that may or may not survive.
 	cfg := Config{Dir: "/root", SegmentBytes: 128 << 10, MaxMessageBytes: 16 << 10}
-	s, err := New(ctx, withFS(cfg, fs))
+	s, err := New(ctx, withFS(cfg, fs.hooked()))
 	require.NoError(t, err)
 	defer s.Close()
 	w := openWAL(t, s, "c", 1)
