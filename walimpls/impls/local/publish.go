@@ -68,24 +68,7 @@ func (j *journal) publish(b *batch) {
 		i++
 	}
 	if records > 0 {
-		s.segMu.Lock()
-		for i := range b.recs {
-			r := &b.recs[i]
-			if r.kind != reqAppend {
-				continue
-			}
-			if n := i + 1; n < len(b.recs) && b.recs[n].kind == reqAppend && b.recs[n].ch == r.ch && b.recs[n].entry.seg == r.entry.seg {
-				continue // the next one overwrites it
-			}
-			// The round wrote to the last segments only.
-			for k := len(s.segments) - 1; k >= 0; k-- {
-				if seg := s.segments[k]; seg.num == r.entry.seg {
-					seg.chans[r.ch] = r.entry.seq
-					break
-				}
-			}
-		}
-		s.segMu.Unlock()
+		j.noteAppendsInSegments(b)
 		s.m.appends.Add(float64(records))
 		s.m.appendBytes.Add(float64(bytes))
 		s.m.batchRecords.Observe(float64(records))
@@ -141,6 +124,31 @@ func (j *journal) finishWaiters(recs []rec, err error) {
 			}
 		})
 	}
+}
+
+// noteAppendsInSegments records, in each segment the round wrote to, the
+// last seq of every channel appended there: what the collector reads to
+// tell when a segment holds nothing a channel still keeps.
+func (j *journal) noteAppendsInSegments(b *batch) {
+	s := j.s
+	s.segMu.Lock()
+	for i := range b.recs {
+		r := &b.recs[i]
+		if r.kind != reqAppend {
+			continue
+		}
+		if n := i + 1; n < len(b.recs) && b.recs[n].kind == reqAppend && b.recs[n].ch == r.ch && b.recs[n].entry.seg == r.entry.seg {
+			continue // the next one overwrites it
+		}
+		// The round wrote to the last segments only.
+		for k := len(s.segments) - 1; k >= 0; k-- {
+			if seg := s.segments[k]; seg.num == r.entry.seg {
+				seg.chans[r.ch] = r.entry.seq
+				break
+			}
+		}
+	}
+	s.segMu.Unlock()
 }
 
 // wake tells the channel's tailing scanners that there is more to read.
