@@ -30,6 +30,7 @@
 //     several at once, and must be safe for that; the ones here are.
 //
 // Not provided: simulated crashes. The wrapper keeps no copy of what was
-// synced, so it cannot drop unsynced writes; local's tests use an in-memory
-// file system of their own for power losses.
+// synced, so it cannot drop unsynced writes; internal/memfs can, and a test
+// that wants a power loss at a chosen operation wraps a memfs.FS with an
+// InjectorFunc that takes its crash there.
 package errorfs

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -139,19 +138,4 @@ func powerLossDuringBatches(t *testing.T, policy SyncPolicy) int {
 	}
 	t.Logf("%d power losses checked; %d cut a batch short, %d kept some unacknowledged batches", len(snaps), cutShort, partial)
 	return cutShort
-}
-
-// sameAs reports whether m and o hold the same files with the same bytes
-// (for file systems that crash returned, whose bytes are all synced).
-func (m *memFS) sameAs(o *memFS) bool {
-	if len(m.names) != len(o.names) {
-		return false
-	}
-	for name, f := range m.names {
-		g, ok := o.names[name]
-		if !ok || !bytes.Equal(f.data, g.data) {
-			return false
-		}
-	}
-	return true
 }

@@ -304,7 +304,7 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 	require.Equal(t, uint64(2), seg, "the big message starts segment 2")
 	s.prep.requestGC()
 	seg1 := s.path(segmentName(1))
-	fs.await(t, "segment 1 is freed", func(names map[string]*memFile) bool { _, ok := names[seg1]; return !ok })
+	fs.await(t, "segment 1 is freed", func(names map[string]int64) bool { _, ok := names[seg1]; return !ok })
 	hook("end", "")
 	fs.before.Store(nil)
 	require.NoError(t, s.Close())
@@ -392,7 +392,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 	passes := s.prep.collections.Load()
 	require.NoError(t, w.Truncate(ctx, keep))
 	s.prep.requestGC()
-	fs.await(t, "segments 1 to 4 are freed", func(names map[string]*memFile) bool {
+	fs.await(t, "segments 1 to 4 are freed", func(names map[string]int64) bool {
 		for n := uint64(1); n <= 4; n++ {
 			if _, ok := names[s.path(segmentName(n))]; ok {
 				return false
