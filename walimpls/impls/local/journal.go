@@ -44,7 +44,7 @@ type recovered struct {
 //     the segment list, acknowledging its waiters, and waiting for it;
 //   - this file: the state, its owners and the sticky error.
 //
-// The frame format itself is frame.go's.
+// The frame format itself is frame.go's (framing) and body.go's (bodies).
 type journal struct {
 	s *Store
 
