@@ -1,11 +1,12 @@
 package errorfs
 
 import (
-	"errors"
 	"io"
 	"os"
 	"strconv"
 	"sync"
+
+	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/walimpls/impls/local/vfs"
 )
