@@ -8,7 +8,8 @@
 // and by probability (a seeded, deterministic draw); Any tries several in
 // order; a Switch turns one on and off while a test runs; an InjectorFunc is
 // any function, for a test that wants to count, block or crash at an
-// operation.
+// operation; Hooks adds an Observer, told each operation's outcome once it
+// is over (a sync that has returned, not one about to start).
 //
 // What it promises:
 //

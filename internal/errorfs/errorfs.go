@@ -96,10 +96,43 @@ func Any(injs ...Injector) Injector {
 	})
 }
 
+// Observer is told the outcome of every operation, once it was done or
+// failed by the injector. An Injector given to Wrap that is also an Observer
+// is told (one inside Any is not): a test that wants to act once a sync is
+// over, not before it starts, observes it.
+type Observer interface {
+	Observe(i Info, err error)
+}
+
+// Hooks is an Injector and Observer made of two functions, either of which
+// may be nil.
+type Hooks struct {
+	// Before is Inject.
+	Before func(Info) error
+	// After is Observe.
+	After func(Info, error)
+}
+
+// Inject calls h.Before.
+func (h Hooks) Inject(i Info) error {
+	if h.Before == nil {
+		return nil
+	}
+	return h.Before(i)
+}
+
+// Observe calls h.After.
+func (h Hooks) Observe(i Info, err error) {
+	if h.After != nil {
+		h.After(i, err)
+	}
+}
+
 // FS is a vfs.FS whose operations an Injector may fail.
 type FS struct {
 	fs  vfs.FS
 	inj Injector
+	obs Observer // inj, if it is one
 
 	// mu guards the names of the open files, which renames and removes
 	// change.
@@ -111,17 +144,33 @@ var _ vfs.FS = (*FS)(nil)
 
 // Wrap returns fs with the operations inj fails failing.
 func Wrap(fs vfs.FS, inj Injector) *FS {
-	return &FS{fs: fs, inj: inj, open: map[string]map[*file]struct{}{}}
+	obs, _ := inj.(Observer)
+	return &FS{fs: fs, inj: inj, obs: obs, open: map[string]map[*file]struct{}{}}
 }
 
-// inject asks the injector about i and wraps its error as the operating
-// system would.
-func (f *FS) inject(i Info) error {
+// do is op unless the injector fails it, as the operating system would
+// (an *os.PathError); the observer, if any, is told the outcome.
+func (f *FS) do(i Info, op func() error) error {
 	err := f.inj.Inject(i)
-	if err == nil {
-		return nil
+	if err != nil {
+		err = pathError(i, err)
+	} else {
+		err = op()
 	}
+	f.observe(i, err)
+	return err
+}
+
+// pathError is an injected err as the operating system reports errors.
+func pathError(i Info, err error) error {
 	return &os.PathError{Op: i.Op.String(), Path: i.Path, Err: err}
+}
+
+// observe tells the observer, if any, the outcome of i.
+func (f *FS) observe(i Info, err error) {
+	if f.obs != nil {
+		f.obs.Observe(i, err)
+	}
 }
 
 // OpenFile opens name unless the injector fails it (OpCreate with
@@ -131,17 +180,21 @@ func (f *FS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error)
 	if flag&os.O_CREATE != 0 {
 		op = OpCreate
 	}
-	if err := f.inject(Info{Op: op, Path: name}); err != nil {
-		return nil, err
-	}
-	inner, err := f.fs.OpenFile(name, flag, perm)
+	var fl *file
+	err := f.do(Info{Op: op, Path: name}, func() error {
+		inner, err := f.fs.OpenFile(name, flag, perm)
+		if err != nil {
+			return err
+		}
+		fl = &file{File: inner, fs: f, path: name}
+		f.mu.Lock()
+		f.listLocked(fl)
+		f.mu.Unlock()
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	fl := &file{File: inner, fs: f, path: name}
-	f.mu.Lock()
-	f.listLocked(fl)
-	f.mu.Unlock()
 	return fl, nil
 }
 
@@ -179,79 +232,74 @@ func (f *FS) unlinkLocked(name string) {
 // Rename renames oldname unless the injector fails it; the open files of
 // oldname are seen under newname from then on.
 func (f *FS) Rename(oldname, newname string) error {
-	if err := f.inject(Info{Op: OpRename, Path: oldname, NewPath: newname}); err != nil {
-		return err
-	}
-	if err := f.fs.Rename(oldname, newname); err != nil {
-		return err
-	}
-	if oldname == newname {
+	return f.do(Info{Op: OpRename, Path: oldname, NewPath: newname}, func() error {
+		if err := f.fs.Rename(oldname, newname); err != nil {
+			return err
+		}
+		if oldname == newname {
+			return nil
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.unlinkLocked(newname)
+		for fl := range f.open[oldname] {
+			f.unlistLocked(fl)
+			fl.path = newname
+			f.listLocked(fl)
+		}
 		return nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.unlinkLocked(newname)
-	for fl := range f.open[oldname] {
-		f.unlistLocked(fl)
-		fl.path = newname
-		f.listLocked(fl)
-	}
-	return nil
+	})
 }
 
 // Remove removes name unless the injector fails it.
 func (f *FS) Remove(name string) error {
-	if err := f.inject(Info{Op: OpRemove, Path: name}); err != nil {
-		return err
-	}
-	if err := f.fs.Remove(name); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	f.unlinkLocked(name)
-	f.mu.Unlock()
-	return nil
+	return f.do(Info{Op: OpRemove, Path: name}, func() error {
+		if err := f.fs.Remove(name); err != nil {
+			return err
+		}
+		f.mu.Lock()
+		f.unlinkLocked(name)
+		f.mu.Unlock()
+		return nil
+	})
 }
 
 // ReadDir lists dir unless the injector fails it.
-func (f *FS) ReadDir(dir string) ([]string, error) {
-	if err := f.inject(Info{Op: OpReadDir, Path: dir}); err != nil {
-		return nil, err
-	}
-	return f.fs.ReadDir(dir)
+func (f *FS) ReadDir(dir string) (names []string, err error) {
+	err = f.do(Info{Op: OpReadDir, Path: dir}, func() error {
+		names, err = f.fs.ReadDir(dir)
+		return err
+	})
+	return names, err
 }
 
 // MkdirAll creates dir unless the injector fails it.
 func (f *FS) MkdirAll(dir string, perm os.FileMode) error {
-	if err := f.inject(Info{Op: OpMkdirAll, Path: dir}); err != nil {
-		return err
-	}
-	return f.fs.MkdirAll(dir, perm)
+	return f.do(Info{Op: OpMkdirAll, Path: dir}, func() error { return f.fs.MkdirAll(dir, perm) })
 }
 
 // SyncDir syncs dir unless the injector fails it.
 func (f *FS) SyncDir(dir string) error {
-	if err := f.inject(Info{Op: OpSyncDir, Path: dir}); err != nil {
-		return err
-	}
-	return f.fs.SyncDir(dir)
+	return f.do(Info{Op: OpSyncDir, Path: dir}, func() error { return f.fs.SyncDir(dir) })
 }
 
 // Lock locks name unless the injector fails it. The lock's Close is not
 // injected.
-func (f *FS) Lock(name string) (io.Closer, error) {
-	if err := f.inject(Info{Op: OpLock, Path: name}); err != nil {
-		return nil, err
-	}
-	return f.fs.Lock(name)
+func (f *FS) Lock(name string) (lock io.Closer, err error) {
+	err = f.do(Info{Op: OpLock, Path: name}, func() error {
+		lock, err = f.fs.Lock(name)
+		return err
+	})
+	return lock, err
 }
 
 // FreeBytes reads the free space unless the injector fails it.
-func (f *FS) FreeBytes(dir string) (uint64, error) {
-	if err := f.inject(Info{Op: OpFreeBytes, Path: dir}); err != nil {
-		return 0, err
-	}
-	return f.fs.FreeBytes(dir)
+func (f *FS) FreeBytes(dir string) (free uint64, err error) {
+	err = f.do(Info{Op: OpFreeBytes, Path: dir}, func() error {
+		free, err = f.fs.FreeBytes(dir)
+		return err
+	})
+	return free, err
 }
 
 // file is an open file of an FS.
@@ -267,59 +315,59 @@ func (fl *file) name() string {
 	return fl.path
 }
 
-func (fl *file) ReadAt(p []byte, off int64) (int, error) {
-	if err := fl.fs.inject(Info{Op: OpRead, Path: fl.name(), Off: off}); err != nil {
-		return 0, err
-	}
-	return fl.File.ReadAt(p, off)
+func (fl *file) ReadAt(p []byte, off int64) (n int, err error) {
+	err = fl.fs.do(Info{Op: OpRead, Path: fl.name(), Off: off}, func() error {
+		n, err = fl.File.ReadAt(p, off)
+		return err
+	})
+	return n, err
 }
 
 // WriteAt writes p unless the injector fails it; a torn fault (Rule.Torn)
 // writes the first half of p before it fails.
-func (fl *file) WriteAt(p []byte, off int64) (int, error) {
-	err := fl.fs.inject(Info{Op: OpWrite, Path: fl.name(), Off: off, Data: p})
-	if err == nil {
-		return fl.File.WriteAt(p, off)
+func (fl *file) WriteAt(p []byte, off int64) (n int, err error) {
+	i := Info{Op: OpWrite, Path: fl.name(), Off: off, Data: p}
+	if ierr := fl.fs.inj.Inject(i); ierr != nil {
+		var inj *Error
+		if errors.As(ierr, &inj) && inj.torn {
+			n, _ = fl.File.WriteAt(p[:len(p)/2], off)
+		}
+		err = pathError(i, ierr)
+	} else {
+		n, err = fl.File.WriteAt(p, off)
 	}
-	var inj *Error
-	if errors.As(err, &inj) && inj.torn {
-		n, _ := fl.File.WriteAt(p[:len(p)/2], off)
-		return n, err
-	}
-	return 0, err
+	fl.fs.observe(i, err)
+	return n, err
 }
 
 func (fl *file) Sync() error {
-	if err := fl.fs.inject(Info{Op: OpSync, Path: fl.name()}); err != nil {
-		return err
-	}
-	return fl.File.Sync()
+	return fl.fs.do(Info{Op: OpSync, Path: fl.name()}, fl.File.Sync)
 }
 
 func (fl *file) Truncate(size int64) error {
-	if err := fl.fs.inject(Info{Op: OpTruncate, Path: fl.name(), Off: size}); err != nil {
-		return err
-	}
-	return fl.File.Truncate(size)
+	return fl.fs.do(Info{Op: OpTruncate, Path: fl.name(), Off: size}, func() error { return fl.File.Truncate(size) })
 }
 
-func (fl *file) Size() (int64, error) {
-	if err := fl.fs.inject(Info{Op: OpSize, Path: fl.name()}); err != nil {
-		return 0, err
-	}
-	return fl.File.Size()
+func (fl *file) Size() (size int64, err error) {
+	err = fl.fs.do(Info{Op: OpSize, Path: fl.name()}, func() error {
+		size, err = fl.File.Size()
+		return err
+	})
+	return size, err
 }
 
 // Close closes the file, even when the injector fails it: a failed close
 // releases the descriptor too.
 func (fl *file) Close() error {
-	injected := fl.fs.inject(Info{Op: OpClose, Path: fl.name()})
+	i := Info{Op: OpClose, Path: fl.name()}
+	injected := fl.fs.inj.Inject(i)
 	fl.fs.mu.Lock()
 	fl.fs.unlistLocked(fl)
 	fl.fs.mu.Unlock()
 	err := fl.File.Close()
 	if injected != nil {
-		return injected
+		err = pathError(i, injected)
 	}
+	fl.fs.observe(i, err)
 	return err
 }

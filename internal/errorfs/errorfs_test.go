@@ -224,3 +224,39 @@ func TestEveryOpCanBeFailed(t *testing.T) {
 		})
 	}
 }
+
+func TestHooksObserveOutcomes(t *testing.T) {
+	dir := t.TempDir()
+	type outcome struct {
+		op  errorfs.Op
+		err bool
+	}
+	var (
+		mu  sync.Mutex
+		got []outcome
+	)
+	failSync := errorfs.Fail(syscall.EIO).On(errorfs.OpSync).Nth(2)
+	fs := errorfs.Wrap(local.OSFS(), errorfs.Hooks{
+		Before: failSync.Inject,
+		After: func(i errorfs.Info, err error) {
+			mu.Lock()
+			got = append(got, outcome{i.Op, err != nil})
+			mu.Unlock()
+		},
+	})
+	f, err := create(t, fs, filepath.Join(dir, "a"))
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.ErrorIs(t, f.Sync(), syscall.EIO)
+	_, err = fs.OpenFile(filepath.Join(dir, "missing"), os.O_RDONLY, 0)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.NoError(t, f.Close())
+	require.Equal(t, []outcome{
+		{errorfs.OpCreate, false}, {errorfs.OpSync, false}, {errorfs.OpSync, true},
+		{errorfs.OpOpen, true}, {errorfs.OpClose, false},
+	}, got, "told after each operation, failed by the injector or by the file system")
+
+	// Nil hooks do nothing.
+	fs = errorfs.Wrap(local.OSFS(), errorfs.Hooks{})
+	require.NoError(t, fs.MkdirAll(filepath.Join(dir, "d"), 0o755))
+}

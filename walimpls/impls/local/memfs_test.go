@@ -19,22 +19,23 @@ type memFS struct {
 	*memfs.FS
 	// before, when set, is called before every operation of hooked() that
 	// changes the file system (outside memfs's lock, so it may call crash),
-	// with the operation and the file's name.
-	before atomic.Pointer[func(op, name string)]
+	// with the operation and the file's name; after, when set, once such
+	// an operation succeeded.
+	before, after atomic.Pointer[func(op, name string)]
 }
 
 func newMemFS() *memFS { return &memFS{FS: memfs.New()} }
 
-// hooked returns m under errorfs, calling the before hook (when set) ahead
-// of every operation that changes the file system: the points where a test
-// takes the states a power loss could leave. A file is named as it is now
-// (a spare renamed into place by its segment's name); a rename by its new
-// name.
+// hooked returns m under errorfs, calling the before and after hooks (when
+// set) around every operation that changes the file system: the points
+// where a test takes the states a power loss could leave. A file is named
+// as it is now (a spare renamed into place by its segment's name); a
+// rename by its new name.
 func (m *memFS) hooked() FS {
-	return errorfs.Wrap(m.FS, errorfs.InjectorFunc(func(i errorfs.Info) error {
-		f := m.before.Load()
+	call := func(hook *atomic.Pointer[func(op, name string)], i errorfs.Info) {
+		f := hook.Load()
 		if f == nil {
-			return nil
+			return
 		}
 		switch i.Op {
 		case errorfs.OpCreate, errorfs.OpWrite, errorfs.OpSync, errorfs.OpTruncate, errorfs.OpRemove, errorfs.OpSyncDir:
@@ -42,8 +43,18 @@ func (m *memFS) hooked() FS {
 		case errorfs.OpRename:
 			(*f)(i.Op.String(), i.NewPath)
 		}
-		return nil
-	}))
+	}
+	return errorfs.Wrap(m.FS, errorfs.Hooks{
+		Before: func(i errorfs.Info) error {
+			call(&m.before, i)
+			return nil
+		},
+		After: func(i errorfs.Info, err error) {
+			if err == nil {
+				call(&m.after, i)
+			}
+		},
+	})
 }
 
 // crash returns the file system a power loss at this moment leaves behind.

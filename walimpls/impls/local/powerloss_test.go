@@ -289,12 +289,19 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 		for _, r := range [][2]*rand.Rand{{all, all}, {none, none}, {all, none}, {none, all}, {rng, rng}} {
 			snaps = append(snaps, snapshot{fs: fs.crashMix(r[0], r[1]), bigSynced: bigSynced, step: op + " " + filepath.Base(name)})
 		}
+	}
+	synced := func(op, name string) {
+		mu.Lock()
+		defer mu.Unlock()
 		if op == "sync" && name == seg2 {
-			// Every write to segment 2 holds the big message.
+			// Every write to segment 2 holds the big message. Set once the
+			// sync returned: the crashes taken meanwhile (the preparer's
+			// and the collector's operations run concurrently) may lose it.
 			bigSynced = true
 		}
 	}
 	fs.before.Store(&hook)
+	fs.after.Store(&synced)
 	// The big message starts segment 2.
 	big, err := w.Append(ctx, raw(bigBytes, 'b'))
 	require.NoError(t, err)
@@ -307,6 +314,7 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 	fs.await(t, "segment 1 is freed", func(names map[string]int64) bool { _, ok := names[seg1]; return !ok })
 	hook("end", "")
 	fs.before.Store(nil)
+	fs.after.Store(nil)
 	require.NoError(t, s.Close())
 
 	freed := 0
@@ -406,6 +414,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 		"the collection pass ends")
 	hook("end", "")
 	fs.before.Store(nil)
+	fs.after.Store(nil)
 
 	for i, sn := range snaps {
 		what := fmt.Sprintf("power loss %d, before %s (seed %d)", i, steps[i], seed)
