@@ -23,13 +23,12 @@ func TestDiskHardWatermark(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	fs := newFaultFS()
 	cfg := withFS(testConfig(t.TempDir()), fs)
-	cfg.Clock = clock
 	cfg.DiskSoftFreeBytes = DiskWatermarkOff // the hard one alone here
 	hard, seg := uint64(2*cfg.SegmentBytes), uint64(cfg.SegmentBytes)
 	fs.space.setFree(1 << 30)
 	reg := prometheus.NewRegistry()
 	var logs logCapture
-	s := openStore(t, cfg, walimpls.WithRegisterer(reg), walimpls.WithLogger(logs.logger()))
+	s := openStore(t, cfg, walimpls.WithRegisterer(reg), walimpls.WithLogger(logs.logger()), walimpls.WithClock(clock))
 	w := openWAL(t, s, "c", 1)
 	appendN(t, w, "before", 3)
 	// The preparer has read the free space after the spare it made for
@@ -159,7 +158,6 @@ func TestDiskSoftWatermarkThrottles(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	fs := newFaultFS()
 	cfg := withFS(testConfig(t.TempDir()), fs)
-	cfg.Clock = clock
 	soft, hard := uint64(8*cfg.SegmentBytes), uint64(2*cfg.SegmentBytes)
 	// Each append's frame takes 100ms of the rate: it waits 50ms beyond
 	// the burst.
@@ -167,7 +165,7 @@ func TestDiskSoftWatermarkThrottles(t *testing.T) {
 	cfg.DiskSoftWriteRate = int64(frame) * 10
 	fs.space.setFree(soft + 1)
 	reg := prometheus.NewRegistry()
-	s := openStore(t, cfg, walimpls.WithRegisterer(reg))
+	s := openStore(t, cfg, walimpls.WithRegisterer(reg), walimpls.WithClock(clock))
 	w := openWAL(t, s, "c", 1)
 	early := appendN(t, w, "x", 5)
 	require.Zero(t, counterValue(t, s.m.throttledAppends), "above the soft watermark nothing waits")

@@ -38,7 +38,7 @@
 // waiter after the one that covers the whole batch); with SyncInterval
 // after the write, and the flusher syncs what it wrote once
 // Config.SyncInterval has passed since its last sync (in a round, or on a
-// ticker when idle; both timed on Config.Clock, which tests replace with a
+// ticker when idle; both timed on the clock of walimpls.WithClock, which tests replace with a
 // fake one); with SyncNone an append is acknowledged as soon as it
 // is framed, without waiting for the flusher (its write overlaps the
 // appends that follow), so it may be acknowledged before it is published
@@ -250,7 +250,7 @@
 //     Config.DiskSoftWriteRate bytes per second (default 16 MiB/s, as
 //     RocksDB's delayed writes; the generic cell rate algorithm, with a
 //     50ms burst: a short burst passes at once, a sustained stream is held
-//     to the rate). The wait is timed on Config.Clock and bounded by the
+//     to the rate). The wait is timed on the walimpls.WithClock clock and bounded by the
 //     throttled bytes queued before it; it ends early when the pressure
 //     ends (the append goes on), turns hard (it is refused), the store
 //     closes, or its context ends (ctx.Err(), nothing stored). An

@@ -231,9 +231,9 @@ func errorsIsAny(err error, targets ...error) bool {
 
 func TestSyncPolicies(t *testing.T) {
 	const n = 30
-	run := func(t *testing.T, cfg Config) (*faultFS, walimpls.WALImpl) {
+	run := func(t *testing.T, cfg Config, opts ...walimpls.Option) (*faultFS, walimpls.WALImpl) {
 		fs := newFaultFS()
-		s := openStore(t, withFS(cfg, fs))
+		s := openStore(t, withFS(cfg, fs), opts...)
 		w := openWAL(t, s, "c", 1)
 		// The preparer syncs the next spare in the background: wait for it
 		// (one spare became segment 1, the next is ready) so that its sync
@@ -264,8 +264,7 @@ func TestSyncPolicies(t *testing.T) {
 		cfg := testConfig(t.TempDir())
 		cfg.Sync = SyncInterval
 		cfg.SyncInterval = 20 * time.Millisecond
-		cfg.Clock = clock
-		fs, w := run(t, cfg)
+		fs, w := run(t, cfg, walimpls.WithClock(clock))
 		before := fs.syncs.Load()
 		appendN(t, w, "x", n)
 		require.Equal(t, before, fs.syncs.Load(), "appends within the interval are not synced (the clock has not moved)")

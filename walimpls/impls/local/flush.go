@@ -16,7 +16,7 @@ func (j *journal) run() {
 	defer close(j.stopped)
 	var tick <-chan time.Time
 	if j.s.cfg.Sync == SyncInterval {
-		t := j.s.cfg.Clock.NewTicker(j.s.cfg.SyncInterval)
+		t := j.s.cfg.clock.NewTicker(j.s.cfg.SyncInterval)
 		defer t.Stop()
 		tick = t.Chan()
 	}
@@ -74,7 +74,7 @@ func (j *journal) roundSyncs(b *batch) bool {
 	case b.needSync, j.s.cfg.Sync == SyncAlways:
 		return true
 	case j.s.cfg.Sync == SyncInterval:
-		return j.s.cfg.Clock.Since(j.lastSync) >= j.s.cfg.SyncInterval
+		return j.s.cfg.clock.Since(j.lastSync) >= j.s.cfg.SyncInterval
 	}
 	return false
 }
@@ -91,7 +91,7 @@ func (j *journal) askDiskCheck() {
 	if !j.s.disk.levels.enabled() {
 		return
 	}
-	if now := j.s.cfg.Clock.Now(); now.Sub(j.diskAsked) >= j.s.cfg.DiskCheckInterval {
+	if now := j.s.cfg.clock.Now(); now.Sub(j.diskAsked) >= j.s.cfg.DiskCheckInterval {
 		j.diskAsked = now
 		j.s.prep.requestDiskCheck()
 	}
@@ -136,7 +136,7 @@ func (j *journal) activeNum() uint64 {
 // would prove nothing. The root's first sync makes its first segment
 // durable, start frame included: it then writes the journal marker, once,
 // whose failure is sticky too. The sync's duration is the device's, timed
-// on the real clock; lastSync is on Config.Clock, which schedules the
+// on the real clock; lastSync is on walimpls.WithClock, which schedules the
 // interval policy.
 func (j *journal) syncActive() error {
 	start := time.Now()
@@ -150,7 +150,7 @@ func (j *journal) syncActive() error {
 		return j.fail(errors.Wrapf(err, "local: fdatasync segment %d", j.active.num))
 	}
 	j.synced = j.woff
-	j.lastSync = j.s.cfg.Clock.Now()
+	j.lastSync = j.s.cfg.clock.Now()
 	j.mu.Lock()
 	if j.fseg == j.active.num {
 		j.fsynced = j.synced

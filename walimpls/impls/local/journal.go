@@ -79,9 +79,9 @@ type journal struct {
 	active   *segment
 	woff     int64     // end of the bytes written to the active segment
 	synced   int64     // bytes of the active segment known durable
-	lastSync time.Time // on Config.Clock
+	lastSync time.Time // on walimpls.WithClock
 	// diskAsked is when the flusher last asked the preparer to read the
-	// free space (on Config.Clock; doc.go, Disk space).
+	// free space (on walimpls.WithClock; doc.go, Disk space).
 	diskAsked time.Time
 	marked    bool // the root has its journal marker
 	// newSegs are the segments started this round, listed when it is
@@ -107,7 +107,7 @@ func newJournal(s *Store, rs recovered) *journal {
 		active:   rs.active,
 		woff:     rs.off,
 		synced:   rs.off,
-		lastSync: s.cfg.Clock.Now(),
+		lastSync: s.cfg.clock.Now(),
 		marked:   rs.marked,
 	}
 	j.diskAsked = j.lastSync // New has just read the free space

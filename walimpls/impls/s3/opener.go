@@ -65,7 +65,7 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, err
 	o := &Opener{
 		cfg: cfg, keys: keys{prefix: cfg.Prefix}, log: deps.Logger.With("wal", Name),
 		st: &store{c: client, owned: owned, bucket: cfg.Bucket, where: where, m: m},
-		m:  m, clock: cfg.Clock, fencing: !cfg.Unfenced,
+		m:  m, clock: deps.Clock, fencing: !cfg.Unfenced,
 		wals: map[*wal]struct{}{}, hubs: map[string]*hub{},
 	}
 	if err := o.checkBucket(ctx); err != nil {
