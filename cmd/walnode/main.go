@@ -368,7 +368,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		return err
 	}
 	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root, TLS: sec.server,
-		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
+		SessionTTL: p.sessionTTL, Backend: cfg.Default(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
 		Chains:    &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe, AfterStep: crashAfter[chainwal.Step](p.crashAfter, logger)},
 		Consumers: checkpoints, Retention: retain, RetentionAfterStep: crashAfter[retention.Step](p.crashAfter, logger)})
 	if err != nil {
@@ -398,7 +398,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		coordDone <- nil
 	}
 	logger.Info("walnode ready", "id", p.id, "api", n.Addr(), "tls", sec.server != nil, "mutual_tls", p.tlsClientCA != "",
-		"backend", cfg.Chosen(), "pchannels", len(pl.PChannels()))
+		"backend", cfg.Default(), "pchannels", len(pl.PChannels()))
 	fmt.Printf("walnode %s serving on %s\n", p.id, n.Addr())
 
 	// SIGHUP reloads what can be: the policy (a token revoked, a principal
