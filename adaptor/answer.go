@@ -8,8 +8,11 @@ package adaptor
 //
 // It is a separate interface, not a method of WAL, so that WALs written
 // elsewhere (fakes, other implementations) need not offer it. A wrapper
-// that embeds a WAL does not pass it on by embedding alone; it forwards it
-// with one method that calls the function AnswerAsync on the WAL it wraps.
+// that embeds a WAL does not pass it on by embedding alone, which is why
+// what layers add around a WAL are options and hooks of the WAL
+// (Options.OnFirstAppend, OpenTimes, Lend) rather than wrappers; a WAL
+// that stands for another (a chain's writer, routing to its last
+// segment's) implements it with the function AnswerAsync on that WAL.
 type AsyncAnswerer interface {
 	// AnswerAsync calls cb(r, err) as AppendAsync calls back an append
 	// answered now: on the WAL's callback goroutine, after the callbacks

@@ -100,8 +100,8 @@ func goroutineID() string {
 	return strings.Fields(string(b))[1]
 }
 
-// forwarding embeds a WAL and forwards AnswerAsync, as the interface's
-// documentation asks of wrappers.
+// forwarding embeds a WAL and passes AnswerAsync on, as a WAL that stands
+// for another does (see the interface).
 type forwarding struct{ WAL }
 
 func (f forwarding) AnswerAsync(cb func(AppendResult, error), r AppendResult, err error) {

@@ -61,7 +61,16 @@ func (w *wal) Append(ctx context.Context, m message.Message) (AppendResult, erro
 	if err != nil {
 		return AppendResult{}, err
 	}
+	w.acked()
 	return r, nil
+}
+
+// acked notes an acknowledged append: the first calls
+// Options.OnFirstAppend.
+func (w *wal) acked() {
+	if w.opts.OnFirstAppend != nil && !w.firstAcked.Load() && w.firstAcked.CompareAndSwap(false, true) {
+		w.opts.OnFirstAppend(time.Since(w.opened.Ready))
+	}
 }
 
 // AppendAsync takes the message's timetick before it returns, in the
@@ -124,6 +133,9 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(Append
 		w.putPrepared(p) // after res[0] was copied: res points into it
 		w.callbacks.Post(func() {
 			defer w.wg.Done()
+			if err == nil {
+				w.acked()
+			}
 			cb(r, err)
 		})
 	}
@@ -179,6 +191,9 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]Append
 		size += m.Size()
 	}
 	w.m.observe(start, size, err)
+	if len(res) > 0 {
+		w.acked()
+	}
 	return res, err
 }
 

@@ -83,6 +83,14 @@ type Options struct {
 	// segment's WAL with the chain's channel, so that a channel's series
 	// go on across a migration.
 	MetricsChannel string
+	// OnFirstAppend, when set, is called once per WAL, with the time since
+	// Open returned, when the WAL acknowledges its first append (an Append
+	// or AppendAsync that succeeded, an AppendBatch that stored at least a
+	// prefix): a node times the first append at a new term with it. It
+	// runs on the appending goroutine, or on the callback goroutine before
+	// the append's callback, and must not block. The WAL owns the event,
+	// so nothing needs to wrap the WAL to see it.
+	OnFirstAppend func(sinceOpen time.Duration)
 }
 
 const (

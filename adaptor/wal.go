@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"go.uber.org/atomic"
@@ -56,6 +57,8 @@ type wal struct {
 	// scanHooks go into the view of each scanner Read starts; zero
 	// outside tests, which set them before their first Read.
 	scanHooks scanHooks
+	// opened is when the open passed its milestones (OpenTimes).
+	opened OpenTimes
 
 	// The parts, each guarding its own state.
 	ticks   *timeticks        // timeticks in flight and the release point; nil when read-only
@@ -75,7 +78,10 @@ type wal struct {
 	// truncated is the highest point this WAL truncated its log to, nil if
 	// none: the write-ahead buffer serves no message before it.
 	truncated atomic.Pointer[message.ID]
-	scanners  lifecycle.Group[*scanner] // stopped by Close, with ErrClosed
+	// firstAcked is set by the first acknowledged append, which calls
+	// Options.OnFirstAppend.
+	firstAcked atomic.Bool
+	scanners   lifecycle.Group[*scanner] // stopped by Close, with ErrClosed
 
 	// Lifetime. ctx ends when the WAL closes; background work and retries
 	// watch it.
@@ -115,6 +121,7 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 	if err != nil {
 		return nil, errors.Wrapf(err, "adaptor: open %s at term %d", ch.Name, ch.Term)
 	}
+	fenced := time.Now()
 	caps := opener.Capabilities()
 	wctx, cancel := context.WithCancel(context.Background())
 	w := &wal{
@@ -151,6 +158,7 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 	// Debug: the manager above, when there is one, logs the open with its
 	// timing at Info, and one line per event is enough.
 	w.log.Debug("wal opened", "read_only", opts.ReadOnly, "part_bytes", w.partBytes)
+	w.opened = OpenTimes{Fenced: fenced, Ready: time.Now()}
 	return w, nil
 }
 

@@ -36,7 +36,8 @@ type Config struct {
 	// ignored), or an error; nil allows Default only.
 	Describe func(name string) (chain.Backend, error)
 	// WAL are the options of every segment's WAL; TimeTickFloor is set per
-	// segment from its chain.
+	// segment from its chain. Its hooks (OnFirstAppend) see the writers'
+	// events, and each writer's OpenTimes are the chain WAL's.
 	WAL adaptor.Options
 	// FollowInterval is how often a scanner following the last segment
 	// asks the store whether it was sealed (chainread); zero is
@@ -44,10 +45,6 @@ type Config struct {
 	FollowInterval time.Duration
 	// Logger logs migration steps; nil discards.
 	Logger *slog.Logger
-	// OpenSegment opens the writer of channel's last segment (segment names
-	// its backend channel and the term); nil is adaptor.Open. A node
-	// passes its own to time the open's phases.
-	OpenSegment func(ctx context.Context, channel string, opener walimpls.Opener, segment adaptor.Channel, opts adaptor.Options) (adaptor.WAL, error)
 	// AfterStep, when set, is called after each step of a migration or a
 	// prune this Opener takes, with the channel's name: for crash tests
 	// (walnode's -crash-after kills the process there) and tracing. It
@@ -119,11 +116,6 @@ func New(cfg Config) (*Opener, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.OpenSegment == nil {
-		cfg.OpenSegment = func(ctx context.Context, _ string, opener walimpls.Opener, segment adaptor.Channel, opts adaptor.Options) (adaptor.WAL, error) {
-			return adaptor.Open(ctx, opener, segment, opts)
-		}
-	}
 	return &Opener{cfg: cfg, log: log}, nil
 }
 
@@ -161,7 +153,7 @@ func (o *Opener) Open(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, err
 	opts := o.cfg.WAL
 	opts.TimeTickFloor = max(opts.TimeTickFloor, floorOf(c))
 	opts.MetricsChannel = ch.Name
-	seg, err := o.cfg.OpenSegment(ctx, ch.Name, opener, adaptor.Channel{Name: last.Backend.Channel, Term: ch.Term}, opts)
+	seg, err := adaptor.Open(ctx, opener, adaptor.Channel{Name: last.Backend.Channel, Term: ch.Term}, opts)
 	if err != nil {
 		return nil, errors.Wrapf(err, "chainwal: open %s at term %d: segment %d on %s", ch.Name, ch.Term, last.Index, last.Backend)
 	}

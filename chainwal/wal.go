@@ -33,6 +33,7 @@ type closer interface{ Close() error }
 var (
 	_ adaptor.WAL           = (*wal)(nil)
 	_ adaptor.AsyncAnswerer = (*wal)(nil)
+	_ adaptor.OpenTimer     = (*wal)(nil)
 )
 
 func newWAL(o *Opener, ch adaptor.Channel, c chain.Chain, seg adaptor.WAL) (*wal, error) {
@@ -99,6 +100,10 @@ func (w *wal) AppendAsync(ctx context.Context, m message.Message, cb func(adapto
 func (w *wal) AnswerAsync(cb func(adaptor.AppendResult, error), r adaptor.AppendResult, err error) {
 	adaptor.AnswerAsync(w.seg, cb, r, err)
 }
+
+// OpenTimes implements adaptor.OpenTimer: the open of the last segment's
+// writer, the one that fences the channel's lower terms.
+func (w *wal) OpenTimes() (adaptor.OpenTimes, bool) { return adaptor.OpenTimesOf(w.seg) }
 
 // AppendBatch implements adaptor.WAL.
 func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]adaptor.AppendResult, error) {

@@ -64,8 +64,8 @@ type Config struct {
 	// Chains, when set, opens every channel as a chain of segments
 	// (package chainwal): channels can then move between backends
 	// (walctl migrate), and the node reports those whose last segment is
-	// not on Chains.Default. Its WAL, Logger and OpenSegment are the
-	// node's own (WAL above); the rest is the caller's: the chain store
+	// not on Chains.Default. Its WAL and Logger are the node's own
+	// (WAL above, with the node's first-append hook); the rest is the caller's: the chain store
 	// (the cluster's meta store), the backends' openers by entry name, the
 	// default entry and Describe. Nil opens every channel on the backend
 	// opener given to New, as before chains.

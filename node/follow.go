@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walmanager"
@@ -75,11 +76,23 @@ func (n *Node) startOpen(ch string, term, rev int64, seen time.Time) {
 		report := cluster.Opened{Channel: ch, Node: n.cfg.ID, Term: term}
 		if err != nil {
 			report.Error = err.Error()
-		} else if t, ok := n.phases.take(ch, term, seen); ok {
-			report.Seen, report.Fenced, report.Ready = seen, t.fenced, t.ready
+		} else if t, ok := n.openTimes(ch, term); ok {
+			n.phases.opened(seen, t)
+			report.Seen, report.Fenced, report.Ready = seen, t.Fenced, t.Ready
 		}
 		n.writeReport(ch, rev, report)
 	}()
+}
+
+// openTimes returns the times of the open of ch at term, which its WAL
+// carries; false when the WAL is no longer available at term (fenced or
+// removed since the open returned).
+func (n *Node) openTimes(ch string, term int64) (adaptor.OpenTimes, bool) {
+	w, err := n.mgr.GetAvailableWAL(walmanager.Channel{Name: ch, Term: term})
+	if err != nil {
+		return adaptor.OpenTimes{}, false
+	}
+	return adaptor.OpenTimesOf(w)
 }
 
 // writtenReport is an open report as written, for the assignment revision

@@ -154,13 +154,14 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 			return nil, errors.WithStack(fmt.Errorf("metrics: %w: %w", err, ErrInvalidConfig))
 		}
 	}
+	walOpts.OnFirstAppend = n.phases.onFirstAppend(walOpts.OnFirstAppend)
 	var walOpener walmanager.WALOpener = walmanager.WALOpenerFunc(func(ctx context.Context, ch adaptor.Channel) (adaptor.WAL, error) {
-		return n.phases.openWAL(ctx, ch.Name, opener, ch, walOpts)
+		return adaptor.Open(ctx, opener, ch, walOpts)
 	})
 	var deleter walmanager.ChannelDeleter = opener
 	if cfg.Chains != nil {
 		cc := *cfg.Chains
-		cc.WAL, cc.Logger, cc.OpenSegment = walOpts, n.log, n.phases.openWAL
+		cc.WAL, cc.Logger = walOpts, n.log
 		if n.chains, err = chainwal.New(cc); err != nil {
 			m.unregister()
 			return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
@@ -230,7 +231,8 @@ func TestPrunerRunsAndStops(t *testing.T) {
 	ctx := testCtx(t)
 	o := walBackends[0].opener(t)
 	stores := storeKinds[0].store(t)
-	p := openPool(t, stores(), pool.Backend{Name: "memory"}, pool.Config{Size: 1, Prefix: "run-"}, pool.Options{})
+	clock := clockwork.NewFakeClock()
+	p := openPool(t, stores(), pool.Backend{Name: "memory"}, pool.Config{Size: 1, Prefix: "run-"}, pool.Options{Clock: clock})
 	_, err := p.Allocate(ctx, "v")
 	require.NoError(t, err)
 	w := openWAL(t, o, "run-0", 1)
@@ -249,9 +251,11 @@ func TestPrunerRunsAndStops(t *testing.T) {
 	wals := func(pc string) (adaptor.WAL, bool) { return &watchTruncate{WAL: w, done: truncated}, true }
 	_, err = pool.NewPruner(p, wals, 0)
 	require.ErrorIs(t, err, pool.ErrInvalidConfig)
-	pr, err := pool.NewPruner(p, wals, 5*time.Millisecond)
+	pr, err := pool.NewPruner(p, wals, time.Hour)
 	require.NoError(t, err)
 	pr.Start()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the pruner waits on its ticker")
+	clock.Advance(time.Hour)
 	select {
 	case <-truncated:
 	case <-ctx.Done():

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/walimpls"
@@ -54,6 +55,9 @@ type Options struct {
 	// from beside the built-in RoundRobin and LeastLoaded (which cannot be
 	// replaced: a Placer under their names is ErrInvalidConfig).
 	Placers map[Strategy]Placer
+	// Clock drives the pruner's rounds; nil is the real clock. Tests pass
+	// a clockwork.FakeClock and advance it instead of sleeping.
+	Clock clockwork.Clock
 }
 
 // placer returns the Placer cfg.Strategy names, ErrInvalidConfig when there
@@ -140,6 +144,9 @@ func Open(ctx context.Context, store meta.Store, backend Backend, cfg Config, op
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
 	}
 	p := &Pool{
 		store:   store,

@@ -68,13 +68,13 @@ func (r *Pruner) Start() {
 
 func (r *Pruner) run(ctx context.Context) {
 	defer close(r.done)
-	t := time.NewTicker(r.interval)
+	t := r.pool.opts.Clock.NewTicker(r.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		if _, err := r.PruneOnce(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("prune round failed", "error", err)

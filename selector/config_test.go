@@ -407,11 +407,11 @@ func TestValidFilesUnchanged(t *testing.T) {
 			}
 			_, err = selector.Build(context.Background(), cfg, selector.Deps{Registry: reg})
 			require.ErrorIs(t, err, errCaptured)
-			require.Equal(t, c.want, got[cfg.Chosen()])
+			require.Equal(t, c.want, got[cfg.Default()])
 
 			// The same as the decoding before the strict checks.
 			before := capture{new: func() any { return &local.Config{} }}
-			switch cfg.Chosen() {
+			switch cfg.Default() {
 			case memory.Name:
 				before.new = func() any { return &memory.Config{} }
 			case kafka.Name:
@@ -425,11 +425,11 @@ func TestValidFilesUnchanged(t *testing.T) {
 			if lc, ok := old.(*local.Config); ok {
 				lc.Dir = selector.DefaultLocalDir
 			}
-			if err := oldDecode(t, []byte(c.yaml), cfg.Chosen(), old); c.before != "" {
+			if err := oldDecode(t, []byte(c.yaml), cfg.Default(), old); c.before != "" {
 				require.EqualError(t, err, c.before)
 			} else {
 				require.NoError(t, err)
-				require.Equal(t, old, got[cfg.Chosen()])
+				require.Equal(t, old, got[cfg.Default()])
 			}
 
 			mc, err := cfg.Meta()

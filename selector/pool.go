@@ -229,14 +229,14 @@ func (c Config) RetentionConfig() (retention.Config, error) {
 // missing pchannels when it can. A strategy that is neither
 // built in nor in opts.Placers is refused here, at its line.
 func OpenPool(ctx context.Context, c Config, store meta.Store, opener walimpls.Opener, opts pool.Options) (*pool.Pool, error) {
-	return openPool(ctx, c, store, pool.Backend{Name: c.Chosen(), Opener: opener}, opts)
+	return openPool(ctx, c, store, pool.Backend{Name: c.Default(), Opener: opener}, opts)
 }
 
 // OpenChainedPool is OpenPool for a node whose channels are chains
 // (pool.Backend.Chained): the default entry is where new pchannels begin,
 // and a pool recorded on another entry still opens.
 func OpenChainedPool(ctx context.Context, c Config, store meta.Store, opener walimpls.Opener, opts pool.Options) (*pool.Pool, error) {
-	return openPool(ctx, c, store, pool.Backend{Name: c.Chosen(), Opener: opener, Chained: true}, opts)
+	return openPool(ctx, c, store, pool.Backend{Name: c.Default(), Opener: opener, Chained: true}, opts)
 }
 
 func openPool(ctx context.Context, c Config, store meta.Store, b pool.Backend, opts pool.Options) (*pool.Pool, error) {

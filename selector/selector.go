@@ -142,9 +142,6 @@ func (c Config) Default() string {
 	return c.Backend
 }
 
-// Chosen returns the default entry's name, like Default.
-func (c Config) Chosen() string { return c.Default() }
-
 // decoder decodes the top-level section name, strictly, straight from its
 // node, so that errors keep the file's lines.
 func (c Config) decoder(name string, defaults func(any)) walimpls.ConfigDecoder {

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestDefaultIsLocal(t *testing.T) {
 	cfg, err := selector.Parse(nil)
 	require.NoError(t, err)
-	require.Equal(t, "local", cfg.Chosen())
+	require.Equal(t, "local", cfg.Default())
 
 	dir := t.TempDir()
 	cfg, err = selector.Parse([]byte("local:\n  dir: " + dir + "\n  sync: none\n"))

@@ -57,9 +57,9 @@
 //   - If the caller's context ends first, Open and Remove return the
 //     context's error, but the request stays recorded: the coordinator's
 //     intent is not undone by an impatient caller.
-//   - A WAL handed out by GetAvailableWAL is wrapped: its Close returns
-//     ErrNotOwner and does nothing, because only the manager may end a
-//     lifetime it tracks.
+//   - A WAL handed out by GetAvailableWAL is lent (adaptor.Lend): its Close
+//     returns ErrNotOwner and does nothing, because only the manager may
+//     end a lifetime it tracks.
 //
 // # Fencing and stuck backends
 //

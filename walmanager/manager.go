@@ -82,8 +82,8 @@ type channel struct {
 	running bool          // a driver goroutine is running
 	kick    chan struct{} // wakes an idle driver; capacity 1
 	waiters map[waiterID]chan error
-	// wal is the WAL open at m.current (nil when none); handle is the
-	// wrapper GetAvailableWAL hands out.
+	// wal is the WAL open at m.current (nil when none); handle is what
+	// GetAvailableWAL hands out: wal lent (see lend).
 	wal    adaptor.WAL
 	handle adaptor.WAL
 	// avail is wal's Available channel, fetched once when it opened (off
@@ -402,7 +402,7 @@ func (m *Manager) run(c *channel) {
 			m.mu.Lock()
 			c.abortOpen = nil
 			if err == nil {
-				c.wal, c.handle, c.avail = w, ownedWAL{WAL: w}, avail
+				c.wal, c.handle, c.avail = w, lend(w), avail
 				m.metrics.open.Inc()
 			}
 			m.afterStep(c, before, c.m.opened(a.term, err))

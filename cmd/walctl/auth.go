@@ -161,3 +161,25 @@ func (c *ctl) policy(args []string) error {
 	}
 	return nil
 }
+
+// etcdAuth runs "walctl etcd-auth".
+func (c *ctl) etcdAuth(ctx context.Context) error {
+	pc, err := authz.Load(c.opts.authzFile)
+	if err != nil {
+		return err
+	}
+	pw := authz.PasswordDir(c.opts.passwordDir)
+	rep, err := authz.SyncEtcdAuth(ctx, c.cli, c.layout.Root, pc.EtcdUsers(), pw)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return json.NewEncoder(c.out).Encode(rep)
+	}
+	fmt.Fprintf(c.out, "created %v, updated %v, deleted %v; authentication on", rep.Created, rep.Updated, rep.Deleted)
+	if rep.Enabled {
+		fmt.Fprint(c.out, " (just now)")
+	}
+	_, err = fmt.Fprintf(c.out, "\npasswords in %s (<user>.password): root's administers etcd from now on\n", c.opts.passwordDir)
+	return err
+}

@@ -237,3 +237,49 @@ func TestPolicyCommand(t *testing.T) {
 	require.Equal(t, exitFailed, r.code, "%s", r)
 	require.Contains(t, r.errOut, bad+`:2: principals.a.roles[0]: unknown role "nope"`)
 }
+
+// walctl etcd-auth on an etcd without authentication: it turns it on with
+// root, the node user and one user per principal, passwords in
+// -passwords; run again as root it changes nothing; the policy's reader
+// looks but cannot move, and no credentials do nothing.
+func TestEtcdAuth(t *testing.T) {
+	es := etcdtest.Start(t) // authentication is server-wide: a server of its own
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	anon := etcdtest.Client(t, es.Endpoints())
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	require.NoError(t, os.WriteFile(policy, []byte(`
+roles:
+  ops:  [{actions: [admin, read], channels: ["*"]}]
+  look: [{actions: [read], channels: ["*"]}]
+principals:
+  operator: {roles: [ops]}
+  viewer:   {roles: [look]}
+`), 0o600))
+	passwords := filepath.Join(dir, "passwords")
+	h := newHarnessOn(t, anon, es.Endpoints(), "")
+	r := h.walctl("etcd-auth")
+	require.Equal(t, exitUsage, r.code, "%s", r)
+	require.Contains(t, r.errOut, "etcd-auth needs -authz <policy file> and -passwords <directory>")
+	r = h.walctl("etcd-auth", "-authz", policy, "-passwords", passwords)
+	require.Equal(t, exitOK, r.code, "%s", r)
+	require.Contains(t, r.out, "authentication on (just now)")
+	h.view.Close()
+
+	asRoot := []string{"-etcd-user", "root", "-etcd-password-file", filepath.Join(passwords, "root.password")}
+	r = h.walctl(append([]string{"etcd-auth", "-authz", policy, "-passwords", passwords}, asRoot...)...)
+	require.Equal(t, exitOK, r.code, "%s", r)
+	require.Contains(t, r.out, "created [], updated [], deleted []; authentication on\n")
+
+	r = h.walctl("channels")
+	require.Equal(t, exitFailed, r.code, "no credentials: %s", r)
+	viewer := []string{"-etcd-user", "viewer", "-etcd-password-file", filepath.Join(passwords, "viewer.password")}
+	r = h.walctl(append([]string{"channels"}, viewer...)...)
+	require.Equal(t, exitOK, r.code, "%s", r)
+	_, err := anon.Put(ctx, h.layout.Root+"requests/drain/n1", "x")
+	require.Error(t, err)
+	fi, err := os.Stat(filepath.Join(passwords, authz.EtcdNodeUser+".password"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}

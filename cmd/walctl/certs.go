@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -62,7 +63,12 @@ var certsCommand = &command{name: "certs", args: "create-ca|create-node|create-c
                                  and IP clients use to reach it (127.0.0.1 too, for the
                                  node's own embedded etcd)
   create-client <principal>      client.<principal>.crt/.key: the principal is the
-                                 certificate's common name
+                                 certificate's common name; root, streamwal-*, n<digits>
+                                 and the names of the nodes in -dir are refused
+Each certificate says what it is for, not only whom it names: a node's
+carries the URI streamwal://node/<name> and server and client use, a
+client's streamwal://client/<principal> and client use only. Nodes tell
+them apart by that, never by the name.
 Keys are ECDSA P-256 (or -key-type ed25519). Needs no cluster.`,
 	run: func(_ context.Context, c *ctl, args []string) error { return c.certs(args) }}
 
@@ -95,6 +101,9 @@ func (c *ctl) certs(args []string) error {
 		name := args[1]
 		if !certName.MatchString(name) {
 			return errors.Newf("%q is no valid name: letters, digits, '.', '_', '@' and '-', starting with a letter or digit", name)
+		}
+		if err := checkCertName(o.dir, args[0], name); err != nil {
+			return err
 		}
 		ca, err := certs.LoadCA(filepath.Join(o.dir, certs.CACert), filepath.Join(o.dir, certs.CAKey))
 		if err != nil {
@@ -138,4 +147,33 @@ func (c *ctl) wrote(dir, certFile, keyFile string, notAfter time.Time) error {
 	_, err := fmt.Fprintf(c.out, "wrote %s and %s (valid until %s)\n",
 		filepath.Join(dir, certFile), filepath.Join(dir, keyFile), notAfter.UTC().Format(time.DateOnly))
 	return err
+}
+
+// checkCertName refuses a name that would collide with another identity:
+// a client named like a node of dir (or as nodes are named, or as etcd's
+// root and node users), a node named like a client of dir.
+func checkCertName(dir, cmd, name string) error {
+	exists := func(file string) bool {
+		_, err := os.Lstat(filepath.Join(dir, file))
+		return err == nil
+	}
+	if cmd == "create-node" {
+		if name == "root" || strings.HasPrefix(name, "streamwal-") {
+			return errors.Newf("create-node %s: a reserved name: %s", name, certs.ReservedClientName(name, nil))
+		}
+		if crt, _ := certs.ClientFiles(name); exists(crt) {
+			return errors.Newf("create-node %s: %s holds a client of that name: give the node another", name, filepath.Join(dir, crt))
+		}
+		return nil
+	}
+	var nodes []string
+	if matches, err := filepath.Glob(filepath.Join(dir, "node.*.crt")); err == nil {
+		for _, m := range matches {
+			nodes = append(nodes, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(m), "node."), ".crt"))
+		}
+	}
+	if why := certs.ReservedClientName(name, nodes); why != "" {
+		return errors.Newf("create-client %s: a reserved name: %s", name, why)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@
 //	walctl token create                a bearer token, and its hash for the policy
 //	walctl policy <file> [<p> <a> <ch>] check a policy file, or one decision of it
 //	walctl etcd-roles                  create the etcd roles that guard the cluster's keys
+//	walctl etcd-auth                   turn etcd's authentication on with the users a policy implies
 //	walctl certs create-ca|create-node|create-client [<name>]   a CA, node and client certificates
 //	walctl help [<command>]            the commands, or one command's flags
 //
@@ -45,7 +46,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"flag"
@@ -54,7 +54,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -94,8 +93,10 @@ type options struct {
 	// Credentials (auth.go): files, so that no secret is on the command
 	// line.
 	tokenFile, etcdUser, etcdPasswordFile string
-	sec                                   secOpts
-	certs                                 certOpts
+	// authzFile and passwordDir: walctl etcd-auth.
+	authzFile, passwordDir string
+	sec                    secOpts
+	certs                  certOpts
 }
 
 // flagDef defines one flag on a flag set.
@@ -156,6 +157,12 @@ var commandFlags = map[string]flagDef{
 	}},
 	"vchannel": {"vchannel", false, func(fs *flag.FlagSet, o *options) {
 		fs.StringVar(&o.vchannel, "vchannel", "", "the consumer's `vchannel` (default: a consumer of the whole channel)")
+	}},
+	"authz": {"authz", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.authzFile, "authz", "", "the nodes' -authz policy `file`: its principals become etcd users")
+	}},
+	"passwords": {"passwords", false, func(fs *flag.FlagSet, o *options) {
+		fs.StringVar(&o.passwordDir, "passwords", "", "`directory` of the users' passwords, <user>.password (made 0600 when missing)")
 	}},
 	"drop": {"drop", false, func(fs *flag.FlagSet, o *options) {
 		fs.StringVar(&o.drop, "drop", "", "remove this `consumer` (with -vchannel: its consumer of that vchannel): it no longer holds the log back")
@@ -312,6 +319,27 @@ granting them again if
 they exist. Run it as etcd's root user; then bind users to the roles and
 turn authentication on with etcdctl (printed at the end).`,
 		run: func(ctx context.Context, c *ctl, _ []string) error { return c.etcdRoles(ctx) }},
+	{name: "etcd-auth", flags: []string{"authz", "passwords"},
+		summary: "turn etcd's authentication on, with the users a policy implies; keep them in step",
+		detail: `What a walnode with -authz does to its embedded etcd, for an etcd of your own:
+creates the roles of etcd-roles, the user root and streamwal-node (the
+nodes: -etcd-user streamwal-node -etcd-password-file <dir>/streamwal-node.password),
+one user per principal of -authz (streamwal-admin for one that holds admin
+on every channel, else streamwal-reader), deletes the users of those two
+roles the policy no longer names, and turns authentication on. Each user's
+password is <-passwords>/<user>.password, made (0600) when missing; give
+each file to its user (walctl -etcd-user <user> -etcd-password-file <file>).
+Run it again after changing the policy. Once authentication is on, run it
+as root: -etcd-user root -etcd-password-file <-passwords>/root.password.
+Users are bound by name and password: give etcd no --client-cert-auth, or a
+client certificate named like a user (root) is that user.`,
+		check: func(o options, _ []string) string {
+			if o.authzFile == "" || o.passwordDir == "" {
+				return "etcd-auth needs -authz <policy file> and -passwords <directory>"
+			}
+			return ""
+		},
+		run: func(ctx context.Context, c *ctl, _ []string) error { return c.etcdAuth(ctx) }},
 	certsCommand,
 }
 
@@ -500,168 +528,4 @@ func (c *ctl) close() {
 	for i := len(c.closers) - 1; i >= 0; i-- {
 		c.closers[i]()
 	}
-}
-
-// help runs "walctl help [<command>]".
-func help(args []string, e env) int {
-	var o options
-	fs := newFlagSet("help", nil, &o)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(e.errOut, "walctl help:", err)
-		printUsage(e.errOut)
-		return exitUsage
-	}
-	if len(pos) > 0 && pos[0] == "help" {
-		pos = pos[1:]
-	}
-	switch len(pos) {
-	case 0:
-		printUsage(e.out)
-		return exitOK
-	case 1:
-		if cmd := lookup(pos[0]); cmd != nil {
-			printHelp(e.out, cmd)
-			return exitOK
-		}
-		fmt.Fprintf(e.errOut, "walctl help: unknown command %q\n", pos[0])
-	default:
-		fmt.Fprintln(e.errOut, "walctl help: wants at most one command")
-	}
-	printUsage(e.errOut)
-	return exitUsage
-}
-
-func usageError(e env, cmd *command, msg string) int {
-	fmt.Fprintf(e.errOut, "walctl %s: %s\n", cmd.name, msg)
-	printHelp(e.errOut, cmd)
-	return exitUsage
-}
-
-func printUsage(w io.Writer) {
-	var b bytes.Buffer
-	b.WriteString("usage: walctl [flags] <command> [arguments] [flags]\n\ncommands:\n")
-	for _, c := range commands {
-		fmt.Fprintf(&b, "  %-34s %s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
-	}
-	fmt.Fprintf(&b, "  %-34s %s\n", "help [<command>]", "this text, or a command's own")
-	b.WriteString("\nflags of every command:\n")
-	var o options
-	fs := newFlagSet("walctl", nil, &o)
-	fs.SetOutput(&b)
-	fs.PrintDefaults()
-	b.WriteString("\nExit status: 0 done, 1 failed or refused (with the reason; nothing takes effect later), 2 bad command line,\n" +
-		"3 pending: migrate gave up, but a migration may still take effect (with the command that cancels or undoes it).\n")
-	_, _ = w.Write(b.Bytes())
-}
-
-func printHelp(w io.Writer, cmd *command) {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "usage: walctl %s [flags]", cmd.name)
-	if cmd.args != "" {
-		fmt.Fprintf(&b, " %s", cmd.args)
-	}
-	fmt.Fprintf(&b, "\n\n%s.\n", upperFirst(cmd.summary))
-	if cmd.detail != "" {
-		fmt.Fprintf(&b, "\n%s\n", cmd.detail)
-	}
-	var o options
-	fs := newFlagSet(cmd.name, cmd.flags, &o)
-	fs.SetOutput(&b)
-	b.WriteString("\nflags:\n")
-	fs.PrintDefaults()
-	_, _ = w.Write(b.Bytes())
-}
-
-func upperFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-// newFlagSet is a flag set with the global flags and the named ones; it
-// prints nothing itself.
-func newFlagSet(name string, own []string, o *options) *flag.FlagSet {
-	fs := flag.NewFlagSet("walctl "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	for _, d := range globalFlags {
-		d.define(fs, o)
-	}
-	for _, d := range securityFlags {
-		d.define(fs, o)
-	}
-	for _, n := range own {
-		if d, ok := commandFlags[n]; ok {
-			d.define(fs, o)
-		} else {
-			certsFlags[n].define(fs, o)
-		}
-	}
-	return fs
-}
-
-// parseInterspersed parses flags anywhere among args and returns the
-// positional arguments in order; everything after "--" is positional.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for len(args) > 0 {
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		if len(rest) == 0 {
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-	return pos, nil
-}
-
-// findCommand returns the first positional argument of args, skipping the
-// flags (and the values of those that take one, as any command defines
-// them), or "" if there is none.
-func findCommand(args []string) string {
-	takesValue := map[string]bool{}
-	for _, d := range append(globalFlags, securityFlags...) {
-		takesValue[d.name] = !d.isBool
-	}
-	for _, d := range commandFlags {
-		takesValue[d.name] = !d.isBool
-	}
-	for _, d := range certsFlags {
-		takesValue[d.name] = !d.isBool
-	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			if i+1 < len(args) {
-				return args[i+1]
-			}
-			return ""
-		case len(a) < 2 || a[0] != '-':
-			return a
-		}
-		name := strings.TrimLeft(a, "-")
-		if !strings.Contains(name, "=") && takesValue[name] {
-			i++ // its value
-		}
-	}
-	return ""
-}
-
-func isHelpFlag(a string) bool {
-	switch a {
-	case "-h", "-help", "--h", "--help":
-		return true
-	}
-	return false
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/node"
+	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/security/tlsconf"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
@@ -55,6 +56,40 @@ func TestSecureWalctl(t *testing.T) {
 	r = walctl("certs", "create-node", "../x", "-host", "h", "-dir", dir)
 	require.Equal(t, exitFailed, r.code, "%s", r)
 	require.Contains(t, r.errOut, "no valid name")
+	// Names that would pass for another identity: refused, nothing written.
+	for _, c := range []struct{ cmd, name, want string }{
+		{"create-client", "root", "root is etcd's root user"},
+		{"create-client", "streamwal-node", "etcd's users of the cluster's nodes"},
+		{"create-client", "n1", "how nodes are named"},
+		{"create-client", "n7", "how nodes are named"},
+		{"create-client", "etcd", "a node of this name exists"},
+		{"create-node", "alice", "holds a client of that name"},
+		{"create-node", "root", "a reserved name"},
+	} {
+		args := []string{"certs", c.cmd, c.name, "-dir", dir}
+		if c.cmd == "create-node" {
+			args = append(args, "-host", "127.0.0.1")
+		}
+		r := walctl(args...)
+		require.Equal(t, exitFailed, r.code, "%v: %s", args, r)
+		require.Contains(t, r.errOut, c.want, "%v", args)
+		if c.cmd == "create-client" {
+			_, err := os.Stat(filepath.Join(dir, "client."+c.name+".crt"))
+			require.ErrorIs(t, err, os.ErrNotExist)
+		}
+	}
+	for _, f := range []struct {
+		file string
+		want certs.Identity
+	}{{"node.n1.crt", certs.Identity{Kind: certs.Node, Name: "n1"}}, {"client.alice.crt", certs.Identity{Kind: certs.Client, Name: "alice"}}} {
+		data, err := os.ReadFile(filepath.Join(dir, f.file))
+		require.NoError(t, err)
+		c, err := certs.Parse(data)
+		require.NoError(t, err)
+		id, err := certs.Identify(c)
+		require.NoError(t, err)
+		require.Equal(t, f.want, id, f.file)
+	}
 
 	file := func(name string) string { return filepath.Join(dir, name) }
 	etcd := etcdtest.StartWith(t, etcdtest.Options{TLS: &etcdtest.TLSFiles{

@@ -40,7 +40,7 @@ func TestConfigFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("backend: memory\npool:\n  size: 3\n  prefix: pch-\n"), 0o600))
 	cfg, err := backendConfig(params{config: path})
 	require.NoError(t, err)
-	require.Equal(t, "memory", cfg.Chosen())
+	require.Equal(t, "memory", cfg.Default())
 	pc, ok, err := cfg.PoolConfig()
 	require.NoError(t, err)
 	require.True(t, ok)

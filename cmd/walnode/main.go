@@ -44,8 +44,18 @@
 // -authz <file> turns authorization on: the policy (package
 // security/authz) says which principal, from a client certificate or a
 // bearer token, may append to, read and administer which channels, and
-// everything else is refused. SIGHUP reloads it (a file that does not
-// load leaves the previous policy in force, and the log says why).
+// everything else is refused. SIGHUP reloads it, and so does a change of
+// the file (one that does not load leaves the previous policy in force,
+// and the log says why). With -authz the embedded etcd member has
+// authentication on from the first start, with a user per principal
+// (passwords in <-data>/etcd-auth/<user>.password; other nodes reach it as
+// -etcd-user streamwal-node with that user's file), kept in step on every
+// reload; an etcd of -etcd without authentication is refused unless
+// -etcd-guarded-elsewhere (walctl etcd-auth turns it on).
+//
+// SIGHUP never stops a node: without -authz there is nothing to reload
+// (certificates are read again at their next handshake, and the embedded
+// member's within a second), and it says so.
 //
 // SIGTERM or SIGINT stops it gracefully: no new appends, those in flight
 // drain, the WALs close, the lease is revoked (its channels move at once),
@@ -71,8 +81,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
@@ -126,6 +134,7 @@ type security struct {
 	insecure                            bool
 	etcdCA, etcdCert, etcdKey           string
 	etcdUser, etcdPasswordFile          string
+	etcdGuardedElsewhere                bool
 	// Per unauthenticated peer (node.Config; 0: the node's defaults).
 	maxConnsPerPeer, maxStreamsPerPeer, failedHandshakesPerPeer int
 }
@@ -190,6 +199,7 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.etcdKey, "etcd-key", "", "PEM private key of -etcd-cert")
 	fs.StringVar(&p.etcdUser, "etcd-user", "", "etcd user name (its password from -etcd-password-file or $"+etcdPasswordEnv+")")
 	fs.StringVar(&p.etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password")
+	fs.BoolVar(&p.etcdGuardedElsewhere, "etcd-guarded-elsewhere", false, "with -authz and -etcd: run even though etcd's authentication is off, because etcd is guarded another way (a network no one else reaches); without it such a node refuses to start")
 	fs.IntVar(&p.maxConnsPerPeer, "max-conns-per-peer", 0, "connections at once from one IP address without a verified client certificate (default 256)")
 	fs.IntVar(&p.maxStreamsPerPeer, "max-streams-per-peer", 0, "requests in flight from one unauthenticated IP address (default 1024)")
 	fs.IntVar(&p.failedHandshakesPerPeer, "failed-handshakes-per-peer", 0, "failed TLS handshakes a second from one IP address before its connections are closed at accept (default 16; raise it behind a TCP proxy)")
@@ -213,7 +223,10 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	}
 	// The policy is read before anything starts: a node that cannot
 	// enforce it does not serve at all.
-	var policy *authz.Policy
+	var (
+		policy   *authz.Policy
+		policyPC authz.Config
+	)
 	if p.authz != "" {
 		pc, err := authz.Load(p.authz)
 		if err != nil {
@@ -222,11 +235,16 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		if policy, err = authz.Compile(pc); err != nil {
 			return err
 		}
+		policyPC = pc
 		logger.Info("authorization on", "policy", p.authz, "principals", len(pc.Principals), "roles", len(pc.Roles))
 		if p.insecure && slices.ContainsFunc(slices.Collect(maps.Values(pc.Principals)), func(b authz.Binding) bool { return len(b.Tokens) > 0 }) {
 			logger.Warn("-insecure with bearer tokens: they cross the network in plaintext, where anyone on the path can read and replay them; serve TLS (-tls-cert)")
 		}
 	}
+	// SIGHUP is caught from the start: its default stops the process.
+	reload := make(chan os.Signal, 1)
+	signal.Notify(reload, syscall.SIGHUP)
+	defer signal.Stop(reload)
 	var closers []func()
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -262,17 +280,34 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		return err
 	}
 	endpoints := splitList(p.etcd)
+	var member *embedded
 	if len(endpoints) == 0 {
-		member, err := startEtcd(filepath.Join(p.data, "etcd"), p.etcdListen, p.id, p.security)
-		if err != nil {
+		if member, err = startEtcd(p, sec.server, logger); err != nil {
 			return err
 		}
 		closers = append(closers, member.Close)
-		endpoints = []string{schemeOf(p.tlsCert != "") + p.etcdListen}
+		endpoints = []string{member.endpoint(p)}
+		if member.serving != nil && p.etcdCA == "" && p.tlsCA == "" && p.tlsClientCA == "" {
+			// No CA to verify the member with: it is this process, serving
+			// the pair the node gave it.
+			sec.etcd = member.serving.pinnedClient(sec.etcd)
+		}
 		logger.Info("embedded etcd member serving", "endpoint", endpoints[0])
+		if policy != nil {
+			// Before the node reaches it as its own user: at the first
+			// start that user does not exist yet.
+			if err := member.syncAuth(ctx, endpoints[0], sec.etcd, p.root, policyPC, logger); err != nil {
+				return err
+			}
+		}
 	}
 	etcdCfg := etcdstore.Config{Endpoints: endpoints, TLS: sec.etcd}
-	if etcdCfg.Username, etcdCfg.Password, err = p.etcdCredentials(); err != nil {
+	if member != nil {
+		etcdCfg.Username, etcdCfg.Password, err = member.nodeCredentials(policy != nil)
+	} else {
+		etcdCfg.Username, etcdCfg.Password, err = p.etcdCredentials()
+	}
+	if err != nil {
 		return err
 	}
 	cli, err := etcdstore.Dial(ctx, etcdCfg)
@@ -280,6 +315,11 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		return errors.Wrap(err, "walnode: etcd")
 	}
 	closers = append(closers, func() { _ = cli.Close() })
+	if policy != nil && member == nil {
+		if err := checkExternalEtcd(ctx, cli, p, logger); err != nil {
+			return err
+		}
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -333,7 +373,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		return err
 	}
 	n, err := node.New(cli, opener, node.Config{ID: p.id, Listen: p.listen, Advertise: p.advertise, Root: p.root, TLS: sec.server,
-		SessionTTL: p.sessionTTL, Backend: cfg.Chosen(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
+		SessionTTL: p.sessionTTL, Backend: cfg.Default(), Logger: logger, Registerer: reg, Gatherer: reg, Authz: policy,
 		Chains:    &chainwal.Config{Store: chains, Openers: backends, Default: def, Describe: backends.Describe, AfterStep: crashAfter[chainwal.Step](p.crashAfter, logger)},
 		Consumers: checkpoints, Retention: retain, RetentionAfterStep: crashAfter[retention.Step](p.crashAfter, logger),
 		Placement: pl, MaxConnsPerPeer: p.maxConnsPerPeer, MaxStreamsPerPeer: p.maxStreamsPerPeer, FailedHandshakesPerPeer: p.failedHandshakesPerPeer})
@@ -364,22 +404,54 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		coordDone <- nil
 	}
 	logger.Info("walnode ready", "id", p.id, "api", n.Addr(), "tls", sec.server != nil, "mutual_tls", p.tlsClientCA != "",
-		"backend", cfg.Chosen(), "pchannels", len(pl.PChannels()))
+		"backend", cfg.Default(), "pchannels", len(pl.PChannels()))
 	fmt.Printf("walnode %s serving on %s\n", p.id, n.Addr())
 
-	// SIGHUP reloads the policy: a token revoked, a principal added,
-	// without a restart (which would move the node's channels).
-	reload := make(chan os.Signal, 1)
-	if policy != nil {
-		signal.Notify(reload, syscall.SIGHUP)
-		defer signal.Stop(reload)
+	// SIGHUP reloads what can be: the policy (a token revoked, a principal
+	// added, without a restart, which would move the node's channels) and
+	// the embedded member's users with it; certificates are read again at
+	// their next handshake anyway. It never stops the node. A policy file
+	// replaced is reloaded without a signal too.
+	policyStamp := fileStamp(p.authz)
+	var syncPending *authz.Config // the embedded member's users lag this policy
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	reloadNow := func(why string) {
+		if p.authz == "" {
+			logger.Info(why+": no -authz policy to reload; certificates are read again at their next handshake", "tls", sec.server != nil)
+			return
+		}
+		policyStamp = fileStamp(p.authz)
+		if pc, ok := reloadPolicy(p.authz, n, logger); ok && member != nil {
+			syncPending = &pc
+		}
 	}
 	for waiting := true; waiting; {
 		select {
 		case <-ctx.Done():
 			waiting = false
+			continue
 		case <-reload:
-			reloadPolicy(p.authz, n, logger)
+			reloadNow("SIGHUP")
+		case <-tick.C:
+			if p.authz != "" && fileStamp(p.authz) != policyStamp {
+				reloadNow("policy file changed")
+			}
+		}
+		if member != nil && member.serving != nil {
+			if err := member.serving.refresh(); err != nil {
+				logger.Error("embedded etcd: certificate not refreshed", "error", err.Error())
+			}
+		}
+		if syncPending != nil {
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := member.syncAuth(sctx, endpoints[0], sec.etcd, p.root, *syncPending, logger)
+			cancel()
+			if err != nil {
+				logger.Error("embedded etcd: users not in step with the policy yet; retrying", "error", err.Error())
+			} else {
+				syncPending = nil
+			}
 		}
 	}
 	logger.Info("shutting down")
@@ -410,7 +482,7 @@ func crashAfter[S chainwal.Step | retention.Step](step string, logger *slog.Logg
 // reloadPolicy reads the policy file again and gives it to the node. A
 // file that does not load leaves the policy in force as it was, and says
 // why: the node never serves without one.
-func reloadPolicy(path string, n *node.Node, logger *slog.Logger) {
+func reloadPolicy(path string, n *node.Node, logger *slog.Logger) (authz.Config, bool) {
 	pc, err := authz.Load(path)
 	var policy *authz.Policy
 	if err == nil {
@@ -421,9 +493,33 @@ func reloadPolicy(path string, n *node.Node, logger *slog.Logger) {
 	}
 	if err != nil {
 		logger.Error("policy not reloaded: the previous one stays in force", "policy", path, "error", err.Error())
-		return
+		return authz.Config{}, false
 	}
 	logger.Info("policy reloaded", "policy", path, "principals", len(pc.Principals), "roles", len(pc.Roles))
+	return pc, true
+}
+
+// stamp identifies a version of a file: a change of any part is a new
+// file (or the same rewritten).
+type stamp struct {
+	size    int64
+	modTime time.Time
+	ino     uint64
+}
+
+func fileStamp(path string) stamp {
+	if path == "" {
+		return stamp{}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{}
+	}
+	st := stamp{size: fi.Size(), modTime: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = sys.Ino
+	}
+	return st
 }
 
 // retentionConfig is the configuration's retention section, its policy of
@@ -563,42 +659,6 @@ func startDevKafka(addr string) (*kfake.Cluster, error) {
 		return nil, errors.Wrap(err, "walnode: dev kafka")
 	}
 	return c, nil
-}
-
-// startEtcd runs a single etcd member with its data in dir; with
-// -tls-cert it serves its clients over TLS with the node's certificate
-// (and requires client certificates with -tls-client-ca).
-func startEtcd(dir, clientAddr, name string, sec security) (*embed.Etcd, error) {
-	cfg := embed.NewConfig()
-	cfg.Name = name
-	cfg.Dir = dir
-	cfg.LogLevel = "fatal" // its shutdown logs harmless "server closed" errors; real failures come through e.Err()
-	curl, err := url.Parse(schemeOf(sec.tlsCert != "") + clientAddr)
-	if err != nil {
-		return nil, errors.Wrapf(err, "walnode: -etcd-listen %q", clientAddr)
-	}
-	if sec.tlsCert != "" {
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: sec.tlsCert, KeyFile: sec.tlsKey,
-			TrustedCAFile: sec.tlsClientCA, ClientCertAuth: sec.tlsClientCA != ""}
-	}
-	purl, _ := url.Parse("http://127.0.0.1:0")
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, errors.Wrap(err, "walnode: embedded etcd")
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, errors.Wrap(err, "walnode: embedded etcd")
-	case <-time.After(60 * time.Second):
-		e.Close()
-		return nil, errors.New("walnode: embedded etcd did not start in 60s")
-	}
 }
 
 func splitList(s string) []string {

@@ -51,6 +51,12 @@ func (p params) check() error {
 		return errors.Newf("-etcd-listen %s is not a loopback address and the embedded etcd member would take any client: "+
 			"give -tls-client-ca so that it requires certificates of that CA", p.etcdListen)
 	}
+	if p.etcdGuardedElsewhere && (p.etcd == "" || p.authz == "") {
+		return errors.New("-etcd-guarded-elsewhere is for a node with -authz on an etcd of -etcd: the embedded member's authentication is always on with -authz")
+	}
+	if p.etcd == "" && (p.etcdUser != "" || p.etcdPasswordFile != "") {
+		return errors.New("-etcd-user and -etcd-password-file are for an etcd of -etcd: the embedded member's users are walnode's (their passwords in <-data>/etcd-auth)")
+	}
 	if p.insecure || p.tlsCert != "" {
 		return nil
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/security/certs"
 )
 
 // Sentinels of a refusal (errors.Is): Unauthenticated and
@@ -59,13 +61,24 @@ func (p *Policy) Authenticate(r *http.Request) (Principal, error) {
 		return pr, nil
 	}
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		cn := r.TLS.VerifiedChains[0][0].Subject.CommonName
-		if cn == "" {
-			return Principal{}, &authnError{ReasonBadCredentials, "the client certificate has no subject common name"}
+		id, err := certs.Identify(r.TLS.VerifiedChains[0][0])
+		if err != nil {
+			return Principal{}, &authnError{ReasonBadCredentials, "the client certificate: " + err.Error()}
 		}
-		return p.Principal(cn), nil
+		return p.Principal(PrincipalName(id)), nil
 	}
 	return Principal{}, &authnError{ReasonNoCredentials, "no credentials: present a client certificate or an \"Authorization: Bearer <token>\" header"}
+}
+
+// PrincipalName is the principal a certificate's identity authenticates:
+// a client's name, or for a node "streamwal://node/<name>", which no
+// client certificate can name (certs.Identify), so that a policy grants a
+// node only under that name.
+func PrincipalName(id certs.Identity) string {
+	if id.Kind == certs.Node {
+		return certs.IdentityScheme + "://node/" + id.Name
+	}
+	return id.Name
 }
 
 // authn is the outcome of a request's authentication, carried in its

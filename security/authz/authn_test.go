@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/security/authz"
+	"github.com/streamwal/streamwal/security/certs"
 )
 
 // testCA issues certificates for a test.
@@ -205,4 +206,55 @@ func refusals(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 		}
 	}
 	return 0
+}
+
+// A certificate authenticates by what it says it is: a node's (identity
+// URI streamwal://node/n1) is the principal "streamwal://node/n1", whom a
+// policy grants only under that name; a client certificate named n1 is
+// the client n1, never the node; contradicting marks authenticate no one.
+func TestAuthenticateIdentity(t *testing.T) {
+	ca, err := certs.NewCA(certs.Request{})
+	require.NoError(t, err)
+	leaf := func(name string, kind certs.Kind) *x509.Certificate {
+		req := certs.Request{CommonName: name, Kind: kind}
+		if kind == certs.Node {
+			req.IPs = []net.IP{net.IPv4(127, 0, 0, 1)}
+		}
+		p, err := ca.Issue(req)
+		require.NoError(t, err)
+		c, err := certs.Parse(p.CertPEM)
+		require.NoError(t, err)
+		return c
+	}
+	c, err := authz.Parse([]byte(`
+roles:
+  r: [{actions: [read], channels: ["*"]}]
+principals:
+  n1: {roles: [r]}
+  streamwal://node/n2: {roles: [r]}
+`))
+	require.NoError(t, err)
+	p, err := authz.Compile(c)
+	require.NoError(t, err)
+	as := func(cert *x509.Certificate) (authz.Principal, error) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert, ca.Cert}}}
+		return p.Authenticate(r)
+	}
+	pr, err := as(leaf("n1", certs.Node))
+	require.NoError(t, err)
+	require.False(t, pr.Known(), "the node n1 is not the client n1 the policy names")
+	pr, err = as(leaf("n1", certs.Client))
+	require.NoError(t, err)
+	require.True(t, pr.Allows(authz.ActionRead, "x"))
+	pr, err = as(leaf("n2", certs.Node))
+	require.NoError(t, err)
+	require.True(t, pr.Allows(authz.ActionRead, "x"), "a node is granted under its identity URI")
+	pr, err = as(leaf("n2", certs.Client))
+	require.NoError(t, err)
+	require.False(t, pr.Known())
+	bad := leaf("n3", certs.Node)
+	bad.Subject.CommonName = "n4" // the URI no longer names the CN
+	_, err = as(bad)
+	require.ErrorIs(t, err, authz.ErrUnauthenticated)
 }

@@ -152,6 +152,9 @@ func (c Config) Validate() error {
 		if name == "" {
 			add(pp, "empty principal name")
 		}
+		if reservedPrincipal(name) {
+			add(pp, "reserved name: %q and names starting with \"streamwal-\" are etcd's users of root and of the nodes, never a principal's", EtcdRootUser)
+		}
 		pr := c.Principals[name]
 		if len(pr.Roles) == 0 {
 			add(pp+".roles", "no role (a principal without roles may do nothing: remove it)")

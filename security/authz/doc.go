@@ -104,11 +104,15 @@
 //     (Unauthenticated) even if the connection also presents a valid
 //     certificate: a request never falls back to a weaker identity.
 //   - otherwise by its client certificate, verified by the server's TLS
-//     configuration against its client CA (http.Request.TLS.VerifiedChains):
-//     the principal is the subject common name (CN) of the verified leaf.
-//     SANs name hosts, not users, and etcd takes the CN as its user too, so
-//     one certificate can name the same principal on both. A certificate
-//     without a CN authenticates no one.
+//     configuration against its client CA (http.Request.TLS.VerifiedChains),
+//     as certs.Identify reads it: a client certificate (URI SAN
+//     streamwal://client/<name>, or none) is the principal of its subject
+//     common name (CN); a node's (URI SAN streamwal://node/<name> with
+//     server use) is the principal "streamwal://node/<name>", a name no
+//     client certificate can take, so that a client named like a node
+//     never holds what the node is granted (PrincipalName). A certificate
+//     without a CN, or whose marks contradict each other, authenticates
+//     no one.
 //   - otherwise it is unauthenticated, and refused.
 //
 // A principal not in the policy (a certificate of the trusted CA for a name
@@ -148,11 +152,10 @@
 //	                              it; it carries the node's ID only, takes
 //	                              no input and changes nothing. Where the
 //	                              node verifies client certificates, only a
-//	                              node's certificate may hold it (NodeName:
-//	                              a certificate with the server-auth key
-//	                              usage, as package certs issues to nodes);
-//	                              otherwise it is open, bounded like every
-//	                              unauthenticated request (package node)
+//	                              node's certificate may hold it (NodeName,
+//	                              by certs.Identify); otherwise it is open,
+//	                              bounded like every unauthenticated
+//	                              request (package node)
 //
 // A request without credentials, or with a token that matches none, is
 // Unauthenticated (HTTP 401 outside the RPC API); an authenticated request
@@ -195,11 +198,26 @@
 //
 // An etcd user bound to streamwal-reader can look but not move, drain or
 // rebalance; only streamwal-admin (or root) can write a request, and only
-// streamwal-node (or root) can write an assignment. An operator's etcd
-// user and its node-API principal are separate identities, unless both
-// come from one client certificate: etcd over mutual TLS takes the CN as
-// its user, as the node does (users added without a password). Turning etcd's
-// authentication on is the operator's step (etcdctl user add, user
-// grant-role, auth enable; the README has the commands); until it is on,
-// anyone who reaches etcd can do anything.
+// streamwal-node (or root) can write an assignment.
+//
+// A node with a policy never runs beside an etcd without authentication.
+// SyncEtcdAuth turns it on with the users the policy implies (EtcdUsers):
+// root, EtcdNodeUser (streamwal-node, the nodes' user) and one user per
+// principal, streamwal-admin for a principal that holds admin on every
+// channel and streamwal-reader for every other (a client looks up
+// channel owners in etcd). Root is created before authentication is turned
+// on; users of streamwal's roles the policy no longer names are deleted.
+// walnode does it to its embedded member at every start and policy reload,
+// with the passwords in <-data>/etcd-auth/<user>.password; walctl etcd-auth
+// does it to an etcd of your own. A node with a policy on an etcd whose
+// authentication is off refuses to start unless told (-etcd-guarded-elsewhere)
+// that etcd is guarded another way.
+//
+// Users are bound by name and password, never by a certificate's name:
+// the embedded member does not map client certificates to users (etcd's
+// --client-cert-auth would make a client certificate named root etcd's
+// root, and one named like a node the node's user). Its TLS still admits
+// only holders of a certificate of the cluster's CA (unless
+// -tls-client-cert-optional). "root" and names starting with "streamwal-"
+// are reserved: no principal may take them.
 package authz

@@ -3,10 +3,10 @@ package authz
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"slices"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/streamwal/streamwal/security/certs"
 )
 
 // ErrNotNode: a connection's verified certificate is not a node's (or
@@ -14,24 +14,23 @@ import (
 var ErrNotNode = errors.New("not a node")
 
 // NodeName returns the node a connection's verified client certificate
-// names: its subject CN, for a certificate issued to a node. Node
-// certificates (package certs, Kind Node) carry the server-auth extended
-// key usage beside the client-auth one, since a node both serves the API
-// and dials the others' liveness streams; client certificates carry
-// client-auth only. A connection without a verified certificate, or with
-// a client's, is an error matching ErrNotNode.
+// names: its identity as certs.Identify reads it (a node's certificate
+// carries streamwal://node/<name> and server use; no client certificate
+// can pass for one, whatever its common name). A connection without a
+// verified certificate, or with one whose identity is a client's or
+// unclear, is an error matching ErrNotNode.
 func NodeName(state *tls.ConnectionState) (string, error) {
 	if state == nil || len(state.VerifiedChains) == 0 || len(state.VerifiedChains[0]) == 0 {
 		return "", errors.Wrap(ErrNotNode, "no verified client certificate")
 	}
-	leaf := state.VerifiedChains[0][0]
-	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
-		return "", errors.Wrapf(ErrNotNode, "the certificate of %q is a client's (no server-auth key usage)", leaf.Subject.CommonName)
+	id, err := certs.Identify(state.VerifiedChains[0][0])
+	if err != nil {
+		return "", errors.Wrapf(ErrNotNode, "%v", err)
 	}
-	if leaf.Subject.CommonName == "" {
-		return "", errors.Wrap(ErrNotNode, "the node certificate has no subject common name")
+	if id.Kind != certs.Node {
+		return "", errors.Wrapf(ErrNotNode, "the certificate of %q is a client's", id.Name)
 	}
-	return leaf.Subject.CommonName, nil
+	return id.Name, nil
 }
 
 // Authenticated reports whether ctx, wrapped by Guard.Authenticate,

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -13,24 +14,31 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/security/authz"
+	"github.com/streamwal/streamwal/security/certs"
 )
 
-// A node's certificate carries the server-auth key usage; a client's,
-// whatever its name, does not; no certificate is no node.
+// A node's certificate (certs.Node) names a node; a client's, whatever its
+// common name, does not; no certificate is no node.
 func TestNodeName(t *testing.T) {
-	state := func(cn string, usages ...x509.ExtKeyUsage) *tls.ConnectionState {
-		leaf := &x509.Certificate{ExtKeyUsage: usages}
-		leaf.Subject.CommonName = cn
+	ca, err := certs.NewCA(certs.Request{})
+	require.NoError(t, err)
+	state := func(req certs.Request) *tls.ConnectionState {
+		pair, err := ca.Issue(req)
+		require.NoError(t, err)
+		leaf, err := certs.Parse(pair.CertPEM)
+		require.NoError(t, err)
 		return &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf}}}
 	}
-	name, err := authz.NodeName(state("n1", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth))
+	name, err := authz.NodeName(state(certs.Request{CommonName: "n1", Kind: certs.Node, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}))
 	require.NoError(t, err)
 	require.Equal(t, "n1", name)
+	clientLeaf := &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	clientLeaf.Subject.CommonName = "n1"
 	for what, s := range map[string]*tls.ConnectionState{
-		"a client's certificate named like a node": state("n1", x509.ExtKeyUsageClientAuth),
-		"a node's without a name":                  state("", x509.ExtKeyUsageServerAuth),
-		"no certificate":                           {},
-		"no TLS":                                   nil,
+		"a client's certificate": state(certs.Request{CommonName: "alice", Kind: certs.Client}),
+		"a certificate named like a node, with server use, without a node's identity": {VerifiedChains: [][]*x509.Certificate{{clientLeaf}}},
+		"no certificate": {},
+		"no TLS":         nil,
 	} {
 		_, err := authz.NodeName(s)
 		require.True(t, errors.Is(err, authz.ErrNotNode), "%s: %v", what, err)

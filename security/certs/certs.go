@@ -10,6 +10,17 @@
 // are written as PKCS #8 with mode 0600, and no file is overwritten unless
 // the caller says so.
 //
+// # Identities
+//
+// A certificate says what it is for, not only whom it names: a node's
+// carries the URI SAN streamwal://node/<name> and both server and client
+// use; a client's carries streamwal://client/<principal> and client use
+// only. Identify reads them, so that a client certificate whose name
+// happens to be a node's (or root) is still a client's: nodes are told
+// apart by the URI, never by a name. A certificate without such a URI (made
+// by another CA's tools) is a client named by its common name; it is never
+// a node.
+//
 // Files in a directory, as walctl certs writes them:
 //
 //	ca.crt, ca.key                  the CA (keep ca.key off the nodes)
@@ -29,8 +40,11 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -190,6 +204,10 @@ func (a *Authority) Issue(req Request) (Pair, error) {
 	default:
 		return Pair{}, errors.Newf("certs: unknown certificate kind %d", req.Kind)
 	}
+	if strings.HasPrefix(req.CommonName, IdentityScheme+":") {
+		return Pair{}, errors.Newf("certs: common name %q: a name, not an identity URI", req.CommonName)
+	}
+	tmpl.URIs = []*url.URL{identityURI(req.Kind, req.CommonName)}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	key, err := newKey(req.KeyType)
 	if err != nil {
@@ -383,4 +401,108 @@ func Parse(certPEM []byte) (*x509.Certificate, error) {
 			return nil, errors.New("certs: no PEM certificate")
 		}
 	}
+}
+
+// IdentityScheme is the URI scheme of the identity SAN.
+const IdentityScheme = "streamwal"
+
+func identityURI(k Kind, name string) *url.URL {
+	host := "client"
+	if k == Node {
+		host = "node"
+	}
+	return &url.URL{Scheme: IdentityScheme, Host: host, Path: "/" + name}
+}
+
+// Identity is who a certificate names, and as what.
+type Identity struct {
+	Kind Kind   // Node or Client
+	Name string // the node's name or the client's principal
+}
+
+// ErrIdentity is a certificate whose identity is unclear: it matches the
+// errors of Identify.
+var ErrIdentity = errors.New("certs: no clear identity")
+
+// Identify says who c names (package doc, "Identities"): a node when it
+// carries streamwal://node/<name> and server use, a client when it carries
+// streamwal://client/<name>, or, without either URI, a client named by its
+// common name. The URI's name must be the common name; more than one
+// identity URI, a node's without server use, a client's with server use,
+// or no name at all is an error matching ErrIdentity.
+func Identify(c *x509.Certificate) (Identity, error) {
+	var found []*url.URL
+	for _, u := range c.URIs {
+		if u.Scheme == IdentityScheme {
+			found = append(found, u)
+		}
+	}
+	cn := c.Subject.CommonName
+	serves := false
+	for _, u := range c.ExtKeyUsage {
+		if u == x509.ExtKeyUsageServerAuth || u == x509.ExtKeyUsageAny {
+			serves = true
+		}
+	}
+	fail := func(format string, args ...any) (Identity, error) {
+		return Identity{}, errors.Wrapf(ErrIdentity, format, args...)
+	}
+	switch len(found) {
+	case 0:
+		if cn == "" {
+			return fail("no common name")
+		}
+		if strings.HasPrefix(cn, IdentityScheme+":") {
+			return fail("common name %q looks like an identity URI, which only a SAN may carry", cn)
+		}
+		return Identity{Kind: Client, Name: cn}, nil
+	case 1:
+	default:
+		return fail("%d identity URIs", len(found))
+	}
+	u := found[0]
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" || name != cn || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fail("identity %s does not name the common name %q", u, cn)
+	}
+	switch u.Host {
+	case "node":
+		if !serves {
+			return fail("node identity %s without server use", u)
+		}
+		return Identity{Kind: Node, Name: name}, nil
+	case "client":
+		if serves {
+			return fail("client identity %s with server use", u)
+		}
+		return Identity{Kind: Client, Name: name}, nil
+	}
+	return fail("identity %s is neither a node's nor a client's", u)
+}
+
+// nodeNamePattern is walnode's naming of nodes (-id n1, n2, ...).
+var nodeNamePattern = regexp.MustCompile(`^n[0-9]+$`)
+
+// ReservedClientName says why name may not be a client's principal, or ""
+// when it may: root and names starting with "streamwal-" are etcd's users
+// of root and of the nodes (package security/authz), and a client named
+// like a node would be taken for it by anything that reads names only.
+// nodeNames are the cluster's node names known to the caller; n<digits>,
+// walnode's naming of nodes, is reserved whatever they are.
+func ReservedClientName(name string, nodeNames []string) string {
+	switch {
+	case name == "root":
+		return "root is etcd's root user, never a client's name"
+	case strings.HasPrefix(name, "streamwal-"):
+		return "names starting with streamwal- are etcd's users of the cluster's nodes, never a client's"
+	}
+	if nodeNamePattern.MatchString(name) {
+		return "n<digits> is how nodes are named (walnode -id n1): a client named so would pass for one wherever only names are read"
+	}
+	for _, n := range nodeNames {
+		if n == name {
+			return "a node of this name exists: a client named like a node would pass for it wherever only names are read"
+		}
+	}
+	return ""
 }

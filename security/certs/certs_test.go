@@ -1,8 +1,14 @@
 package certs_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -84,4 +90,72 @@ func TestFiles(t *testing.T) {
 	require.ErrorContains(t, err, `unknown key type "rsa"`)
 	_, err = other.Issue(certs.Request{CommonName: "n2", Kind: certs.Node})
 	require.ErrorContains(t, err, "needs at least one host")
+}
+
+// Identify tells nodes and clients apart by the identity URI and the key
+// usage, never by a name: a client certificate named like a node (or
+// root) is a client, and a certificate whose marks contradict each other
+// identifies no one.
+func TestIdentify(t *testing.T) {
+	ca, err := certs.NewCA(certs.Request{})
+	require.NoError(t, err)
+	issue := func(req certs.Request) *x509.Certificate {
+		p, err := ca.Issue(req)
+		require.NoError(t, err)
+		c, err := certs.Parse(p.CertPEM)
+		require.NoError(t, err)
+		return c
+	}
+	node := issue(certs.Request{CommonName: "n1", Kind: certs.Node, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	id, err := certs.Identify(node)
+	require.NoError(t, err)
+	require.Equal(t, certs.Identity{Kind: certs.Node, Name: "n1"}, id)
+	require.Equal(t, "streamwal://node/n1", node.URIs[0].String())
+	for _, name := range []string{"n1", "root", "alice"} {
+		id, err := certs.Identify(issue(certs.Request{CommonName: name, Kind: certs.Client}))
+		require.NoError(t, err)
+		require.Equal(t, certs.Identity{Kind: certs.Client, Name: name}, id, "a client named %s is a client", name)
+	}
+	_, err = ca.Issue(certs.Request{CommonName: "streamwal://node/n1", Kind: certs.Client})
+	require.Error(t, err)
+
+	// Certificates made by other tools.
+	other := func(cn string, uris []string, usage ...x509.ExtKeyUsage) *x509.Certificate {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: usage}
+		for _, u := range uris {
+			pu, err := url.Parse(u)
+			require.NoError(t, err)
+			tmpl.URIs = append(tmpl.URIs, pu)
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+		require.NoError(t, err)
+		c, err := x509.ParseCertificate(der)
+		require.NoError(t, err)
+		return c
+	}
+	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	id, err = certs.Identify(other("n2", nil, server...))
+	require.NoError(t, err)
+	require.Equal(t, certs.Identity{Kind: certs.Client, Name: "n2"}, id, "no URI: a client, even with server use and a node's name")
+	for _, bad := range []*x509.Certificate{
+		other("", nil, x509.ExtKeyUsageClientAuth),
+		other("streamwal://node/n1", nil, x509.ExtKeyUsageClientAuth),
+		other("n1", []string{"streamwal://node/n1"}, x509.ExtKeyUsageClientAuth),
+		other("alice", []string{"streamwal://client/alice"}, server...),
+		other("alice", []string{"streamwal://node/n1"}, server...),
+		other("n1", []string{"streamwal://node/n1", "streamwal://client/n1"}, server...),
+		other("n1", []string{"streamwal://admin/n1"}, server...),
+	} {
+		_, err := certs.Identify(bad)
+		require.ErrorIs(t, err, certs.ErrIdentity, "%s %v", bad.Subject.CommonName, bad.URIs)
+	}
+
+	for _, name := range []string{"root", "streamwal-node", "n1", "n42", "edge"} {
+		require.NotEmpty(t, certs.ReservedClientName(name, []string{"edge"}), name)
+	}
+	require.Empty(t, certs.ReservedClientName("alice", []string{"edge"}))
+	require.Empty(t, certs.ReservedClientName("nina", nil))
 }

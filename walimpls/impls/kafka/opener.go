@@ -23,28 +23,9 @@ import (
 // Name is the backend's name in configuration and in its message IDs.
 const Name = "kafka"
 
-// builder implements walimpls.Builder.
-type builder struct{}
-
 // NewBuilder returns the Kafka backend's walimpls.Builder. Its BuildParams
 // Config decodes into a Config.
-func NewBuilder() walimpls.Builder { return builder{} }
-
-func (builder) Name() string { return Name }
-
-func (builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Opener, error) {
-	var cfg Config
-	if p.Config != nil {
-		if err := p.Config(&cfg); err != nil {
-			return nil, errors.WithStack(fmt.Errorf("kafka: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
-		}
-	}
-	o, err := New(ctx, cfg, p.Options()...)
-	if err != nil {
-		return nil, err
-	}
-	return o, nil
-}
+func NewBuilder() walimpls.Builder { return walimpls.NewBuilder(Name, New) }
 
 // Opener opens channel WALs on one Kafka cluster. It implements
 // walimpls.Opener and is safe for concurrent use.

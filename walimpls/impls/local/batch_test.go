@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -15,7 +14,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -342,13 +340,13 @@ func TestAppendBatchRefusals(t *testing.T) {
 
 	// A failed sync: unknown for the batch in that round, NotStored for
 	// the batches the failed journal refuses afterwards.
-	fs.failSync.Store(true)
+	fs.failSync.Set(true)
 	_, err = w.AppendBatch(ctx, batchMessages("doomed", 2, 10))
 	require.ErrorIs(t, err, ErrJournalFailed)
 	require.False(t, walimpls.NotStored(err))
 	_, err = w.AppendBatch(ctx, batchMessages("refused", 2, 10))
 	notStored(err, ErrJournalFailed)
-	fs.failSync.Store(false)
+	fs.failSync.Set(false)
 
 	// Fenced by a later open (decided once for the batch), then closed.
 	s2 := openStore(t, testConfig(t.TempDir()))
@@ -367,288 +365,4 @@ func TestAppendBatchRefusals(t *testing.T) {
 	require.NoError(t, s2.Close())
 	_, err = w2.AppendBatch(ctx, batchMessages("store-closed", 2, 10))
 	notStored(err, walimpls.ErrClosed)
-}
-
-// A power loss at every step while concurrent writers append batches
-// (before each write, sync, rename, ... of the store, keeping every
-// unsynced byte, none, or a random mix of sectors), across segment
-// switches: recovery keeps each batch whole or drops it whole - never a
-// prefix - and with SyncAlways keeps every acknowledged batch.
-func TestPowerLossDuringBatches(t *testing.T) {
-	cutShort := 0
-	for _, policy := range []SyncPolicy{SyncAlways, SyncNone} {
-		t.Run(string(policy), func(t *testing.T) { cutShort += powerLossDuringBatches(t, policy) })
-	}
-	require.Positive(t, cutShort, "some power loss tore a batch")
-}
-
-// powerLossDuringBatches returns how many recoveries cut a batch short.
-func powerLossDuringBatches(t *testing.T, policy SyncPolicy) int {
-	fs := newMemFS()
-	cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 8 << 10, Sync: policy}
-	s, err := New(context.Background(), withFS(cfg, fs))
-	require.NoError(t, err)
-	w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
-	require.NoError(t, err)
-
-	type snapshot struct {
-		fs    *memFS
-		acked int
-		step  string
-	}
-	seed := testseed.Seed(t)
-	rng := rand.New(rand.NewPCG(seed, 5))
-	all, none := crashExtremes()
-	var (
-		mu    sync.Mutex
-		acked []string // tags of acknowledged batches
-		snaps []snapshot
-	)
-	hook := func(op, name string) {
-		mu.Lock()
-		defer mu.Unlock()
-		// Several random mixes of sectors where something is unsynced
-		// (the others are the same as keeping all or none).
-		var taken []*memFS
-	next:
-		for _, r := range []*rand.Rand{all, none, rng, rng, rng, rng} {
-			c := fs.crash(r)
-			for _, o := range taken {
-				if c.sameAs(o) {
-					continue next
-				}
-			}
-			taken = append(taken, c)
-			snaps = append(snaps, snapshot{fs: c, acked: len(acked), step: op + " " + filepath.Base(name)})
-		}
-	}
-	fs.before.Store(&hook)
-	var wg sync.WaitGroup
-	for g := range 2 {
-		wg.Add(1)
-		r := rand.New(rand.NewPCG(seed, uint64(g)))
-		go func() {
-			defer wg.Done()
-			for k := range 16 {
-				tag := fmt.Sprintf("%d-%d", g, k)
-				// Mostly small messages, so that a torn write often keeps
-				// a batch's first frames; large ones for segment switches.
-				size := 50 + r.IntN(350)
-				if k%2 == 1 {
-					size = 2500 + r.IntN(1000)
-				}
-				if _, err := w.AppendBatch(context.Background(), batchMessages(tag, 2+r.IntN(6), size)); err != nil {
-					t.Errorf("batch %s: %v", tag, err)
-					return
-				}
-				mu.Lock()
-				acked = append(acked, tag)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	// With SyncNone the batches were acknowledged before they were
-	// written: Close writes and syncs them, under the hook too.
-	require.NoError(t, s.Close())
-	fs.before.Store(nil)
-	require.GreaterOrEqual(t, countSegments(fs), 3, "the batches crossed segment switches")
-
-	cutShort, partial := 0, 0
-	for i, sn := range snaps {
-		what := fmt.Sprintf("power loss %d, before %s", i, sn.step)
-		s, err := New(context.Background(), withFS(cfg, sn.fs))
-		require.NoError(t, err, what)
-		if strings.HasPrefix(s.Recovery().Reason, "batch cut short") {
-			cutShort++
-		}
-		w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 2})
-		require.NoError(t, err, what)
-		end, err := w.Append(context.Background(), msg(t, "end"))
-		require.NoError(t, err, what)
-		got := readUntil(t, w, end)
-		present := checkBatches(t, got[:len(got)-1], what)
-		checkBatchPayloads(t, got, what)
-		if policy == SyncAlways {
-			for _, tag := range acked[:sn.acked] {
-				require.Truef(t, present[tag], "%s: acknowledged batch %s lost", what, tag)
-			}
-		}
-		if len(present) < len(acked) && len(present) > sn.acked {
-			partial++ // some batches of the interrupted rounds survived, some not
-		}
-		require.NoError(t, s.Close(), what)
-
-		// What recovery left opens again, without anything to repair.
-		s, err = New(context.Background(), withFS(cfg, sn.fs))
-		require.NoError(t, err, what)
-		require.Zero(t, s.Recovery().DroppedBytes, what)
-		w, err = s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 2, Mode: walimpls.ReadOnly})
-		require.NoError(t, err, what)
-		last, err := w.Last(context.Background())
-		require.NoError(t, err, what)
-		require.True(t, last.EQ(end), what)
-		require.NoError(t, s.Close(), what)
-	}
-	t.Logf("%d power losses checked; %d cut a batch short, %d kept some unacknowledged batches", len(snaps), cutShort, partial)
-	return cutShort
-}
-
-// A batch whose write was torn at the tail of the log is dropped whole,
-// whatever part of it was torn, and appends go on after the batch before
-// it.
-func TestRecoveryBatchCutShort(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		damage func(b []byte, batch []frameLoc) []byte
-		reason string
-		frames int
-	}{
-		{"bad crc in the last frame", func(b []byte, batch []frameLoc) []byte {
-			b[batch[3].off+headerSize] ^= 0xff
-			return b
-		}, "batch cut short by bad frame (checksum or header)", 4},
-		{"cut inside the third frame", func(b []byte, batch []frameLoc) []byte {
-			return b[:batch[2].off+headerSize+2]
-		}, "batch cut short by partial frame", 3},
-		{"last frame zeroed", func(b []byte, batch []frameLoc) []byte {
-			clear(b[batch[3].off : batch[3].off+batch[3].size])
-			return b
-		}, "batch cut short by zeroed space", 3},
-		{"first frame zeroed", func(b []byte, batch []frameLoc) []byte {
-			clear(b[batch[0].off : batch[0].off+batch[0].size])
-			return b
-		}, "zeroed space", 3},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := context.Background()
-			cfg := testConfig(t.TempDir())
-			s, err := New(context.Background(), cfg)
-			require.NoError(t, err)
-			w, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 1})
-			require.NoError(t, err)
-			a, err := w.AppendBatch(ctx, batchMessages("a", 3, 100))
-			require.NoError(t, err)
-			_, err = w.AppendBatch(ctx, batchMessages("b", 4, 100))
-			require.NoError(t, err)
-			require.NoError(t, s.Close())
-			paths := segPaths(t, cfg.Dir)
-			require.Len(t, paths, 1)
-			msgs := messageFrames(segmentFrames(t, paths[0], 1))
-			require.Len(t, msgs, 7)
-			patch(t, paths[0], func(b []byte) []byte { return c.damage(b, msgs[3:]) })
-
-			s = openStore(t, cfg)
-			rep := s.Recovery()
-			require.Equal(t, c.reason, rep.Reason)
-			require.Equal(t, int64(msgs[3].off), rep.Offset, "cut at the batch's first frame")
-			require.Equal(t, c.frames, rep.DroppedFrames)
-			require.Positive(t, rep.DroppedBytes)
-			w = openWAL(t, s, "c", 1)
-			last, err := w.Last(ctx)
-			require.NoError(t, err)
-			require.True(t, last.EQ(a[2]), "the log ends after batch a: %s", last)
-			// Appends go on where batch b was.
-			after, err := w.AppendBatch(ctx, batchMessages("after", 2, 100))
-			require.NoError(t, err)
-			require.True(t, a[2].LT(after[0]))
-			require.NoError(t, s.Close())
-
-			s = openStore(t, cfg)
-			require.Zero(t, s.Recovery().DroppedBytes)
-			got := readN(t, openWAL(t, s, "c", 1), walimpls.DeliverAll(), 5)
-			require.Equal(t, map[string]bool{"a": true, "after": true}, checkBatches(t, got, c.name))
-			last, err = openReadOnly(t, s, "c").Last(ctx)
-			require.NoError(t, err)
-			require.True(t, last.EQ(after[1]))
-		})
-	}
-}
-
-// sameAs reports whether m and o hold the same files with the same bytes
-// (for file systems that crash returned, whose bytes are all synced).
-func (m *memFS) sameAs(o *memFS) bool {
-	if len(m.names) != len(o.names) {
-		return false
-	}
-	for name, f := range m.names {
-		g, ok := o.names[name]
-		if !ok || !bytes.Equal(f.data, g.data) {
-			return false
-		}
-	}
-	return true
-}
-
-// setFlags rewrites the flags of the frame at off of a segment file.
-func setFlags(t *testing.T, path string, num uint64, off int, flags uint8) {
-	t.Helper()
-	patch(t, path, func(b []byte) []byte {
-		h, body, sz, st := decodeFrame(b[off:], uint32(num))
-		require.Equal(t, frameOK, st)
-		h.flags = flags
-		copy(b[off:off+sz], appendFrame(nil, h, body))
-		return b
-	})
-}
-
-// A batch cut short anywhere but at the tail of the log, or whose frames
-// were synced, is corruption: Open fails and cuts nothing.
-func TestRecoveryBatchCorruption(t *testing.T) {
-	ctx := context.Background()
-	t.Run("synced frames after a batch cut short", func(t *testing.T) {
-		cfg := testConfig(t.TempDir())
-		s := openStore(t, cfg)
-		w := openWAL(t, s, "c", 1)
-		_, err := w.AppendBatch(ctx, batchMessages("a", 3, 100))
-		require.NoError(t, err)
-		appendN(t, w, "after", 1) // written after a was synced
-		require.NoError(t, s.Close())
-		p := segPaths(t, cfg.Dir)[0]
-		msgs := messageFrames(segmentFrames(t, p, 1))
-		patch(t, p, func(b []byte) []byte { b[msgs[2].off+headerSize] ^= 0xff; return b })
-		_, err = New(context.Background(), cfg)
-		require.ErrorIs(t, err, ErrCorrupt)
-		require.Contains(t, err.Error(), "batch cut short")
-	})
-	t.Run("a batch followed by another channel's message", func(t *testing.T) {
-		cfg := testConfig(t.TempDir())
-		s := openStore(t, cfg)
-		wc, wd := openWAL(t, s, "c", 1), openWAL(t, s, "d", 1)
-		appendN(t, wc, "c", 1)
-		appendN(t, wd, "d", 1)
-		require.NoError(t, s.Close())
-		p := segPaths(t, cfg.Dir)[0]
-		setFlags(t, p, 1, messageFrames(segmentFrames(t, p, 1))[0].off, flagMore)
-		_, err := New(context.Background(), cfg)
-		require.ErrorIs(t, err, ErrCorrupt)
-		require.Contains(t, err.Error(), "inside a batch")
-	})
-	for _, zeroSeal := range []bool{false, true} {
-		t.Run(fmt.Sprintf("a batch cut short by the end of a middle segment (seal zeroed: %v)", zeroSeal), func(t *testing.T) {
-			cfg := smallSegments(t.TempDir())
-			fillSegments(t, cfg, 2)
-			p := segPaths(t, cfg.Dir)[0]
-			fr := segmentFrames(t, p, 1)
-			seal := fr[len(fr)-1]
-			require.Equal(t, typeSeal, seal.typ)
-			setFlags(t, p, 1, fr[len(fr)-2].off, flagMore)
-			want := "inside a batch"
-			if zeroSeal {
-				patch(t, p, func(b []byte) []byte { clear(b[seal.off : seal.off+seal.size]); return b })
-				want = "in the middle of the log"
-			}
-			_, err := New(context.Background(), cfg)
-			require.ErrorIs(t, err, ErrCorrupt)
-			require.Contains(t, err.Error(), want)
-		})
-	}
-	t.Run("flags on a frame that is not a message", func(t *testing.T) {
-		h := frameHeader{seq: 1, seg: 1, typ: typeTerm, flags: flagMore}
-		_, _, _, st := decodeFrame(appendFrame(nil, h, encodeTerm(1, "c")), 1)
-		require.Equal(t, frameBad, st)
-		h = frameHeader{seq: 1, seg: 1, typ: typeMessage, flags: 2}
-		_, _, _, st = decodeFrame(appendFrame(nil, h, nil), 1)
-		require.Equal(t, frameBad, st, "an unknown flag")
-	})
 }

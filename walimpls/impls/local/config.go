@@ -123,15 +123,14 @@ type Config struct {
 	// before and after every spare segment is zero-filled, and after
 	// truncated segments are deleted.
 	DiskCheckInterval time.Duration `yaml:"diskCheckInterval" json:"diskCheckInterval"`
-	// Clock schedules the "interval" sync policy (the flusher's
-	// SyncInterval ticker and the time since its last sync), the disk
-	// checks (DiskCheckInterval) and the pace of throttled appends (code
-	// only; tests give a clockwork.FakeClock and advance it instead of
-	// sleeping). Nil is the real clock. How long an fdatasync takes - the
-	// sync-latency histogram and the SlowSync warning - is always measured
-	// on the real clock: it is the device's time, which a fake clock would
-	// not see pass.
-	Clock clockwork.Clock `yaml:"-" json:"-"`
+
+	// clock (walimpls.WithClock) schedules the "interval" sync policy (the
+	// flusher's SyncInterval ticker and the time since its last sync), the
+	// disk checks (DiskCheckInterval) and the pace of throttled appends.
+	// How long an fdatasync takes - the sync-latency histogram and the
+	// SlowSync warning - is always measured on the real clock: it is the
+	// device's time, which a fake clock would not see pass.
+	clock clockwork.Clock
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -172,8 +171,8 @@ func (c Config) withDefaults() Config {
 	if c.DiskCheckInterval == 0 {
 		c.DiskCheckInterval = DefaultDiskCheckInterval
 	}
-	if c.Clock == nil {
-		c.Clock = clockwork.NewRealClock()
+	if c.clock == nil {
+		c.clock = clockwork.NewRealClock()
 	}
 	return c
 }

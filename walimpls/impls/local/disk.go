@@ -127,7 +127,7 @@ func newDiskGuard(cfg Config, m *metrics, log *slog.Logger) *diskGuard {
 		levels:  cfg.diskLevels(),
 		rate:    cfg.DiskSoftWriteRate,
 		dir:     cfg.Dir,
-		clock:   cfg.Clock,
+		clock:   cfg.clock,
 		m:       m,
 		log:     log,
 		changed: make(chan struct{}),

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,25 +13,27 @@ import (
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
+	"github.com/streamwal/streamwal/internal/errorfs"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// faultFS is the OS file system with switchable failures of writes and syncs
-// of segment files (the spare's zero-fill and the directory are spared
-// unless failPrepare is set), and of the journal marker's file alone
-// (failMarkerWrite, failMarkerSync).
+// faultFS is the OS file system under errorfs, with the faults the tests
+// arm and heal (Set): failures of writes and syncs of segment files (the
+// spare's zero-fill and the directory are spared unless failPrepare is
+// set), and of the journal marker's file alone (failMarkerWrite,
+// failMarkerSync). It also counts syncs, can hold one, and reports the free
+// space a test sets.
 type faultFS struct {
-	FS
-	failWrite       atomic.Bool
-	failSync        atomic.Bool
-	failPrepare     atomic.Bool
-	failMarkerWrite atomic.Bool
-	failMarkerSync  atomic.Bool
-	writes          atomic.Int64
+	*errorfs.FS
+	failWrite       *errorfs.Switch
+	failSync        *errorfs.Switch
+	failPrepare     *errorfs.Switch
+	failMarkerWrite *errorfs.Switch
+	failMarkerSync  *errorfs.Switch
 	syncs           atomic.Int64
-	// prepared counts the spares zero-filled and synced: the first sync
-	// of a spare file, before any data went to it.
+	// prepared counts the spares zero-filled and synced: the syncs of a
+	// file under a spare's name, before it became a segment.
 	prepared atomic.Int64
 	// gate, when set, holds the next fdatasync of a file that holds data
 	// (not the zero-fill of a spare) until release is closed.
@@ -40,6 +41,39 @@ type faultFS struct {
 	// space is the free space FreeBytes reports: the real file system's
 	// until a test sets it.
 	space freeSpace
+}
+
+func newFaultFS() *faultFS {
+	f := &faultFS{}
+	spare := func(i errorfs.Info) bool { return isSpareName(filepath.Base(i.Path)) }
+	f.failWrite = errorfs.NewSwitch(errorfs.Fail(unix.ENOSPC).On(errorfs.OpWrite).
+		// The spare's zero-fill is spared. Like a full disk, part of a
+		// failed write may land.
+		Where(func(i errorfs.Info) bool { return !(spare(i) && allZero(i.Data)) }).Torn())
+	f.failSync = errorfs.NewSwitch(errorfs.Fail(unix.EIO).On(errorfs.OpSync))
+	f.failPrepare = errorfs.NewSwitch(errorfs.Fail(unix.ENOSPC).On(errorfs.OpOpen, errorfs.OpCreate).Where(spare))
+	f.failMarkerWrite = errorfs.NewSwitch(errorfs.Fail(unix.ENOSPC).On(errorfs.OpWrite).Path(markerTempName))
+	f.failMarkerSync = errorfs.NewSwitch(errorfs.Fail(unix.EIO).On(errorfs.OpSync).Path(markerTempName))
+	gate := errorfs.InjectorFunc(func(i errorfs.Info) error {
+		if i.Op == errorfs.OpSync && !spare(i) {
+			if g := f.gate.Swap(nil); g != nil {
+				close(g.entered)
+				<-g.release
+			}
+		}
+		return nil
+	})
+	count := errorfs.InjectorFunc(func(i errorfs.Info) error {
+		if i.Op == errorfs.OpSync {
+			f.syncs.Add(1)
+			if spare(i) {
+				f.prepared.Add(1)
+			}
+		}
+		return nil
+	})
+	f.FS = errorfs.Wrap(OSFS(), errorfs.Any(gate, f.failPrepare, f.failMarkerWrite, f.failWrite, f.failSync, f.failMarkerSync, count))
+	return f
 }
 
 func (f *faultFS) FreeBytes(dir string) (uint64, error) {
@@ -60,76 +94,14 @@ func (f *faultFS) holdNextSync() *syncGate {
 	return g
 }
 
-type faultFile struct {
-	File
-	fs       *faultFS
-	spare    bool
-	marker   bool        // the journal marker being written
-	withData atomic.Bool // a write that is not all zeros went to it
-}
-
-func newFaultFS() *faultFS { return &faultFS{FS: OSFS()} }
-
-func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	spare := isSpareName(filepath.Base(name))
-	if spare && f.failPrepare.Load() {
-		_ = file.Close()
-		return nil, &os.PathError{Op: "open", Path: name, Err: unix.ENOSPC}
-	}
-	return &faultFile{File: file, fs: f, spare: spare, marker: filepath.Base(name) == markerTempName}, nil
-}
-
-func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
-	if f.marker && f.fs.failMarkerWrite.Load() {
-		return 0, &os.PathError{Op: "write", Path: markerTempName, Err: unix.ENOSPC}
-	}
-	// A file that was the spare becomes a segment: zero-fills happen while
-	// it is the spare, before any journal write.
-	if f.fs.failWrite.Load() && !(f.spare && allZero(p)) {
-		// Like a full disk: part of the write may land.
-		n, _ := f.File.WriteAt(p[:len(p)/2], off)
-		return n, &os.PathError{Op: "write", Path: "segment", Err: unix.ENOSPC}
-	}
-	f.fs.writes.Add(1)
-	if !allZero(p) {
-		f.withData.Store(true)
-	}
-	return f.File.WriteAt(p, off)
-}
-
-func (f *faultFile) Sync() error {
-	if f.withData.Load() {
-		if g := f.fs.gate.Swap(nil); g != nil {
-			close(g.entered)
-			<-g.release
-		}
-	}
-	if f.fs.failSync.Load() {
-		return &os.PathError{Op: "fdatasync", Path: "segment", Err: unix.EIO}
-	}
-	if f.marker && f.fs.failMarkerSync.Load() {
-		return &os.PathError{Op: "fdatasync", Path: markerTempName, Err: unix.EIO}
-	}
-	f.fs.syncs.Add(1)
-	err := f.File.Sync()
-	if err == nil && f.spare && !f.withData.Load() {
-		f.fs.prepared.Add(1)
-	}
-	return err
-}
-
 func TestWriteErrorIsSticky(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		arm  func(*faultFS)
 		want string
 	}{
-		{"write", func(f *faultFS) { f.failWrite.Store(true) }, "no space left"},
-		{"sync", func(f *faultFS) { f.failSync.Store(true) }, "input/output error"},
+		{"write", func(f *faultFS) { f.failWrite.Set(true) }, "no space left"},
+		{"sync", func(f *faultFS) { f.failSync.Set(true) }, "input/output error"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fs := newFaultFS()
@@ -160,8 +132,8 @@ func TestWriteErrorIsSticky(t *testing.T) {
 			}
 
 			// Sticky: healing the disk does not bring the store back.
-			fs.failWrite.Store(false)
-			fs.failSync.Store(false)
+			fs.failWrite.Set(false)
+			fs.failSync.Set(false)
 			_, err := w.Append(context.Background(), msg(t, "later"))
 			require.ErrorIs(t, err, ErrJournalFailed)
 			require.ErrorIs(t, err, walimpls.ErrUnrecoverable, "a failed journal is not worth retrying")
@@ -193,7 +165,7 @@ func TestSpareFailureFailsTheSwitch(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.SegmentBytes = 64 << 10
 	cfg.MaxMessageBytes = 8 << 10
-	fs.failPrepare.Store(true)
+	fs.failPrepare.Set(true)
 	s := openStore(t, withFS(cfg, fs))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -226,7 +198,7 @@ func TestFailedSwitchListsNoSegment(t *testing.T) {
 		}
 		appendN(t, w, "m", 1)
 	}
-	fs.failWrite.Store(true)
+	fs.failWrite.Set(true)
 	_, err = w.Append(ctx, big)
 	require.ErrorIs(t, err, ErrJournalFailed)
 	seg, _ := segmentRoom(s)
@@ -240,7 +212,7 @@ func TestFailedSwitchListsNoSegment(t *testing.T) {
 	require.Equal(t, []uint64{1}, listed)
 	_ = s.Close() // reports the failure, or nothing
 
-	fs.failWrite.Store(false)
+	fs.failWrite.Set(false)
 	s = openStore(t, withFS(cfg, fs))
 	for _, ch := range []walimpls.Channel{{Name: "c", Term: 4}, {Name: "d", Term: 6}} {
 		_, err = s.Open(ctx, ch)
@@ -259,9 +231,9 @@ func errorsIsAny(err error, targets ...error) bool {
 
 func TestSyncPolicies(t *testing.T) {
 	const n = 30
-	run := func(t *testing.T, cfg Config) (*faultFS, walimpls.WALImpl) {
+	run := func(t *testing.T, cfg Config, opts ...walimpls.Option) (*faultFS, walimpls.WALImpl) {
 		fs := newFaultFS()
-		s := openStore(t, withFS(cfg, fs))
+		s := openStore(t, withFS(cfg, fs), opts...)
 		w := openWAL(t, s, "c", 1)
 		// The preparer syncs the next spare in the background: wait for it
 		// (one spare became segment 1, the next is ready) so that its sync
@@ -292,8 +264,7 @@ func TestSyncPolicies(t *testing.T) {
 		cfg := testConfig(t.TempDir())
 		cfg.Sync = SyncInterval
 		cfg.SyncInterval = 20 * time.Millisecond
-		cfg.Clock = clock
-		fs, w := run(t, cfg)
+		fs, w := run(t, cfg, walimpls.WithClock(clock))
 		before := fs.syncs.Load()
 		appendN(t, w, "x", n)
 		require.Equal(t, before, fs.syncs.Load(), "appends within the interval are not synced (the clock has not moved)")

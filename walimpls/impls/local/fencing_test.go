@@ -267,13 +267,13 @@ func TestAppendNotStored(t *testing.T) {
 
 	// A failed sync: unknown for the append in that round, NotStored for
 	// those refused by the failed journal afterwards.
-	fs.failSync.Store(true)
+	fs.failSync.Set(true)
 	_, err = w.Append(ctx, msg(t, "doomed"))
 	require.ErrorIs(t, err, ErrJournalFailed)
 	require.False(t, walimpls.NotStored(err), "written before its sync failed: the outcome is unknown")
 	_, err = w.Append(ctx, msg(t, "refused"))
 	notStored(err, ErrJournalFailed)
-	fs.failSync.Store(false)
+	fs.failSync.Set(false)
 
 	// Fenced, then closed.
 	s2 := openStore(t, testConfig(t.TempDir()))

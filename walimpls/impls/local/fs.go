@@ -9,49 +9,19 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/errors"
+	"github.com/streamwal/streamwal/walimpls/impls/local/vfs"
 	"golang.org/x/sys/unix"
 )
 
 // FS is the file-system seam of a Store: everything the backend does to the
-// disk goes through it, so tests can inject write and sync failures. Paths
-// are full paths.
-type FS interface {
-	// OpenFile opens or creates a file (os.OpenFile flags).
-	OpenFile(name string, flag int, perm os.FileMode) (File, error)
-	// Rename renames a file atomically.
-	Rename(oldname, newname string) error
-	// Remove deletes a file.
-	Remove(name string) error
-	// ReadDir lists the names of a directory's entries.
-	ReadDir(dir string) ([]string, error)
-	// MkdirAll creates a directory and its parents.
-	MkdirAll(dir string, perm os.FileMode) error
-	// SyncDir makes the directory's entries (creates, renames, removes)
-	// durable.
-	SyncDir(dir string) error
-	// Lock takes an exclusive, non-blocking lock on name for this open file
-	// description, writing the caller's pid into it. When another holder has
-	// it, the error wraps ErrLocked and names the holder's pid.
-	Lock(name string) (io.Closer, error)
-	// FreeBytes returns the bytes an unprivileged writer may still
-	// allocate on the file system that holds dir (statfs(2): available
-	// blocks times the block size). The disk watermarks are read through
-	// it (doc.go, Disk space).
-	FreeBytes(dir string) (uint64, error)
-}
+// disk goes through it, so tests can inject write and sync failures
+// (internal/errorfs) and power losses. Paths are full paths. The interface
+// lives in package vfs, below this one, so that a fault-injecting wrapper
+// need not import the backend; see vfs.FS for the methods.
+type FS = vfs.FS
 
-// File is an open file of an FS.
-type File interface {
-	io.ReaderAt
-	io.WriterAt
-	io.Closer
-	// Sync makes the file's data durable (fdatasync).
-	Sync() error
-	// Truncate changes the file's size.
-	Truncate(size int64) error
-	// Size returns the file's current size.
-	Size() (int64, error)
-}
+// File is an open file of an FS (vfs.File).
+type File = vfs.File
 
 // OSFS returns the operating system's file system.
 func OSFS() FS { return osFS{} }

@@ -9,7 +9,7 @@ import (
 
 // The journal marker records that the root's journal was written, so that
 // recovery tells a root never written from one whose segment files were
-// deleted (doc.go, Directory and Recovery).
+// deleted (format.go, Directory and Recovery).
 const (
 	markerName     = "JOURNAL"
 	markerTempName = "JOURNAL.tmp"

@@ -61,7 +61,7 @@ func removeMarker(t *testing.T, dir string) {
 	}
 }
 
-// requireSegmentsDeleted checks that opening cfg.Dir fails as doc.go says
+// requireSegmentsDeleted checks that opening cfg.Dir fails as format.go says
 // for a root whose segment files were deleted, and changes nothing.
 func requireSegmentsDeleted(t *testing.T, cfg Config) {
 	t.Helper()
@@ -176,8 +176,8 @@ func TestJournalMarkerFailure(t *testing.T) {
 		arm  func(*faultFS, bool)
 		want string
 	}{
-		{"write", func(f *faultFS, on bool) { f.failMarkerWrite.Store(on) }, "no space left"},
-		{"sync", func(f *faultFS, on bool) { f.failMarkerSync.Store(on) }, "input/output error"},
+		{"write", func(f *faultFS, on bool) { f.failMarkerWrite.Set(on) }, "no space left"},
+		{"sync", func(f *faultFS, on bool) { f.failMarkerSync.Set(on) }, "input/output error"},
 	} {
 		t.Run("first round/"+c.name, func(t *testing.T) {
 			cfg := testConfig(t.TempDir())
@@ -308,7 +308,7 @@ func powerLossAroundTheMarker(t *testing.T, policy SyncPolicy) {
 		}
 	}
 	fs.before.Store(&hook)
-	s, err := New(ctx, withFS(cfg, fs))
+	s, err := New(ctx, withFS(cfg, fs.hooked()))
 	require.NoError(t, err)
 	w, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 5})
 	require.NoError(t, err)

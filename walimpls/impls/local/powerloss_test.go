@@ -260,7 +260,7 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 	require.NoError(t, s.Close())
 
 	cfg.SegmentBytes = segmentBytes
-	s, err = New(ctx, withFS(cfg, fs))
+	s, err = New(ctx, withFS(cfg, fs.hooked()))
 	require.NoError(t, err)
 	defer s.Close()
 	// Segment 1 holds e's messages only: the deletion frees it, but it is
@@ -289,12 +289,19 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 		for _, r := range [][2]*rand.Rand{{all, all}, {none, none}, {all, none}, {none, all}, {rng, rng}} {
 			snaps = append(snaps, snapshot{fs: fs.crashMix(r[0], r[1]), bigSynced: bigSynced, step: op + " " + filepath.Base(name)})
 		}
+	}
+	synced := func(op, name string) {
+		mu.Lock()
+		defer mu.Unlock()
 		if op == "sync" && name == seg2 {
-			// Every write to segment 2 holds the big message.
+			// Every write to segment 2 holds the big message. Set once the
+			// sync returned: the crashes taken meanwhile (the preparer's
+			// and the collector's operations run concurrently) may lose it.
 			bigSynced = true
 		}
 	}
 	fs.before.Store(&hook)
+	fs.after.Store(&synced)
 	// The big message starts segment 2.
 	big, err := w.Append(ctx, raw(bigBytes, 'b'))
 	require.NoError(t, err)
@@ -304,9 +311,10 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 	require.Equal(t, uint64(2), seg, "the big message starts segment 2")
 	s.prep.requestGC()
 	seg1 := s.path(segmentName(1))
-	fs.await(t, "segment 1 is freed", func(names map[string]*memFile) bool { _, ok := names[seg1]; return !ok })
+	fs.await(t, "segment 1 is freed", func(names map[string]int64) bool { _, ok := names[seg1]; return !ok })
 	hook("end", "")
 	fs.before.Store(nil)
+	fs.after.Store(nil)
 	require.NoError(t, s.Close())
 
 	freed := 0
@@ -356,7 +364,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 	// Freed segments are recycled (renamed to spares, two at most) or
 	// deleted: either is a namespace change that may or may not survive.
 	cfg := Config{Dir: "/root", SegmentBytes: 128 << 10, MaxMessageBytes: 16 << 10}
-	s, err := New(ctx, withFS(cfg, fs))
+	s, err := New(ctx, withFS(cfg, fs.hooked()))
 	require.NoError(t, err)
 	defer s.Close()
 	w := openWAL(t, s, "c", 1)
@@ -392,7 +400,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 	passes := s.prep.collections.Load()
 	require.NoError(t, w.Truncate(ctx, keep))
 	s.prep.requestGC()
-	fs.await(t, "segments 1 to 4 are freed", func(names map[string]*memFile) bool {
+	fs.await(t, "segments 1 to 4 are freed", func(names map[string]int64) bool {
 		for n := uint64(1); n <= 4; n++ {
 			if _, ok := names[s.path(segmentName(n))]; ok {
 				return false
@@ -406,6 +414,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 		"the collection pass ends")
 	hook("end", "")
 	fs.before.Store(nil)
+	fs.after.Store(nil)
 
 	for i, sn := range snaps {
 		what := fmt.Sprintf("power loss %d, before %s (seed %d)", i, steps[i], seed)

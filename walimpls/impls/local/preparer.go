@@ -145,7 +145,7 @@ func (p *preparer) run() {
 		var recheckC <-chan time.Time
 		if p.s.disk.load() != diskOK {
 			if recheck == nil {
-				recheck = p.s.cfg.Clock.NewTimer(p.s.cfg.DiskCheckInterval)
+				recheck = p.s.cfg.clock.NewTimer(p.s.cfg.DiskCheckInterval)
 			}
 			recheckC = recheck.Chan()
 		} else if recheck != nil {

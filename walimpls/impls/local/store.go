@@ -177,6 +177,7 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Store, erro
 	if fs == nil {
 		fs = OSFS()
 	}
+	cfg.clock = o.Clock
 	cfg = cfg.withDefaults()
 	s := &Store{
 		cfg:      cfg,

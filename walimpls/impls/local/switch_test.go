@@ -220,7 +220,7 @@ func TestPowerLossAtEveryStepOfASegmentSwitch(t *testing.T) {
 func powerLossAtEveryStep(t *testing.T, policy SyncPolicy) {
 	fs := newMemFS()
 	cfg := Config{Dir: "/root", SegmentBytes: 64 << 10, MaxMessageBytes: 8 << 10, Sync: policy}
-	s, err := New(context.Background(), withFS(cfg, fs))
+	s, err := New(context.Background(), withFS(cfg, fs.hooked()))
 	require.NoError(t, err)
 	w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
 	require.NoError(t, err)

@@ -120,7 +120,7 @@ func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error)
 
 // AppendBatch implements walimpls.WALImpl: the messages are framed into the
 // journal together, in slice order and contiguous in one segment, and
-// recovery keeps them whole or drops them whole (doc.go, Batches). Their
+// recovery keeps them whole or drops them whole (format.go, Batches). Their
 // IDs are consecutive. With SyncNone it returns once the batch is framed
 // into the journal's write buffer; with SyncInterval once it is written;
 // with SyncAlways once it is written and synced. Errors decided before the

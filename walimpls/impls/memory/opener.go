@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/cockroachdb/errors"
@@ -158,27 +157,12 @@ func (o *Opener) forget(w *wal) {
 	delete(o.wals, w)
 }
 
-// Builder makes Openers of one Cluster from configuration.
-type Builder struct {
-	cluster *Cluster
-}
-
-var _ walimpls.Builder = Builder{}
-
-// NewBuilder returns a builder whose Openers share cluster.
-func NewBuilder(cluster *Cluster) Builder { return Builder{cluster: cluster} }
-
-// Name implements walimpls.Builder.
-func (Builder) Name() string { return Name }
-
-// Build implements walimpls.Builder.
-func (b Builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Opener, error) {
-	var cfg Config
-	if p.Config != nil {
-		if err := p.Config(&cfg); err != nil {
-			return nil, errors.WithStack(fmt.Errorf("memory: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
-		}
-	}
-	cfg.Cluster = b.cluster
-	return New(ctx, cfg, p.Options()...)
+// NewBuilder returns the memory backend's walimpls.Builder, whose Openers
+// share cluster: its BuildParams Config decodes into a Config, whose
+// Cluster it sets.
+func NewBuilder(cluster *Cluster) walimpls.Builder {
+	return walimpls.NewBuilder(Name, func(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, error) {
+		cfg.Cluster = cluster
+		return New(ctx, cfg, opts...)
+	})
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/cockroachdb/errors"
-	"github.com/jonboulle/clockwork"
 
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -104,9 +103,6 @@ type Config struct {
 	// HTTPClient, when set (code only), carries every request (tests put a
 	// fault-injecting proxy there); its TLS settings are the caller's.
 	HTTPClient *http.Client `yaml:"-" json:"-"`
-	// Clock, when set (code only), times flushes and polls; tests put a
-	// fake one there. Nil: the real clock.
-	Clock clockwork.Clock `yaml:"-" json:"-"`
 }
 
 // Validate reports a configuration no Opener can use.
@@ -176,8 +172,5 @@ func (c Config) withDefaults() Config {
 	defD(&c.RequestTimeout, DefaultRequestTimeout)
 	def(&c.ProbeRacers, DefaultProbeRacers)
 	def(&c.MaxMessageBytes, DefaultMaxMessageBytes)
-	if c.Clock == nil {
-		c.Clock = clockwork.NewRealClock()
-	}
 	return c
 }

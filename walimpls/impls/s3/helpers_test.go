@@ -107,11 +107,11 @@ func testLogger() *slog.Logger {
 }
 
 // newOpener makes an Opener of cfg, closed with the test.
-func newOpener(tb testing.TB, cfg Config) *Opener {
+func newOpener(tb testing.TB, cfg Config, opts ...walimpls.Option) *Opener {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	o, err := New(ctx, cfg, walimpls.WithLogger(testLogger()))
+	o, err := New(ctx, cfg, append([]walimpls.Option{walimpls.WithLogger(testLogger())}, opts...)...)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = o.Close() })
 	return o

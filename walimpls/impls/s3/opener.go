@@ -13,32 +13,9 @@ import (
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// Builder is the backend's walimpls.Builder: its BuildParams Config
-// decodes into a Config.
-type Builder struct{}
-
-var _ walimpls.Builder = Builder{}
-
-// NewBuilder returns the S3 backend's Builder.
-func NewBuilder() Builder { return Builder{} }
-
-// Name implements walimpls.Builder.
-func (Builder) Name() string { return Name }
-
-// Build implements walimpls.Builder.
-func (Builder) Build(ctx context.Context, p walimpls.BuildParams) (walimpls.Opener, error) {
-	var cfg Config
-	if p.Config != nil {
-		if err := p.Config(&cfg); err != nil {
-			return nil, errors.WithStack(fmt.Errorf("s3: decode config: %w: %w", err, walimpls.ErrInvalidConfig))
-		}
-	}
-	o, err := New(ctx, cfg, p.Options()...)
-	if err != nil {
-		return nil, err
-	}
-	return o, nil
-}
+// NewBuilder returns the S3 backend's walimpls.Builder: its BuildParams
+// Config decodes into a Config.
+func NewBuilder() walimpls.Builder { return walimpls.NewBuilder(Name, New) }
 
 // Opener opens channels of one bucket and prefix. It implements
 // walimpls.Opener and is safe for concurrent use.
@@ -88,7 +65,7 @@ func New(ctx context.Context, cfg Config, opts ...walimpls.Option) (*Opener, err
 	o := &Opener{
 		cfg: cfg, keys: keys{prefix: cfg.Prefix}, log: deps.Logger.With("wal", Name),
 		st: &store{c: client, owned: owned, bucket: cfg.Bucket, where: where, m: m},
-		m:  m, clock: cfg.Clock, fencing: !cfg.Unfenced,
+		m:  m, clock: deps.Clock, fencing: !cfg.Unfenced,
 		wals: map[*wal]struct{}{}, hubs: map[string]*hub{},
 	}
 	if err := o.checkBucket(ctx); err != nil {

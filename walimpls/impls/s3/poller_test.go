@@ -66,8 +66,7 @@ func TestSharedPoller(t *testing.T) {
 	var cnt *counter
 	cfg.HTTPClient = &http.Client{Transport: func() http.RoundTripper { cnt = newCounter(st.base); return cnt }()}
 	clock := clockwork.NewFakeClock()
-	cfg.Clock = clock
-	reader := newOpener(t, cfg)
+	reader := newOpener(t, cfg, walimpls.WithClock(clock))
 	w := openWAL(t, writer, "shared", 1, walimpls.ReadWrite)
 	appendOK(t, w, "before")
 	r := openWAL(t, reader, "shared", 0, walimpls.ReadOnly)

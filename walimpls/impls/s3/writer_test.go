@@ -37,9 +37,9 @@ func TestGroupCommit(t *testing.T) {
 	st := newTestStore(t)
 	var cnt *counter
 	cfg := st.config(func(rt http.RoundTripper) http.RoundTripper { cnt = newCounter(rt); return cnt })
-	cfg.Clock = clockwork.NewFakeClock()
+	clock := clockwork.NewFakeClock()
 	cfg.FlushRecords = 16
-	o := newOpener(t, cfg)
+	o := newOpener(t, cfg, walimpls.WithClock(clock))
 	w := openWAL(t, o, "group", 1, walimpls.ReadWrite)
 	cnt.reset()
 	var wg sync.WaitGroup
@@ -116,9 +116,8 @@ func TestIdleWriterMakesNoRequests(t *testing.T) {
 	var cnt *counter
 	cfg := st.config(func(rt http.RoundTripper) http.RoundTripper { cnt = newCounter(rt); return cnt })
 	clock := clockwork.NewFakeClock()
-	cfg.Clock = clock
 	cfg.HintEvery = 1
-	o := newOpener(t, cfg)
+	o := newOpener(t, cfg, walimpls.WithClock(clock))
 	w := openWAL(t, o, "idle", 1, walimpls.ReadWrite)
 	a := asyncAppend(t, w, "one")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
