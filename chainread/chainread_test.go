@@ -8,6 +8,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -174,13 +175,13 @@ func TestPositionsOutsideTheChain(t *testing.T) {
 	r, err := chainread.New(chainread.Config{Chain: pruned, Openers: b.openers})
 	require.NoError(t, err)
 	for _, p := range []chainread.DeliverPolicy{
-		chainread.DeliverStartFrom(chain.Position{ID: "3"}),
-		chainread.DeliverAfter(chainread.Checkpoint{Position: chain.Position{ID: "3"}, TimeTick: 7}),
+		chainread.DeliverStartFrom(cursor.Position{ID: "3"}),
+		chainread.DeliverAfter(chainread.Checkpoint{Position: cursor.Position{ID: "3"}, TimeTick: 7}),
 	} {
 		_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: p})
 		require.ErrorIs(t, err, walimpls.ErrPositionGone, "%v", p)
 	}
-	_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(chain.Position{Segment: 3, ID: "1"})})
+	_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(cursor.Position{Segment: 3, ID: "1"})})
 	require.ErrorIs(t, err, chain.ErrUnknownSegment)
 	// What is kept still reads.
 	s, err := r.Read(ctx, chainread.ReadOption{})
@@ -266,7 +267,7 @@ func TestLatestAndStartAfter(t *testing.T) {
 	require.NoError(t, bl.w.Sync(ctx))
 	check(t, bl.sorted()[n:], recv(t, s, 5))
 
-	end := chain.Position{Segment: 0, ID: bl.c.Segments[0].Seal.End}
+	end := cursor.Position{Segment: 0, ID: bl.c.Segments[0].Seal.End}
 	s2, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartAfter(end)})
 	require.NoError(t, err)
 	defer s2.Close()

@@ -29,12 +29,12 @@
 //   - Deliver policies and filters are those of the adaptor, with chain
 //     positions: DeliverAll starts at the first kept segment,
 //     DeliverLatest at the end of the last, DeliverStartFrom and
-//     DeliverStartAfter at a chain.Position, DeliverFromTimeTick in the
+//     DeliverStartAfter at a cursor.Position, DeliverFromTimeTick in the
 //     first segment that may hold the timetick, DeliverAfter at a
 //     Checkpoint. The Filter applies to every segment.
 //   - Delivered messages' IDs and resume positions (LastConfirmed) name
 //     their segment: they are IDs of this package (PositionOf returns their
-//     chain.Position, whose string a bare backend ID of segment 0 shares),
+//     cursor.Position, whose string a bare backend ID of segment 0 shares),
 //     ordered by segment, then by the backend's order. CheckpointOf and
 //     Checkpoint.Marshal give a consumer's checkpoint,
 //     "<timetick>@<chain position>"; ParseCheckpoint reads it back, also

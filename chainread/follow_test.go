@@ -13,6 +13,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
@@ -351,7 +352,7 @@ func TestFollowErrors(t *testing.T) {
 	// Segment 1 dropped under a scanner reading it. The Reader's chain
 	// ends at segment 0: the scanner starts on the chain Follow tells.
 	f.set(bl.c, nil)
-	s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(chain.Position{Segment: 1, ID: bl.acked[15].res.ID.Marshal()})})
+	s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(cursor.Position{Segment: 1, ID: bl.acked[15].res.ID.Marshal()})})
 	require.NoError(t, err)
 	defer s.Close()
 	check(t, bl.sorted()[15:], recv(t, s, 5))

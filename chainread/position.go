@@ -6,7 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 )
@@ -50,8 +50,8 @@ func (v *idValue) Compare(o message.IDValue) int {
 // Marshal implements message.IDValue: the chain position's string.
 func (v *idValue) Marshal() string { return v.position().String() }
 
-func (v *idValue) position() chain.Position {
-	return chain.Position{Segment: v.segment, ID: v.id.Marshal()}
+func (v *idValue) position() cursor.Position {
+	return cursor.Position{Segment: v.segment, ID: v.id.Marshal()}
 }
 
 // IDOf returns the chain ID of backendID, an ID of the backend of the
@@ -64,10 +64,10 @@ func IDOf(segment uint64, backendID message.ID) message.ID {
 // PositionOf returns the chain position of an ID a chainread scanner
 // delivered (a message's ID or LastConfirmed); any other ID is
 // message.ErrIncomparableID.
-func PositionOf(id message.ID) (chain.Position, error) {
+func PositionOf(id message.ID) (cursor.Position, error) {
 	v, ok := id.Value().(*idValue)
 	if !ok {
-		return chain.Position{}, errors.Wrapf(message.ErrIncomparableID, "chainread: id %s is not a chain id", id)
+		return cursor.Position{}, errors.Wrapf(message.ErrIncomparableID, "chainread: id %s is not a chain id", id)
 	}
 	return v.position(), nil
 }
@@ -87,7 +87,7 @@ func BackendID(id message.ID) (segment uint64, backendID message.ID, err error) 
 // DeliverAfter(c) delivers exactly the messages after it. The zero
 // Checkpoint means nothing processed yet.
 type Checkpoint struct {
-	Position chain.Position
+	Position cursor.Position
 	TimeTick uint64
 }
 
@@ -144,7 +144,7 @@ func ParseCheckpoint(s string) (Checkpoint, error) {
 	if err != nil || strconv.FormatUint(tt, 10) != ttText || tt == 0 {
 		return Checkpoint{}, errors.Wrapf(errCorruptCheckpoint, "%q: timetick %q", s, ttText)
 	}
-	pos, err := chain.ParsePosition(posText)
+	pos, err := cursor.ParsePosition(posText)
 	if err != nil || pos.IsZero() {
 		return Checkpoint{}, errmark.Mark(errors.Wrapf(errCorruptCheckpoint, "%q: position: %v", s, err), message.ErrCorruptID)
 	}

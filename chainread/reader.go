@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -155,7 +156,7 @@ const (
 // DeliverPolicy says where a scanner starts in the chain.
 type DeliverPolicy struct {
 	kind startKind
-	pos  chain.Position
+	pos  cursor.Position
 	tt   uint64
 }
 
@@ -168,12 +169,12 @@ func DeliverAll() DeliverPolicy { return DeliverPolicy{kind: startAll} }
 func DeliverLatest() DeliverPolicy { return DeliverPolicy{kind: startLatest} }
 
 // DeliverStartFrom starts at p, inclusive.
-func DeliverStartFrom(p chain.Position) DeliverPolicy {
+func DeliverStartFrom(p cursor.Position) DeliverPolicy {
 	return DeliverPolicy{kind: startFrom, pos: p}
 }
 
 // DeliverStartAfter starts right after p.
-func DeliverStartAfter(p chain.Position) DeliverPolicy {
+func DeliverStartAfter(p cursor.Position) DeliverPolicy {
 	return DeliverPolicy{kind: startAfter, pos: p}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -18,7 +19,7 @@ import (
 // in a pruned segment decodes (reading from it is ErrPositionGone); one
 // after the last segment is chain.ErrUnknownSegment.
 func (w *wal) ParseID(s string) (message.ID, error) {
-	p, err := chain.ParsePosition(s)
+	p, err := cursor.ParsePosition(s)
 	if err != nil {
 		return message.ID{}, errors.Wrapf(err, "chainwal: %s", w.ch.Name)
 	}
@@ -28,7 +29,7 @@ func (w *wal) ParseID(s string) (message.ID, error) {
 	return w.idOf(p)
 }
 
-func (w *wal) idOf(p chain.Position) (message.ID, error) {
+func (w *wal) idOf(p cursor.Position) (message.ID, error) {
 	w.mu.Lock()
 	c := w.c
 	w.mu.Unlock()

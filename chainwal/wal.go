@@ -9,6 +9,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -196,7 +197,7 @@ func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainre
 	}
 	ro := chainread.ReadOption{Name: opt.Name, Filter: opt.Filter}
 	spec := opt.DeliverPolicy.Spec()
-	var pos chain.Position
+	var pos cursor.Position
 	if spec.Kind == adaptor.KindStartFrom || spec.Kind == adaptor.KindStartAfter || spec.Kind == adaptor.KindAfter {
 		var err error
 		if pos, err = positionOf(spec.ID); err != nil {
@@ -223,14 +224,14 @@ func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainre
 // positionOf is the chain position of id: a chain ID's own, or segment 0
 // for a bare backend ID (what a reader held before the channel had a
 // chain).
-func positionOf(id message.ID) (chain.Position, error) {
+func positionOf(id message.ID) (cursor.Position, error) {
 	if p, err := chainread.PositionOf(id); err == nil {
 		return p, nil
 	}
 	if id.IsZero() {
-		return chain.Position{}, errors.Wrap(walimpls.ErrInvalidPosition, "an empty position")
+		return cursor.Position{}, errors.Wrap(walimpls.ErrInvalidPosition, "an empty position")
 	}
-	return chain.Position{Segment: 0, ID: id.Marshal()}, nil
+	return cursor.Position{Segment: 0, ID: id.Marshal()}, nil
 }
 
 // track registers s so that Close stops it; a scanner started as w closes
