@@ -43,7 +43,7 @@ func openWAL(t *testing.T, o walimpls.Opener, name string, term int64, opts Opti
 	return w.(*wal)
 }
 
-func recvN(t *testing.T, s Scanner, n int) []message.Immutable {
+func recvN(t *testing.T, s walimpls.Scanner, n int) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(30 * time.Second)
@@ -61,7 +61,7 @@ func recvN(t *testing.T, s Scanner, n int) []message.Immutable {
 }
 
 // recvBatch takes the next slice from s; it must not be empty.
-func recvBatch(t *testing.T, s BatchScanner) []message.Immutable {
+func recvBatch(t *testing.T, s walimpls.BatchScanner) []message.Immutable {
 	t.Helper()
 	select {
 	case batch, ok := <-s.Batches():
@@ -74,7 +74,7 @@ func recvBatch(t *testing.T, s BatchScanner) []message.Immutable {
 	}
 }
 
-func quietFor(t *testing.T, s Scanner, d time.Duration) {
+func quietFor(t *testing.T, s walimpls.Scanner, d time.Duration) {
 	t.Helper()
 	select {
 	case m, ok := <-s.Chan():

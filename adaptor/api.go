@@ -3,6 +3,7 @@ package adaptor
 import (
 	"context"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -54,13 +55,15 @@ type WAL interface {
 	// may leave a stored prefix, whose results come with the error. A batch
 	// counts as one append in flight.
 	AppendBatch(ctx context.Context, msgs []message.Message) ([]AppendResult, error)
-	// Read starts a scanner.
-	Read(ctx context.Context, opt ReadOption) (Scanner, error)
+	// Read starts a scanner. It delivers in strictly increasing timetick
+	// order; its Error is valid once Done is closed, which happens before
+	// Chan closes, so a reader that drained Chan can call Error.
+	Read(ctx context.Context, opt ReadOption) (walimpls.Scanner, error)
 	// ReadBatches starts a scanner that delivers the same messages as
 	// Read's, several per receive: a reader that takes thousands of
 	// messages a second pays one goroutine hand-off per slice instead of
 	// one per message.
-	ReadBatches(ctx context.Context, opt ReadOption) (BatchScanner, error)
+	ReadBatches(ctx context.Context, opt ReadOption) (walimpls.BatchScanner, error)
 	// Sync appends a watermark now: once it returns, every message appended
 	// before the call is released to scanners.
 	Sync(ctx context.Context) error
@@ -70,10 +73,10 @@ type WAL interface {
 	// (Filter.Kinds with message.KindTimeTick, see CaughtUp) has delivered
 	// all of them, and DeliverAfter(tail) delivers exactly what is appended
 	// after. A read-only WAL writes no watermark: ErrReadOnly.
-	Tail(ctx context.Context) (Checkpoint, error)
+	Tail(ctx context.Context) (cursor.Checkpoint, error)
 	// ParseCheckpoint decodes Checkpoint.Marshal's string with this WAL's
 	// backend; a string that does not decode is ErrCorruptCheckpoint.
-	ParseCheckpoint(s string) (Checkpoint, error)
+	ParseCheckpoint(s string) (cursor.Checkpoint, error)
 	// ParseID decodes an ID's Marshal form with this WAL's backend; a string
 	// that does not decode is message.ErrCorruptID.
 	ParseID(s string) (message.ID, error)
@@ -88,32 +91,6 @@ type WAL interface {
 	// or walimpls.ErrClosed), or nil while the WAL is available.
 	Err() error
 	// Close stops the WAL and its scanners; idempotent.
-	Close() error
-}
-
-// Scanner delivers messages of one WAL in strictly increasing timetick order.
-type Scanner interface {
-	// Chan delivers messages; it is closed when the scanner ends.
-	Chan() <-chan message.Immutable
-	// Done is closed when the scanner has ended.
-	Done() <-chan struct{}
-	// Error is why the scanner ended: nil after Close, and nil while it
-	// runs. It is valid once Done is closed, which happens before Chan
-	// closes: a reader that drained Chan can call Error.
-	Error() error
-	// Close stops the scanner and waits for it; idempotent.
-	Close() error
-}
-
-// BatchScanner delivers what a Scanner does, several messages at a time.
-type BatchScanner interface {
-	// Batches delivers non-empty slices of messages, in the order Chan
-	// would deliver them; it is closed when the scanner ends. A slice
-	// belongs to the reader once received.
-	Batches() <-chan []message.Immutable
-	// Done, Error and Close are those of Scanner.
-	Done() <-chan struct{}
-	Error() error
 	Close() error
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -29,7 +30,7 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 	all := recvN(t, s, n)
 	require.NoError(t, s.Close())
 
-	var prev Checkpoint
+	var prev cursor.Checkpoint
 	for i, m := range all {
 		cp, err := CheckpointOf(m)
 		require.NoError(t, err)
@@ -67,7 +68,7 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 
 	for _, bad := range []string{"@", "12", "x@3", "0@3", "01@3", "+1@3", "12@", "12@x", "12@-1", " 12@3"} {
 		_, err := w.ParseCheckpoint(bad)
-		require.ErrorIsf(t, err, ErrCorruptCheckpoint, "%q", bad)
+		require.ErrorIsf(t, err, cursor.ErrCorruptCheckpoint, "%q", bad)
 	}
 	_, err = CheckpointOf(message.NewImmutable(message.Message{}, message.NewSeqID("memory", 1)))
 	require.ErrorIs(t, err, ErrNoResumePosition)
@@ -166,7 +167,7 @@ func TestTailIsACaughtUpSignal(t *testing.T) {
 
 // mustAppendAllThenTail waits until n appends are acknowledged (the WAL's
 // Sync waits for them) and takes the tail.
-func mustAppendAllThenTail(t *testing.T, w WAL, n int) Checkpoint {
+func mustAppendAllThenTail(t *testing.T, w WAL, n int) cursor.Checkpoint {
 	t.Helper()
 	tail, err := w.Tail(context.Background())
 	require.NoError(t, err)

@@ -164,7 +164,7 @@ func TestLocalAndRemoteReadersAgree(t *testing.T) {
 	end, err := w.Append(ctx, payload(-1, 3))
 	require.NoError(t, err)
 	require.NoError(t, w.Sync(ctx))
-	untilEnd := func(s Scanner) []string {
+	untilEnd := func(s walimpls.Scanner) []string {
 		var out []string
 		for {
 			m := recvN(t, s, 1)[0]
@@ -188,7 +188,7 @@ func TestLocalAndRemoteReadersAgree(t *testing.T) {
 	require.NoError(t, err)
 	defer later.Close()
 	require.Equal(t, fromRemote, untilEnd(later))
-	batchesUntilEnd := func(s BatchScanner) []string {
+	batchesUntilEnd := func(s walimpls.BatchScanner) []string {
 		var out []string
 		for {
 			batch := recvBatch(t, s)
@@ -402,7 +402,7 @@ func TestLocalReleasesStopAtATakeover(t *testing.T) {
 			remote, err := ro.Read(ctx, ReadOption{Name: "remote"})
 			require.NoError(t, err)
 			defer remote.Close()
-			untilEnd := func(s Scanner, skip int) []string {
+			untilEnd := func(s walimpls.Scanner, skip int) []string {
 				var out []string
 				for {
 					m := recvN(t, s, 1)[0]

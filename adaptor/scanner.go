@@ -61,7 +61,7 @@ type walView struct {
 // write-ahead buffer (tailing), and turns it into data messages in strictly
 // increasing timetick order. Everything but the outbox is owned by run's
 // goroutine; run starts, stops and waits for the sender goroutine that
-// delivers what it releases (scansend.go). Its Run keeps the Scanner
+// delivers what it releases (scansend.go). Its Run keeps the walimpls.Scanner
 // contract: Close, Done and Error.
 type scanner struct {
 	*lifecycle.Run
@@ -110,8 +110,8 @@ type scanner struct {
 }
 
 var (
-	_ Scanner      = (*scanner)(nil)
-	_ BatchScanner = (*scanner)(nil)
+	_ walimpls.Scanner      = (*scanner)(nil)
+	_ walimpls.BatchScanner = (*scanner)(nil)
 )
 
 func newScanner(ctx context.Context, v walView, opt ReadOption, batches bool) (*scanner, error) {
@@ -216,10 +216,10 @@ func (s *scanner) setMode(mode string) {
 	}
 }
 
-// Chan implements Scanner (Read); Close, Done and Error come with the Run.
+// Chan implements walimpls.Scanner (Read); Close, Done and Error come with the Run.
 func (s *scanner) Chan() <-chan message.Immutable { return s.out }
 
-// Batches implements BatchScanner (ReadBatches).
+// Batches implements walimpls.BatchScanner (ReadBatches).
 func (s *scanner) Batches() <-chan []message.Immutable { return s.batches }
 
 // closeOut closes the channel the reader reads.

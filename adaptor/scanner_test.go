@@ -55,7 +55,7 @@ func viewOf(backend walimpls.Scanner, live *lifecycle.Group[*scanner], hooks sca
 	}
 }
 
-// The Scanner contract as the scanner's Run keeps it: Close waits and is
+// The walimpls.Scanner contract as the scanner's Run keeps it: Close waits and is
 // idempotent, Done closes before Chan, and Error is nil after Close,
 // ErrClosed when the WAL closed it, or the failure. A scanner that failed
 // ends with its failure even when it is stopped (closed, or its WAL

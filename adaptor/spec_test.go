@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
@@ -23,8 +24,8 @@ func TestDeliverSpec(t *testing.T) {
 		{DeliverStartFrom(id), DeliverSpec{Kind: KindStartFrom, ID: id}},
 		{DeliverStartAfter(id), DeliverSpec{Kind: KindStartAfter, ID: id}},
 		{DeliverFromTimeTick(9), DeliverSpec{Kind: KindFromTimeTick, TimeTick: 9}},
-		{DeliverAfter(Checkpoint{Position: id, TimeTick: 12}), DeliverSpec{Kind: KindAfter, ID: id, TimeTick: 12}},
-		{DeliverAfter(Checkpoint{}), DeliverSpec{Kind: KindAll}},
+		{DeliverAfter(cursor.Checkpoint{Position: id, TimeTick: 12}), DeliverSpec{Kind: KindAfter, ID: id, TimeTick: 12}},
+		{DeliverAfter(cursor.Checkpoint{}), DeliverSpec{Kind: KindAll}},
 	} {
 		got := tc.p.Spec()
 		require.Equal(t, tc.want.Kind, got.Kind, tc.p)

@@ -13,7 +13,7 @@ import (
 )
 
 // drain receives until s ends and returns what it delivered.
-func drain(t *testing.T, s Scanner) []message.Immutable {
+func drain(t *testing.T, s walimpls.Scanner) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(30 * time.Second)

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
 	"github.com/streamwal/streamwal/utility/lifecycle"
@@ -264,7 +265,9 @@ func (w *wal) start(ctx context.Context) error {
 func (w *wal) ParseID(s string) (message.ID, error) { return w.parseID(s) }
 
 // ParseCheckpoint implements WAL.
-func (w *wal) ParseCheckpoint(s string) (Checkpoint, error) { return parseCheckpoint(s, w.parseID) }
+func (w *wal) ParseCheckpoint(s string) (cursor.Checkpoint, error) {
+	return cursor.ParseCheckpoint(s, w.parseID)
+}
 
 // Err implements WAL.
 func (w *wal) Err() error { return w.usable() }
@@ -336,11 +339,11 @@ func (w *wal) fence(cause error) {
 	})
 }
 
-func (w *wal) Read(ctx context.Context, opt ReadOption) (Scanner, error) {
+func (w *wal) Read(ctx context.Context, opt ReadOption) (walimpls.Scanner, error) {
 	return w.read(ctx, opt, false)
 }
 
-func (w *wal) ReadBatches(ctx context.Context, opt ReadOption) (BatchScanner, error) {
+func (w *wal) ReadBatches(ctx context.Context, opt ReadOption) (walimpls.BatchScanner, error) {
 	return w.read(ctx, opt, true)
 }
 

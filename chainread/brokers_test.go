@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -42,7 +43,7 @@ func TestCrossesKafka(t *testing.T) {
 	// A checkpoint in the Kafka segment resumes there.
 	cp, err := chainread.CheckpointOf(all[90])
 	require.NoError(t, err)
-	require.EqualValues(t, 1, cp.Position.Segment)
+	require.EqualValues(t, 1, cursor.PositionOf(cp.Position).Segment)
 	r := bl.reader(t)
 	rs, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
 	require.NoError(t, err)

@@ -76,7 +76,7 @@ func TestZombieAfterTheSealIsNeverDelivered(t *testing.T) {
 	got := recv(t, s, len(bl.acked))
 	check(t, bl.sorted(), got)
 	for _, m := range got {
-		_, id, _ := chainread.BackendID(m.ID())
+		_, id, _ := cursor.SplitID(m.ID())
 		for _, z := range zombies {
 			require.False(t, id.EQ(z) && m.ID().Marshal() == z.Marshal(), "zombie %s delivered", z)
 		}
@@ -100,7 +100,7 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	require.NoError(t, s.Close())
 	cp, err := chainread.CheckpointOf(got[39])
 	require.NoError(t, err)
-	require.EqualValues(t, 0, cp.Position.Segment)
+	require.EqualValues(t, 0, cursor.PositionOf(cp.Position).Segment)
 	text := cp.Marshal()
 
 	ro, err := adaptor.Open(ctx, b.local, adaptor.Channel{Name: "resume"}, adaptor.Options{ReadOnly: true})
@@ -126,7 +126,7 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 		text  string
 		after int
 	}{{text, 40}, {adaptorText, 60}, {"", 0}} {
-		cp, err := chainread.ParseCheckpoint(tc.text)
+		cp, err := cursor.ParseChainCheckpoint(tc.text)
 		require.NoError(t, err)
 		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
 		require.NoError(t, err)
@@ -142,9 +142,10 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	for _, i := range []int{99, 100, 149, 150, 198} {
 		cp, err := chainread.CheckpointOf(all[i])
 		require.NoError(t, err)
-		back, err := chainread.ParseCheckpoint(cp.Marshal())
+		back, err := cursor.ParseChainCheckpoint(cp.Marshal())
 		require.NoError(t, err)
-		require.Equal(t, cp, back)
+		require.Equal(t, cursor.PositionOf(cp.Position), cursor.PositionOf(back.Position))
+		require.Equal(t, cp.TimeTick, back.TimeTick)
 		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(back)})
 		require.NoError(t, err)
 		check(t, want[i+1:], recv(t, s, len(want)-i-1))
@@ -176,7 +177,7 @@ func TestPositionsOutsideTheChain(t *testing.T) {
 	require.NoError(t, err)
 	for _, p := range []chainread.DeliverPolicy{
 		chainread.DeliverStartFrom(cursor.Position{ID: "3"}),
-		chainread.DeliverAfter(chainread.Checkpoint{Position: cursor.Position{ID: "3"}, TimeTick: 7}),
+		chainread.DeliverAfter(cursor.Checkpoint{Position: cursor.IDOf(cursor.Position{ID: "3"}), TimeTick: 7}),
 	} {
 		_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: p})
 		require.ErrorIs(t, err, walimpls.ErrPositionGone, "%v", p)
@@ -237,7 +238,7 @@ func TestTimeTicksMustGrowAcrossTheSeal(t *testing.T) {
 	require.ErrorIs(t, s.Error(), chainread.ErrTimeTickOrder)
 }
 
-func drain(t testing.TB, s adaptor.Scanner) []message.Immutable {
+func drain(t testing.TB, s walimpls.Scanner) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	for m := range s.Chan() {

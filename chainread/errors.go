@@ -2,8 +2,6 @@ package chainread
 
 import (
 	"github.com/cockroachdb/errors"
-
-	"github.com/streamwal/streamwal/adaptor"
 )
 
 // Sentinel errors, checked with errors.Is. A start in a dropped segment,
@@ -30,7 +28,3 @@ var (
 	// chainread scanner did not deliver.
 	ErrNoResumePosition = errors.New("chainread: message carries no chain resume position")
 )
-
-// errCorruptCheckpoint is adaptor.ErrCorruptCheckpoint: one sentinel for
-// a checkpoint string that does not decode, whichever package read it.
-var errCorruptCheckpoint = adaptor.ErrCorruptCheckpoint

@@ -8,6 +8,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -116,6 +117,6 @@ func TestResumeStartDecides(t *testing.T) {
 	pos, err := message.UnmarshalSeqID("memory", "42")
 	require.NoError(t, err)
 	got = resumeStart(first, liveRead{any: true, resume: pos}, 950)
-	require.Equal(t, adaptor.DeliverAfter(adaptor.Checkpoint{Position: pos, TimeTick: 950}), got.policy)
+	require.Equal(t, adaptor.DeliverAfter(cursor.Checkpoint{Position: pos, TimeTick: 950}), got.policy)
 	require.Equal(t, first.filter, got.filter)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 )
@@ -72,7 +73,7 @@ func TestRandomChains(t *testing.T) {
 				i := rng.IntN(len(want))
 				cp, err := chainread.CheckpointOf(all[i])
 				require.NoError(t, err)
-				cp, err = chainread.ParseCheckpoint(cp.Marshal())
+				cp, err = cursor.ParseChainCheckpoint(cp.Marshal())
 				require.NoError(t, err)
 				s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
 				require.NoError(t, err)
@@ -89,8 +90,7 @@ func TestRandomChains(t *testing.T) {
 				// follows it in the log, which in timetick order is every
 				// later message of later segments and those of its own
 				// stored after it.
-				pos, err := chainread.PositionOf(all[i].ID())
-				require.NoError(t, err)
+				pos := cursor.PositionOf(all[i].ID())
 				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(pos)})
 				require.NoError(t, err)
 				var from []acked

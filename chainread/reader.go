@@ -186,11 +186,11 @@ func DeliverFromTimeTick(tt uint64) DeliverPolicy {
 
 // DeliverAfter starts right after a checkpoint: at its position, delivering
 // only messages with a higher timetick. The zero checkpoint is DeliverAll.
-func DeliverAfter(c Checkpoint) DeliverPolicy {
+func DeliverAfter(c cursor.Checkpoint) DeliverPolicy {
 	if c.IsZero() {
 		return DeliverAll()
 	}
-	return DeliverPolicy{kind: startCheckpoint, pos: c.Position, tt: c.TimeTick}
+	return DeliverPolicy{kind: startCheckpoint, pos: cursor.PositionOf(c.Position), tt: c.TimeTick}
 }
 
 func (p DeliverPolicy) String() string {
@@ -206,7 +206,7 @@ func (p DeliverPolicy) String() string {
 	case startFromTT:
 		return "from-timetick"
 	}
-	return "after(" + Checkpoint{Position: p.pos, TimeTick: p.tt}.Marshal() + ")"
+	return "after(" + cursor.Checkpoint{Position: cursor.IDOf(p.pos), TimeTick: p.tt}.Marshal() + ")"
 }
 
 // firstSegment decides where a scanner of policy p starts in c: the index
@@ -270,12 +270,12 @@ func segmentPolicy(p DeliverPolicy, f adaptor.Filter, first bool, decode func(st
 
 // Read starts a scanner that delivers one message per receive. ctx bounds
 // the start (the first segment's open); the scanner outlives it.
-func (r *Reader) Read(ctx context.Context, opt ReadOption) (adaptor.Scanner, error) {
+func (r *Reader) Read(ctx context.Context, opt ReadOption) (walimpls.Scanner, error) {
 	return r.start(ctx, opt, false)
 }
 
 // ReadBatches starts a scanner that delivers what Read's does, several
 // messages per receive.
-func (r *Reader) ReadBatches(ctx context.Context, opt ReadOption) (adaptor.BatchScanner, error) {
+func (r *Reader) ReadBatches(ctx context.Context, opt ReadOption) (walimpls.BatchScanner, error) {
 	return r.start(ctx, opt, true)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
@@ -43,8 +44,8 @@ type scanner struct {
 }
 
 var (
-	_ adaptor.Scanner      = (*scanner)(nil)
-	_ adaptor.BatchScanner = (*scanner)(nil)
+	_ walimpls.Scanner      = (*scanner)(nil)
+	_ walimpls.BatchScanner = (*scanner)(nil)
 )
 
 func (s *scanner) Chan() <-chan message.Immutable      { return s.out }
@@ -62,7 +63,7 @@ type segmentStart struct {
 type segmentScan struct {
 	seg   chain.Segment
 	wal   adaptor.WAL // nil when reading through Config.Writer
-	in    adaptor.BatchScanner
+	in    walimpls.BatchScanner
 	start segmentStart
 }
 
@@ -232,7 +233,7 @@ func (s *scanner) segmentStart(opener walimpls.Opener, first bool) (segmentStart
 		case startAfter:
 			return adaptor.DeliverStartAfter(bid), nil
 		}
-		return adaptor.DeliverAfter(adaptor.Checkpoint{Position: bid, TimeTick: s.opt.DeliverPolicy.tt}), nil
+		return adaptor.DeliverAfter(cursor.Checkpoint{Position: bid, TimeTick: s.opt.DeliverPolicy.tt}), nil
 	})
 	return segmentStart{policy: policy, filter: filter}, err
 }
@@ -460,7 +461,7 @@ func batchTimeTicks(batch []message.Immutable) (first, last uint64, ok bool) {
 func (s *scanner) wrapIDs(seg chain.Segment, batch []message.Immutable) int {
 	// The messages' IDs, then the resume positions that differ from the
 	// one before them.
-	values := make([]idValue, len(batch), 2*len(batch))
+	values := make([]cursor.ChainIDValue, len(batch), 2*len(batch))
 	for i, m := range batch {
 		lc := m.LastConfirmed()
 		switch {
@@ -468,11 +469,11 @@ func (s *scanner) wrapIDs(seg chain.Segment, batch []message.Immutable) int {
 		case !s.lcIn.IsZero() && lc.EQ(s.lcIn):
 			lc = s.lcOut
 		default:
-			values = append(values, idValue{segment: seg.Index, id: lc})
+			values = append(values, cursor.ChainIDValue{Segment: seg.Index, BackendID: lc})
 			s.lcIn, s.lcOut = lc, message.NewID(&values[len(values)-1])
 			lc = s.lcOut
 		}
-		values[i] = idValue{segment: seg.Index, id: m.ID()}
+		values[i] = cursor.ChainIDValue{Segment: seg.Index, BackendID: m.ID()}
 		batch[i] = message.NewImmutable(m.Message, message.NewID(&values[i])).WithLastConfirmed(lc)
 	}
 	return len(batch)

@@ -9,6 +9,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -55,7 +56,7 @@ func TestMigrateFourBackends(t *testing.T) {
 	// A checkpoint in a segment the chain does not have is corrupt, and
 	// says why.
 	_, err = w.ParseCheckpoint("5@s9/1")
-	errmarktest.Is(t, err, adaptor.ErrCorruptCheckpoint, chain.ErrUnknownSegment)
+	errmarktest.Is(t, err, cursor.ErrCorruptCheckpoint, chain.ErrUnknownSegment)
 	id, err := w.ParseID(all[70].ID().Marshal())
 	require.NoError(t, err)
 	readFrom(t, w, &l, id)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
-	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
@@ -161,7 +161,7 @@ func (l *log) appendN(t testing.TB, w adaptor.WAL, prefix string, n, writers int
 }
 
 // recv takes n messages from s, failing on a watchdog.
-func recv(t testing.TB, s adaptor.Scanner, n int) []message.Immutable {
+func recv(t testing.TB, s walimpls.Scanner, n int) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(60 * time.Second)
@@ -279,9 +279,9 @@ func readWant(t testing.TB, w adaptor.WAL, policy adaptor.DeliverPolicy, want []
 }
 
 func segmentOf(t testing.TB, id message.ID) uint64 {
-	p, err := chainread.PositionOf(id)
-	require.NoError(t, err)
-	return p.Segment
+	seg, _, ok := cursor.SplitID(id)
+	require.True(t, ok, "%s is a chain id", id)
+	return seg
 }
 
 func payload(t testing.TB, prefix string, i int) message.Message {

@@ -5,9 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
-	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
@@ -40,7 +38,7 @@ func (w *wal) idOf(p cursor.Position) (message.ID, error) {
 		// The ID of a pruned segment still decodes, as an opaque position
 		// (its backend may be configured no more): reading from it is
 		// ErrPositionGone, by its segment alone.
-		return chainread.IDOf(p.Segment, message.NewID(goneID(p.ID))), nil
+		return cursor.IDOf(p), nil
 	case err != nil:
 		return message.ID{}, errors.Wrapf(err, "chainwal: %s", w.ch.Name)
 	default:
@@ -54,24 +52,25 @@ func (w *wal) idOf(p cursor.Position) (message.ID, error) {
 	if err != nil {
 		return message.ID{}, errors.Wrapf(err, "chainwal: %s: segment %d's ID %q", w.ch.Name, p.Segment, p.ID)
 	}
-	return chainread.IDOf(p.Segment, id), nil
+	return cursor.ChainID(p.Segment, id), nil
 }
 
-// ParseCheckpoint implements adaptor.WAL: chainread's checkpoint form,
-// which is the adaptor's for segment 0.
-func (w *wal) ParseCheckpoint(s string) (adaptor.Checkpoint, error) {
-	cp, err := chainread.ParseCheckpoint(s)
+// ParseCheckpoint implements adaptor.WAL: a chain checkpoint, which is the
+// adaptor's for segment 0, its position decoded with its segment's
+// backend.
+func (w *wal) ParseCheckpoint(s string) (cursor.Checkpoint, error) {
+	cp, err := cursor.ParseChainCheckpoint(s)
 	if err != nil {
-		return adaptor.Checkpoint{}, errors.Wrapf(err, "chainwal: %s", w.ch.Name)
+		return cursor.Checkpoint{}, errors.Wrapf(err, "chainwal: %s", w.ch.Name)
 	}
 	if cp.IsZero() {
-		return adaptor.Checkpoint{}, nil
+		return cursor.Checkpoint{}, nil
 	}
-	id, err := w.idOf(cp.Position)
+	id, err := w.idOf(cursor.PositionOf(cp.Position))
 	if err != nil {
-		return adaptor.Checkpoint{}, errmark.Mark(err, adaptor.ErrCorruptCheckpoint)
+		return cursor.Checkpoint{}, errmark.Mark(err, cursor.ErrCorruptCheckpoint)
 	}
-	return adaptor.Checkpoint{Position: id, TimeTick: cp.TimeTick}, nil
+	return cursor.Checkpoint{Position: id, TimeTick: cp.TimeTick}, nil
 }
 
 // Truncate implements adaptor.WAL: see the package documentation.
@@ -99,7 +98,7 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 // backendID is the segment and backend ID of a chain ID, or of a bare
 // backend ID (segment 0).
 func (w *wal) backendID(id message.ID) (uint64, message.ID, error) {
-	if seg, bid, err := chainread.BackendID(id); err == nil {
+	if seg, bid, ok := cursor.SplitID(id); ok {
 		return seg, bid, nil
 	}
 	return 0, id, nil
@@ -168,24 +167,4 @@ func (w *wal) Close() error {
 type stopper interface {
 	Stop(reason error)
 	Done() <-chan struct{}
-}
-
-// goneID is the backend ID of a position in a pruned segment: its string,
-// kept for the position's sake, compared as a string.
-type goneID string
-
-func (g goneID) Backend() string { return "pruned" }
-func (g goneID) Marshal() string { return string(g) }
-func (g goneID) Compare(o message.IDValue) int {
-	og, ok := o.(goneID)
-	if !ok {
-		return -1
-	}
-	switch {
-	case g < og:
-		return -1
-	case g > og:
-		return 1
-	}
-	return 0
 }

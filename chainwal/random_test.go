@@ -9,7 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
-	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 )
@@ -108,8 +108,8 @@ func runHistory(t *testing.T, e *env, rng *rand.Rand, channel string, steps int)
 	require.NoError(t, err)
 	require.NoError(t, c.Validate())
 	for _, a := range l.sorted() {
-		segIndex, bid, err := chainread.BackendID(a.res.ID)
-		require.NoError(t, err)
+		segIndex, bid, ok := cursor.SplitID(a.res.ID)
+		require.True(t, ok, "%s is a chain id", a.res.ID)
 		seg, ok := c.Segment(segIndex)
 		require.True(t, ok)
 		if seg.Seal == nil {

@@ -75,7 +75,7 @@ func (w *wal) Err() error                 { return w.seg.Err() }
 
 func (w *wal) wrap(r adaptor.AppendResult) adaptor.AppendResult {
 	if !r.ID.IsZero() {
-		r.ID = chainread.IDOf(w.index, r.ID)
+		r.ID = cursor.ChainID(w.index, r.ID)
 	}
 	return r
 }
@@ -114,16 +114,16 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]adapto
 func (w *wal) Sync(ctx context.Context) error { return w.seg.Sync(ctx) }
 
 // Tail implements adaptor.WAL.
-func (w *wal) Tail(ctx context.Context) (adaptor.Checkpoint, error) {
+func (w *wal) Tail(ctx context.Context) (cursor.Checkpoint, error) {
 	cp, err := w.seg.Tail(ctx)
 	if err == nil && !cp.Position.IsZero() {
-		cp.Position = chainread.IDOf(w.index, cp.Position)
+		cp.Position = cursor.ChainID(w.index, cp.Position)
 	}
 	return cp, err
 }
 
 // Read implements adaptor.WAL.
-func (w *wal) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error) {
+func (w *wal) Read(ctx context.Context, opt adaptor.ReadOption) (walimpls.Scanner, error) {
 	ro, r, err := w.readOption(opt)
 	if err != nil {
 		return nil, err
@@ -139,7 +139,7 @@ func (w *wal) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner
 }
 
 // ReadBatches implements adaptor.WAL.
-func (w *wal) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
+func (w *wal) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (walimpls.BatchScanner, error) {
 	ro, r, err := w.readOption(opt)
 	if err != nil {
 		return nil, err
@@ -158,7 +158,7 @@ func (w *wal) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.
 // their consumer closes them, so that a long-lived WAL read many times
 // does not keep every scanner it ever started.
 type trackedScanner struct {
-	adaptor.Scanner
+	walimpls.Scanner
 	w *wal
 }
 
@@ -168,7 +168,7 @@ func (t trackedScanner) Close() error {
 }
 
 type trackedBatches struct {
-	adaptor.BatchScanner
+	walimpls.BatchScanner
 	w *wal
 }
 
@@ -216,7 +216,7 @@ func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainre
 	case adaptor.KindFromTimeTick:
 		ro.DeliverPolicy = chainread.DeliverFromTimeTick(spec.TimeTick)
 	case adaptor.KindAfter:
-		ro.DeliverPolicy = chainread.DeliverAfter(chainread.Checkpoint{Position: pos, TimeTick: spec.TimeTick})
+		ro.DeliverPolicy = chainread.DeliverAfter(cursor.Checkpoint{Position: spec.ID, TimeTick: spec.TimeTick})
 	}
 	return ro, r, nil
 }
@@ -225,13 +225,10 @@ func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainre
 // for a bare backend ID (what a reader held before the channel had a
 // chain).
 func positionOf(id message.ID) (cursor.Position, error) {
-	if p, err := chainread.PositionOf(id); err == nil {
-		return p, nil
-	}
 	if id.IsZero() {
 		return cursor.Position{}, errors.Wrap(walimpls.ErrInvalidPosition, "an empty position")
 	}
-	return cursor.Position{Segment: 0, ID: id.Marshal()}, nil
+	return cursor.PositionOf(id), nil
 }
 
 // track registers s so that Close stops it; a scanner started as w closes

@@ -11,6 +11,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
@@ -107,7 +108,7 @@ func (s *service) appendError(channel string, err error) *connect.Error {
 		return withOutcome(s.wrongNode(snap, channel, connect.CodeAborted, err), walimpls.NotStored(err))
 	case errors.Is(err, walimpls.ErrTooLarge):
 		code = connect.CodeResourceExhausted
-	case errors.IsAny(err, message.ErrReservedProperty, walimpls.ErrInvalidPosition, adaptor.ErrCorruptCheckpoint, message.ErrCorruptID):
+	case errors.IsAny(err, message.ErrReservedProperty, walimpls.ErrInvalidPosition, cursor.ErrCorruptCheckpoint, message.ErrCorruptID):
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
@@ -221,7 +222,7 @@ func duplicate(r *streamwalv1.AppendResponse) *streamwalv1.AppendResponse {
 
 func appendResponse(r adaptor.AppendResult, term int64) *streamwalv1.AppendResponse {
 	return &streamwalv1.AppendResponse{Id: r.ID.Marshal(), Timetick: r.TimeTick, Term: term,
-		ResolveFrom: adaptor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}.Marshal()}
+		ResolveFrom: cursor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}.Marshal()}
 }
 
 // resolve looks for a copy of key stored since from, by this owner or a
@@ -268,7 +269,7 @@ func (s *service) resolve(ctx context.Context, w adaptor.WAL, a cluster.Assignme
 				tt, _ := m.TimeTick()
 				term, _ := m.Term()
 				return &streamwalv1.AppendResponse{Id: m.ID().Marshal(), Timetick: tt, Term: term,
-					ResolveFrom: adaptor.Checkpoint{Position: m.ID(), TimeTick: tt}.Marshal()}, nil
+					ResolveFrom: cursor.Checkpoint{Position: m.ID(), TimeTick: tt}.Marshal()}, nil
 			}
 		case <-ctx.Done():
 			return nil, withOutcome(connect.NewError(connect.CodeDeadlineExceeded, errors.Wrap(ctx.Err(), "resolve")), true)
@@ -529,7 +530,7 @@ type readFeed struct {
 	untilCaughtUp bool
 	// watching: the tail is not reached yet (until_caught_up or last).
 	watching bool
-	tail     adaptor.Checkpoint
+	tail     cursor.Checkpoint
 	// pos is the position of the next message: the checkpoint of the one
 	// before it, or the read's start.
 	pos  string
@@ -664,7 +665,7 @@ func (s *service) Status(ctx context.Context, _ *connect.Request[streamwalv1.Sta
 // scannerEnded is the error of a scanner sc that ended before what step
 // was looking for: the scanner's own error kept as the cause, so that
 // appendError maps it (a closed WAL, a truncated position).
-func scannerEnded(step string, sc adaptor.Scanner) error {
+func scannerEnded(step string, sc walimpls.Scanner) error {
 	<-sc.Done() // Error is valid once Done is closed
 	if err := sc.Error(); err != nil {
 		return errors.Wrapf(err, "%s: scanner ended", step)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/pool"
@@ -68,12 +69,12 @@ func (e *pruneEnv) next(v string) message.Message {
 
 // resume is where v's consumer resumes: the pool's checkpoint, or the
 // oldest retained message without one.
-func (e *pruneEnv) resume(v string) adaptor.Checkpoint {
+func (e *pruneEnv) resume(v string) cursor.Checkpoint {
 	e.t.Helper()
 	text, _, err := e.p.Checkpoint(e.ctx, v)
 	if err != nil {
 		require.ErrorIs(e.t, err, pool.ErrCheckpointUnknown)
-		return adaptor.Checkpoint{}
+		return cursor.Checkpoint{}
 	}
 	cp, err := e.w.ParseCheckpoint(text)
 	require.NoError(e.t, err)
@@ -329,7 +330,7 @@ type hookWAL struct {
 	beforeTruncate        func(upTo message.ID)
 }
 
-func (h *hookWAL) Tail(ctx context.Context) (adaptor.Checkpoint, error) {
+func (h *hookWAL) Tail(ctx context.Context) (cursor.Checkpoint, error) {
 	if h.beforeTail != nil {
 		h.beforeTail()
 	}
@@ -505,7 +506,7 @@ func TestPruneUnderConcurrentAppends(t *testing.T) {
 func consumeConcurrently(ctx context.Context, e *pruneEnv, v string, n, every int) error {
 	done := 0
 	for done < n {
-		var from adaptor.Checkpoint
+		var from cursor.Checkpoint
 		text, _, err := e.p.Checkpoint(ctx, v)
 		switch {
 		case err == nil:

@@ -19,6 +19,7 @@ import (
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
@@ -144,10 +145,10 @@ func (e *env) read(w adaptor.WAL, policy adaptor.DeliverPolicy, vchannel string)
 
 // checkpointOf returns the checkpoint after the i-th message a full read
 // of w delivers.
-func (e *env) checkpoints(w adaptor.WAL) []adaptor.Checkpoint {
+func (e *env) checkpoints(w adaptor.WAL) []cursor.Checkpoint {
 	ms, err := e.read(w, adaptor.DeliverAll(), "")
 	require.NoError(e.t, err)
-	out := make([]adaptor.Checkpoint, len(ms))
+	out := make([]cursor.Checkpoint, len(ms))
 	for i, m := range ms {
 		out[i], err = adaptor.CheckpointOf(m)
 		require.NoError(e.t, err)
@@ -155,7 +156,7 @@ func (e *env) checkpoints(w adaptor.WAL) []adaptor.Checkpoint {
 	return out
 }
 
-func (e *env) commit(channel string, sc consumers.Scope, cp adaptor.Checkpoint, w adaptor.WAL) {
+func (e *env) commit(channel string, sc consumers.Scope, cp cursor.Checkpoint, w adaptor.WAL) {
 	_, err := e.store.Commit(e.ctx, channel, sc, cp, w.Channel().Term, w.ParseCheckpoint)
 	require.NoError(e.t, err)
 }
@@ -622,7 +623,7 @@ func TestMovedConsumerResumesAfterTruncation(t *testing.T) {
 		}
 		r, err := w.Append(e.ctx, msg)
 		require.NoError(t, err)
-		e.commit("p", m.sc, adaptor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}, w)
+		e.commit("p", m.sc, cursor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}, w)
 	}
 
 	r := e.retainer(retention.Config{})

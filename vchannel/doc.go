@@ -138,7 +138,7 @@
 // When the shared scanner ends with an error (the WAL closed, a truncated
 // start position, a reorder buffer overflow), every attached stream
 // delivers what it holds and then ends with that error: Error after Done,
-// like an adaptor.Scanner. A detached stream ends with its own scanner's
+// like an walimpls.Scanner. A detached stream ends with its own scanner's
 // error. Closing the WAL therefore ends every stream with the error its
 // adaptor scanner reports for a closed WAL (walimpls.ErrClosed).
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
@@ -83,7 +84,7 @@ func testResumeWithSplitMessages(t *testing.T, c walimplstest.Cluster) {
 }
 
 // collectOrTimeout reads up to n messages, for at most d of silence.
-func collectOrTimeout(s adaptor.Scanner, n int, d time.Duration) []message.Immutable {
+func collectOrTimeout(s walimpls.Scanner, n int, d time.Duration) []message.Immutable {
 	var out []message.Immutable
 	for len(out) < n {
 		select {

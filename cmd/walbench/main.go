@@ -43,6 +43,7 @@ import (
 	"github.com/streamwal/streamwal/internal/s3dev"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
 )
 
@@ -384,7 +385,7 @@ func runChannel(ctx context.Context, w adaptor.WAL, p params, b *bench) (channel
 // checking that timeticks strictly increase; it returns them. It stops
 // without an error when ctx ends, and with one when the scanner ends or
 // stalls for stallTimeout once the count is known.
-func consume(ctx context.Context, scanner adaptor.Scanner, want <-chan int, b *bench) ([]uint64, error) {
+func consume(ctx context.Context, scanner walimpls.Scanner, want <-chan int, b *bench) ([]uint64, error) {
 	var (
 		tts   []uint64
 		prev  uint64
