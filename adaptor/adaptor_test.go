@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -334,7 +335,7 @@ func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	first, _ := message.New([]byte("first"), nil)
 	_, err = w.Append(ctx, first)
@@ -417,7 +418,7 @@ func TestTruncateBypassesTheWriteAheadBuffer(t *testing.T) {
 	require.Equal(t, "m00", string(got[0].Payload()))
 	require.NoError(t, w.Truncate(ctx, ids[15]))
 
-	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(ids[3])})
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.StartFrom(ids[3])})
 	if err == nil {
 		select {
 		case m, ok := <-s.Chan():
@@ -429,7 +430,7 @@ func TestTruncateBypassesTheWriteAheadBuffer(t *testing.T) {
 	} else {
 		require.ErrorIs(t, err, walimpls.ErrPositionGone)
 	}
-	from, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(ids[15])})
+	from, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.StartFrom(ids[15])})
 	require.NoError(t, err)
 	require.Equal(t, "m15", string(recvN(t, from, 1)[0].Payload()))
 	require.NoError(t, from.Close())
@@ -562,7 +563,7 @@ func TestAppendAsyncRetriesAFailedFirstAttempt(t *testing.T) {
 	metrics, err := NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	w := openWAL(t, memOpener(t, c, memory.Config{}), "async-retry", 1, Options{TimeTickInterval: time.Hour, Metrics: metrics})
-	s, err := w.Read(context.Background(), ReadOption{DeliverPolicy: DeliverAll()})
+	s, err := w.Read(context.Background(), ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	c.FailNextAppends(1)

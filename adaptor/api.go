@@ -71,7 +71,7 @@ type WAL interface {
 	// acknowledged before the call has a timetick at or below the
 	// checkpoint's, so a scanner that delivers a watermark at or above it
 	// (Filter.Kinds with message.KindTimeTick, see CaughtUp) has delivered
-	// all of them, and DeliverAfter(tail) delivers exactly what is appended
+	// all of them, and cursor.After(tail) delivers exactly what is appended
 	// after. A read-only WAL writes no watermark: ErrReadOnly.
 	Tail(ctx context.Context) (cursor.Checkpoint, error)
 	// ParseCheckpoint decodes Checkpoint.Marshal's string with this WAL's
@@ -98,8 +98,9 @@ type WAL interface {
 type ReadOption struct {
 	// Name identifies the scanner in logs and metrics.
 	Name string
-	// DeliverPolicy says where to start; the zero value is DeliverAll.
-	DeliverPolicy DeliverPolicy
+	// DeliverPolicy says where to start; the zero value is cursor.All.
+	// Every policy but cursor.Tail (a backend's) is taken.
+	DeliverPolicy cursor.Policy
 	// Filter selects what is delivered; the zero value delivers every data
 	// message.
 	Filter Filter
@@ -111,39 +112,9 @@ type ReadOption struct {
 	// position after it, when Until itself is not in the log) no later
 	// message can come whose watermark it would wait for: it releases
 	// everything it holds, in timetick order, delivers it, and ends with a
-	// nil Error (Chan closes). A start after Until (or DeliverLatest)
+	// nil Error (Chan closes). A start after Until (or cursor.Latest)
 	// ends at once. Until must be an ID of this WAL's backend.
 	Until message.ID
-}
-
-// DeliverPolicy says where a scanner starts.
-type DeliverPolicy struct {
-	backend  walimpls.DeliverPolicy
-	fromTT   uint64
-	byTTOnly bool
-	afterTT  uint64 // DeliverAfter: only timeticks above it
-}
-
-// DeliverAll starts at the first message still kept.
-func DeliverAll() DeliverPolicy { return DeliverPolicy{backend: walimpls.DeliverAll()} }
-
-// DeliverLatest delivers only messages appended after Read returns.
-func DeliverLatest() DeliverPolicy { return DeliverPolicy{backend: walimpls.DeliverLatest()} }
-
-// DeliverStartFrom starts at id, inclusive.
-func DeliverStartFrom(id message.ID) DeliverPolicy {
-	return DeliverPolicy{backend: walimpls.DeliverStartFrom(id)}
-}
-
-// DeliverStartAfter starts right after id.
-func DeliverStartAfter(id message.ID) DeliverPolicy {
-	return DeliverPolicy{backend: walimpls.DeliverStartAfter(id)}
-}
-
-// DeliverFromTimeTick delivers every kept message whose timetick is at or
-// above tt.
-func DeliverFromTimeTick(tt uint64) DeliverPolicy {
-	return DeliverPolicy{backend: walimpls.DeliverAll(), fromTT: tt, byTTOnly: true}
 }
 
 // Filter selects messages; every set condition must hold.

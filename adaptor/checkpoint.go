@@ -31,14 +31,3 @@ func CaughtUp(m message.Immutable, tail cursor.Checkpoint) bool {
 	tt, ok := m.TimeTick()
 	return ok && tt >= tail.TimeTick
 }
-
-// DeliverAfter starts right after a checkpoint: at its position, delivering
-// only messages with a higher timetick. The zero checkpoint is DeliverAll.
-func DeliverAfter(c cursor.Checkpoint) DeliverPolicy {
-	if c.IsZero() {
-		return DeliverAll()
-	}
-	p := DeliverStartFrom(c.Position)
-	p.afterTT = c.TimeTick
-	return p
-}

@@ -46,7 +46,7 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 		if i%9 != 0 {
 			continue
 		}
-		r, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(back)})
+		r, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.After(back)})
 		require.NoError(t, err)
 		rest := recvN(t, r, len(all)-i-1)
 		for j, got := range rest {
@@ -61,7 +61,7 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 	require.True(t, zero.IsZero())
 	require.Empty(t, zero.Marshal())
 	require.True(t, zero.Before(prev))
-	r, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(zero)})
+	r, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.After(zero)})
 	require.NoError(t, err)
 	require.Len(t, recvN(t, r, n), n, "the zero checkpoint reads everything")
 	require.NoError(t, r.Close())
@@ -113,7 +113,7 @@ func TestResumeBeforeAHalfJoinedMessage(t *testing.T) {
 	require.Len(t, all[1].Payload(), 1000, "the joined message")
 	cp, err := CheckpointOf(all[0])
 	require.NoError(t, err)
-	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(cp)})
+	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.After(cp)})
 	require.NoError(t, err)
 	rest := recvN(t, r, 2)
 	require.Len(t, rest[0].Payload(), 1000, "resumed after the small message: the split message is found")
@@ -123,7 +123,7 @@ func TestResumeBeforeAHalfJoinedMessage(t *testing.T) {
 
 // Tail makes everything acknowledged readable and says where the log
 // stands: a scanner has delivered all of it once it delivers a watermark at
-// or above the tail, and DeliverAfter(tail) delivers exactly what follows.
+// or above the tail, and cursor.After(tail) delivers exactly what follows.
 func TestTailIsACaughtUpSignal(t *testing.T) {
 	c := memory.NewCluster()
 	o := memOpener(t, c, memory.Config{})
@@ -158,7 +158,7 @@ func TestTailIsACaughtUpSignal(t *testing.T) {
 	_, err = w.Append(ctx, after)
 	require.NoError(t, err)
 	require.NoError(t, w.Sync(ctx))
-	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(tail)})
+	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.After(tail)})
 	require.NoError(t, err)
 	require.Equal(t, "after", string(recvN(t, r, 1)[0].Payload()))
 	quietFor(t, r, 50*time.Millisecond)

@@ -11,7 +11,7 @@ import (
 var ErrNoResumePosition = errors.New("message carries no resume position")
 
 // LastConfirmed returns the resume position a scanner attached to a message
-// it delivered: a scanner started with DeliverStartFrom(position) and
+// it delivered: a scanner started with cursor.StartFrom(position) and
 // Filter.TimeTickAbove set to the message's timetick delivers exactly the
 // messages that came after it.
 func LastConfirmed(m message.Immutable) (message.ID, error) {

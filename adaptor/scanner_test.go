@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
@@ -127,7 +128,7 @@ func TestScannerEndsWhenItsWALCloses(t *testing.T) {
 	w := openWAL(t, memOpener(t, memory.NewCluster(), memory.Config{}), "scanner-close", 1, Options{
 		TimeTickInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	ctx := context.Background()
-	running, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+	running, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	closed, err := w.Read(ctx, ReadOption{})
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -85,16 +86,16 @@ func TestUntilReleasesASealedLog(t *testing.T) {
 		// Resuming from the last one's checkpoint delivers nothing more.
 		cp, err := CheckpointOf(got[len(got)-1])
 		require.NoError(t, err)
-		s, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(cp), Until: end})
+		s, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.After(cp), Until: end})
 		require.NoError(t, err)
 		require.Empty(t, drain(t, s))
 		require.NoError(t, s.Error())
 	}
 	// From the middle, after the end, and Latest.
-	s, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(acked[4].ID), Until: end})
+	s, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.StartFrom(acked[4].ID), Until: end})
 	require.NoError(t, err)
 	require.Len(t, drain(t, s), 6)
-	for _, p := range []DeliverPolicy{DeliverStartAfter(end), DeliverStartFrom(zombie.ID), DeliverLatest()} {
+	for _, p := range []cursor.Policy{cursor.StartAfter(end), cursor.StartFrom(zombie.ID), cursor.Latest()} {
 		s, err := ro.Read(ctx, ReadOption{DeliverPolicy: p, Until: end})
 		require.NoError(t, err)
 		require.Empty(t, drain(t, s), "%v", p)

@@ -176,7 +176,7 @@ func (w *wal) start(ctx context.Context) error {
 		// follow a higher term-begin anywhere: the tail reader notes every
 		// term-begin from the open on, so that scanners starting later
 		// know them (termBefore).
-		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverLatest()})
+		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: cursor.Latest()})
 		if err != nil {
 			return err
 		}
@@ -245,7 +245,7 @@ func (w *wal) start(ctx context.Context) error {
 		// Appends are confirmed by the tail reader: it reads on from the
 		// term-begin at once. Where the backend fences, it starts with the
 		// first scanner (ensureTail): a WAL nobody reads reads nothing back.
-		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartFrom(beginID)})
+		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: cursor.StartFrom(beginID)})
 		if err != nil {
 			return errors.Wrap(err, "start tail reader")
 		}
@@ -356,6 +356,11 @@ func (w *wal) read(ctx context.Context, opt ReadOption, batches bool) (*scanner,
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)
+	}
+	if _, tail := opt.DeliverPolicy.Tail(); tail {
+		// A tail counts a backend's log entries, which are not the
+		// adaptor's messages (parts, watermarks).
+		return nil, errors.Wrapf(ErrInvalidOptions, "adaptor: read %s: %s is a backend's start", w.ch.Name, opt.DeliverPolicy)
 	}
 	if err := w.ensureTail(ctx); err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)

@@ -128,7 +128,7 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	}{{text, 40}, {adaptorText, 60}, {"", 0}} {
 		cp, err := cursor.ParseChainCheckpoint(tc.text)
 		require.NoError(t, err)
-		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
+		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp)})
 		require.NoError(t, err)
 		check(t, want[tc.after:], recv(t, s, len(want)-tc.after))
 		require.NoError(t, s.Close())
@@ -146,7 +146,7 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, cursor.PositionOf(cp.Position), cursor.PositionOf(back.Position))
 		require.Equal(t, cp.TimeTick, back.TimeTick)
-		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(back)})
+		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(back)})
 		require.NoError(t, err)
 		check(t, want[i+1:], recv(t, s, len(want)-i-1))
 		require.NoError(t, s.Close())
@@ -175,14 +175,14 @@ func TestPositionsOutsideTheChain(t *testing.T) {
 	pruned.Segments = pruned.Segments[1:]
 	r, err := chainread.New(chainread.Config{Chain: pruned, Openers: b.openers})
 	require.NoError(t, err)
-	for _, p := range []chainread.DeliverPolicy{
-		chainread.DeliverStartFrom(cursor.Position{ID: "3"}),
-		chainread.DeliverAfter(cursor.Checkpoint{Position: cursor.IDOf(cursor.Position{ID: "3"}), TimeTick: 7}),
+	for _, p := range []cursor.Policy{
+		cursor.StartFrom(cursor.IDOf(cursor.Position{ID: "3"})),
+		cursor.After(cursor.Checkpoint{Position: cursor.IDOf(cursor.Position{ID: "3"}), TimeTick: 7}),
 	} {
 		_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: p})
 		require.ErrorIs(t, err, walimpls.ErrPositionGone, "%v", p)
 	}
-	_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(cursor.Position{Segment: 3, ID: "1"})})
+	_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.StartFrom(cursor.IDOf(cursor.Position{Segment: 3, ID: "1"}))})
 	require.ErrorIs(t, err, chain.ErrUnknownSegment)
 	// What is kept still reads.
 	s, err := r.Read(ctx, chainread.ReadOption{})
@@ -247,8 +247,8 @@ func drain(t testing.TB, s walimpls.Scanner) []message.Immutable {
 	return out
 }
 
-// TestLatestAndStartAfter: DeliverLatest delivers only what the last
-// segment's writer appends after Read; DeliverStartAfter a sealed
+// TestLatestAndStartAfter: cursor.Latest delivers only what the last
+// segment's writer appends after Read; cursor.StartAfter a sealed
 // segment's End starts at the next segment.
 func TestLatestAndStartAfter(t *testing.T) {
 	ctx := testCtx(t)
@@ -260,7 +260,7 @@ func TestLatestAndStartAfter(t *testing.T) {
 	require.NoError(t, bl.w.Sync(ctx))
 	r := bl.reader(t)
 
-	s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverLatest()})
+	s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	defer s.Close()
 	n := len(bl.acked)
@@ -269,7 +269,7 @@ func TestLatestAndStartAfter(t *testing.T) {
 	check(t, bl.sorted()[n:], recv(t, s, 5))
 
 	end := cursor.Position{Segment: 0, ID: bl.c.Segments[0].Seal.End}
-	s2, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartAfter(end)})
+	s2, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.StartAfter(cursor.IDOf(end))})
 	require.NoError(t, err)
 	defer s2.Close()
 	check(t, bl.sorted()[20:], recv(t, s2, len(bl.acked)-20))

@@ -5,7 +5,6 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
@@ -45,7 +44,7 @@ func (l *liveRead) delivered(batch []message.Immutable) {
 // (above lastTT when it delivered anything). Pure logic.
 func resumeStart(first segmentStart, l liveRead, lastTT uint64) segmentStart {
 	if !l.resume.IsZero() {
-		return segmentStart{policy: adaptor.DeliverAfter(cursor.Checkpoint{Position: l.resume, TimeTick: lastTT}), filter: first.filter}
+		return segmentStart{policy: cursor.After(cursor.Checkpoint{Position: l.resume, TimeTick: lastTT}), filter: first.filter}
 	}
 	if l.any {
 		first.filter.TimeTickAbove = max(first.filter.TimeTickAbove, lastTT)

@@ -217,7 +217,7 @@ func (bl *builder) migrate(name string, term int64) {
 
 // maxTimeTick reads w up to end and returns the highest timetick there.
 func maxTimeTick(t testing.TB, w walimpls.WALImpl, end message.ID) uint64 {
-	s, err := w.Read(testCtx(t), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	s, err := w.Read(testCtx(t), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	var hi uint64

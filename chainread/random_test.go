@@ -75,13 +75,13 @@ func TestRandomChains(t *testing.T) {
 				require.NoError(t, err)
 				cp, err = cursor.ParseChainCheckpoint(cp.Marshal())
 				require.NoError(t, err)
-				s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
+				s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp)})
 				require.NoError(t, err)
 				check(t, want[i+1:], recv(t, s, len(want)-i-1))
 				require.NoError(t, s.Close())
 
 				tt := want[i].res.TimeTick
-				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverFromTimeTick(tt)})
+				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.FromTimeTick(tt)})
 				require.NoError(t, err)
 				check(t, want[i:], recv(t, s, len(want)-i))
 				require.NoError(t, s.Close())
@@ -90,8 +90,7 @@ func TestRandomChains(t *testing.T) {
 				// follows it in the log, which in timetick order is every
 				// later message of later segments and those of its own
 				// stored after it.
-				pos := cursor.PositionOf(all[i].ID())
-				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(pos)})
+				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.StartFrom(all[i].ID())})
 				require.NoError(t, err)
 				var from []acked
 				for _, a := range want {

@@ -183,8 +183,10 @@ func (w *wal) untrack(s closer) {
 	w.mu.Unlock()
 }
 
-// readOption translates opt into the chain reader's, with the reader of
-// the chain as w knows it.
+// readOption is opt for the chain reader, with the reader of the chain as
+// w knows it. The policy goes as it is: its positions are this WAL's IDs,
+// chain IDs or bare IDs of segment 0, which the reader routes to their
+// segments.
 func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainread.Reader, error) {
 	w.mu.Lock()
 	r, closed := w.reader, w.closed
@@ -195,30 +197,7 @@ func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainre
 	if !opt.Until.IsZero() {
 		return chainread.ReadOption{}, nil, errors.Wrapf(adaptor.ErrInvalidOptions, "chainwal: read %s: Until is for one segment's log, not a chain", w.ch.Name)
 	}
-	ro := chainread.ReadOption{Name: opt.Name, Filter: opt.Filter}
-	spec := opt.DeliverPolicy.Spec()
-	var pos cursor.Position
-	if spec.Kind == adaptor.KindStartFrom || spec.Kind == adaptor.KindStartAfter || spec.Kind == adaptor.KindAfter {
-		var err error
-		if pos, err = positionOf(spec.ID); err != nil {
-			return chainread.ReadOption{}, nil, errors.Wrapf(err, "chainwal: read %s", w.ch.Name)
-		}
-	}
-	switch spec.Kind {
-	case adaptor.KindAll:
-		ro.DeliverPolicy = chainread.DeliverAll()
-	case adaptor.KindLatest:
-		ro.DeliverPolicy = chainread.DeliverLatest()
-	case adaptor.KindStartFrom:
-		ro.DeliverPolicy = chainread.DeliverStartFrom(pos)
-	case adaptor.KindStartAfter:
-		ro.DeliverPolicy = chainread.DeliverStartAfter(pos)
-	case adaptor.KindFromTimeTick:
-		ro.DeliverPolicy = chainread.DeliverFromTimeTick(spec.TimeTick)
-	case adaptor.KindAfter:
-		ro.DeliverPolicy = chainread.DeliverAfter(cursor.Checkpoint{Position: spec.ID, TimeTick: spec.TimeTick})
-	}
-	return ro, r, nil
+	return chainread.ReadOption{Name: opt.Name, DeliverPolicy: opt.DeliverPolicy, Filter: opt.Filter}, r, nil
 }
 
 // positionOf is the chain position of id: a chain ID's own, or segment 0

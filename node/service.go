@@ -231,13 +231,13 @@ func appendResponse(r adaptor.AppendResult, term int64) *streamwalv1.AppendRespo
 // before the retry arrived has been seen. A copy a reader would not deliver
 // (of a term fenced before it was stored) is never seen: nil.
 func (s *service) resolve(ctx context.Context, w adaptor.WAL, a cluster.Assignment, key, from string) (*streamwalv1.AppendResponse, error) {
-	start := adaptor.DeliverAll()
+	start := cursor.All()
 	if from != "" {
 		cp, err := w.ParseCheckpoint(from)
 		if err != nil {
 			return nil, notStored(connect.NewError(connect.CodeInvalidArgument, errors.Wrap(err, "resolve_from")))
 		}
-		start = adaptor.DeliverAfter(cp)
+		start = cursor.After(cp)
 	}
 	tail, err := w.Tail(ctx)
 	if err != nil {
@@ -382,7 +382,7 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 		}
 		f.tail = tail
 		if latest {
-			opt.DeliverPolicy, f.pos = adaptor.DeliverAfter(tail), tail.Marshal()
+			opt.DeliverPolicy, f.pos = cursor.After(tail), tail.Marshal()
 		}
 	}
 	if latest && f.watching {
@@ -425,7 +425,7 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 			if err != nil {
 				return s.appendError(r.GetChannel(), err)
 			}
-			opt.DeliverPolicy = adaptor.DeliverAfter(cp)
+			opt.DeliverPolicy = cursor.After(cp)
 		}
 		s.n.log.Debug("read goes on at a newer term", "channel", r.GetChannel(), "term", term, "next", nextTerm, "after", f.pos)
 		w, term = next, nextTerm
@@ -606,29 +606,29 @@ func readOption(w adaptor.WAL, r *streamwalv1.ReadRequest) (adaptor.ReadOption, 
 	start := ""
 	switch st := r.GetStart().(type) {
 	case nil, *streamwalv1.ReadRequest_All:
-		opt.DeliverPolicy = adaptor.DeliverAll()
+		opt.DeliverPolicy = cursor.All()
 	case *streamwalv1.ReadRequest_Latest:
-		opt.DeliverPolicy = adaptor.DeliverLatest()
+		opt.DeliverPolicy = cursor.Latest()
 	case *streamwalv1.ReadRequest_FromTimetick:
-		opt.DeliverPolicy = adaptor.DeliverFromTimeTick(st.FromTimetick)
+		opt.DeliverPolicy = cursor.FromTimeTick(st.FromTimetick)
 	case *streamwalv1.ReadRequest_AfterCheckpoint:
 		cp, err := w.ParseCheckpoint(st.AfterCheckpoint)
 		if err != nil {
 			return opt, "", err
 		}
-		opt.DeliverPolicy, start = adaptor.DeliverAfter(cp), cp.Marshal()
+		opt.DeliverPolicy, start = cursor.After(cp), cp.Marshal()
 	case *streamwalv1.ReadRequest_StartFrom:
 		id, err := w.ParseID(st.StartFrom)
 		if err != nil {
 			return opt, "", err
 		}
-		opt.DeliverPolicy = adaptor.DeliverStartFrom(id)
+		opt.DeliverPolicy = cursor.StartFrom(id)
 	case *streamwalv1.ReadRequest_StartAfter:
 		id, err := w.ParseID(st.StartAfter)
 		if err != nil {
 			return opt, "", err
 		}
-		opt.DeliverPolicy = adaptor.DeliverStartAfter(id)
+		opt.DeliverPolicy = cursor.StartAfter(id)
 	}
 	return opt, start, nil
 }

@@ -57,7 +57,7 @@ func openWAL(t *testing.T, o walimpls.Opener, name string, term int64) adaptor.W
 func readVChannel(t *testing.T, w adaptor.WAL, vchannel string, after cursor.Checkpoint, n int) []message.Immutable {
 	t.Helper()
 	ctx := testCtx(t)
-	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAfter(after), Filter: adaptor.Filter{VChannels: []string{vchannel}}})
+	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.After(after), Filter: adaptor.Filter{VChannels: []string{vchannel}}})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	var out []message.Immutable
@@ -152,7 +152,7 @@ func TestCheckpointsAndPruning(t *testing.T) {
 
 			// Reading from the start is now refused; every vchannel resumes
 			// from its checkpoint and gets exactly the rest.
-			s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverStartFrom(first)})
+			s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.StartFrom(first)})
 			if err == nil {
 				select {
 				case m, ok := <-s.Chan():

@@ -107,7 +107,7 @@ func (e *pruneEnv) rest(v string) []string {
 	tail, err := e.w.Tail(e.ctx)
 	require.NoError(e.t, err)
 	s, err := e.w.Read(e.ctx, adaptor.ReadOption{
-		DeliverPolicy: adaptor.DeliverAfter(e.resume(v)),
+		DeliverPolicy: cursor.After(e.resume(v)),
 		Filter:        adaptor.Filter{VChannels: []string{v}, Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
 	})
 	require.NoError(e.t, err, "%s resumes at a position that is gone", v)
@@ -191,7 +191,7 @@ func requireTarget(t *testing.T, res pool.Pruned, heldBy string, held, idle int)
 func requireGone(t *testing.T, w adaptor.WAL, id message.ID) {
 	t.Helper()
 	ctx := testCtx(t)
-	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverStartFrom(id)})
+	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.StartFrom(id)})
 	if err != nil {
 		require.ErrorIs(t, err, walimpls.ErrPositionGone)
 		return
@@ -519,7 +519,7 @@ func consumeConcurrently(ctx context.Context, e *pruneEnv, v string, n, every in
 		e.mu.Lock()
 		done = e.consumed[v] // what is not checkpointed comes again
 		e.mu.Unlock()
-		s, err := e.w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAfter(from), Filter: adaptor.Filter{VChannels: []string{v}}})
+		s, err := e.w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.After(from), Filter: adaptor.Filter{VChannels: []string{v}}})
 		if errors.Is(err, walimpls.ErrPositionGone) {
 			continue
 		}

@@ -176,7 +176,7 @@ func (c *progress) advance(ctx context.Context, w adaptor.WAL) (Activity, error)
 	defer cancel()
 	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
 		Name:          "pool-pruner",
-		DeliverPolicy: adaptor.DeliverAfter(c.at),
+		DeliverPolicy: cursor.After(c.at),
 		Filter:        adaptor.Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
 	})
 	if err != nil {

@@ -244,17 +244,18 @@ type failingWAL struct {
 	adaptor.WAL // nil: only ReadBatches is used
 	log         []message.Immutable
 	breakAfter  int // batches of one message each before a read breaks; <0: never
-	starts      []adaptor.DeliverSpec
+	starts      []cursor.Policy
 }
 
 func (w *failingWAL) ReadBatches(_ context.Context, opt adaptor.ReadOption) (walimpls.BatchScanner, error) {
-	spec := opt.DeliverPolicy.Spec()
-	w.starts = append(w.starts, spec)
+	p := opt.DeliverPolicy
+	w.starts = append(w.starts, p)
+	cp, after := p.After()
 	s := &listScanner{batches: make(chan []message.Immutable, len(w.log)), done: make(chan struct{})}
 	sent := 0
 	for _, m := range w.log {
 		tt, _ := m.TimeTick()
-		if spec.Kind == adaptor.KindAfter && (m.ID().LT(spec.ID) || tt <= spec.TimeTick) {
+		if after && (m.ID().LT(cp.Position) || tt <= cp.TimeTick) {
 			continue
 		}
 		if w.breakAfter >= 0 && sent == w.breakAfter {
@@ -301,7 +302,8 @@ func TestLedgerGoesOnAfterABrokenRead(t *testing.T) {
 	require.True(t, l.caughtUp())
 	messages, _, _ := l.totals()
 	require.EqualValues(t, 10, messages, "every message once")
-	require.Equal(t, adaptor.KindAll, w.starts[0].Kind)
-	require.Equal(t, adaptor.KindAfter, w.starts[1].Kind)
-	require.True(t, w.starts[1].ID.EQ(id(4)), "the second read goes on after the fourth message")
+	require.True(t, w.starts[0].IsAll())
+	cp, after := w.starts[1].After()
+	require.True(t, after)
+	require.True(t, cp.Position.EQ(id(4)), "the second read goes on after the fourth message")
 }

@@ -88,9 +88,9 @@ func (l *ledger) caughtUp() bool { return !l.tail.IsZero() && l.complete }
 func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail cursor.Checkpoint) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := adaptor.DeliverAfter(l.at)
+	start := cursor.After(l.at)
 	if l.at.IsZero() && !l.from.IsZero() {
-		start = adaptor.DeliverStartFrom(l.from)
+		start = cursor.StartFrom(l.from)
 	}
 	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
 		Name:          "retention",
@@ -231,7 +231,7 @@ func (l *ledger) recount(ctx context.Context, w adaptor.WAL, upTo message.ID) er
 	defer cancel()
 	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
 		Name:          "retention-recount",
-		DeliverPolicy: adaptor.DeliverStartFrom(upTo),
+		DeliverPolicy: cursor.StartFrom(upTo),
 		Filter:        adaptor.Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
 	})
 	if err != nil {

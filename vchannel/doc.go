@@ -39,15 +39,15 @@
 //
 // One adaptor scanner (the shared reader) starts at the earliest consumer
 // checkpoint: at the lowest of their positions, delivering timeticks above
-// the lowest of their timeticks (DeliverAfter); the two need not come
+// the lowest of their timeticks (cursor.After); the two need not come
 // from one checkpoint. The router hands each message to the stream of its
 // vchannel when its timetick is above that consumer's checkpoint. What each
 // consumer's scanner (Replayer.Scanner) delivers is therefore what a
-// scanner of its own started at DeliverAfter(its checkpoint) would deliver:
+// scanner of its own started at cursor.After(its checkpoint) would deliver:
 // its vchannel's data messages with a timetick above its checkpoint,
 // nothing lost, nothing twice, in strictly increasing timetick order, each
 // keeping its resume position so that CheckpointOf works on it. The zero
-// checkpoint means "from the start" (DeliverAll).
+// checkpoint means "from the start" (cursor.All).
 //
 // # Caught up
 //
@@ -116,7 +116,7 @@
 // attached stream runs dry (its reader waits for the router), the full
 // stream is detached: the router forgets it and goes on, and the stream,
 // once its reader took what it holds, continues on an adaptor scanner of
-// its own started at DeliverAfter(CheckpointOf(the last message it was
+// its own started at cursor.After(CheckpointOf(the last message it was
 // handed)), or at its own checkpoint when it was handed nothing. Its reader
 // sees one uninterrupted stream. A detached consumer stays detached, and
 // reads the pchannel a second time from where it was: Replayer.Detachments

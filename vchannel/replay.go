@@ -102,7 +102,7 @@ func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts Repla
 	}
 	shared, err := w.Read(ctx, adaptor.ReadOption{
 		Name:          opts.Name,
-		DeliverPolicy: adaptor.DeliverAfter(start),
+		DeliverPolicy: cursor.After(start),
 		Filter:        filter,
 	})
 	if err != nil {

@@ -325,7 +325,7 @@ func (s *stream) follow(resume cursor.Checkpoint) error {
 	watermarks := watch // delivered by sc, never to the reader
 	sc, err := s.r.w.Read(s.Context(), adaptor.ReadOption{
 		Name:          s.r.opts.Name + "/" + s.vc,
-		DeliverPolicy: adaptor.DeliverAfter(resume),
+		DeliverPolicy: cursor.After(resume),
 		Filter:        filter,
 	})
 	if err != nil {

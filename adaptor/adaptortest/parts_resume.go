@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
@@ -67,7 +68,7 @@ func testResumeWithSplitMessages(t *testing.T, c walimplstest.Cluster) {
 	for i := range all {
 		cp, err := adaptor.CheckpointOf(all[i])
 		require.NoError(t, err)
-		r, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: adaptor.DeliverAfter(cp)})
+		r, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: cursor.After(cp)})
 		require.NoError(t, err)
 		rest := collectOrTimeout(r, total-i-1, 10*time.Second)
 		_ = r.Close()

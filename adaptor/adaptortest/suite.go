@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
@@ -269,7 +270,7 @@ func testResume(t *testing.T, c walimplstest.Cluster) {
 		lastTT, _ := last.TimeTick()
 		pos, err := adaptor.LastConfirmed(last)
 		require.NoError(t, err)
-		s, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: adaptor.DeliverStartFrom(pos),
+		s, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: cursor.StartFrom(pos),
 			Filter: adaptor.Filter{TimeTickAbove: lastTT}})
 		require.NoError(t, err)
 		rest := collect(t, s, total-cut, nil)
@@ -286,7 +287,7 @@ func testResume(t *testing.T, c walimplstest.Cluster) {
 
 	// From a timetick: exactly the messages at or above it.
 	tt, _ := all[150].TimeTick()
-	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverFromTimeTick(tt)})
+	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.FromTimeTick(tt)})
 	require.NoError(t, err)
 	rest := collect(t, s, total-150, nil)
 	require.Equal(t, string(all[150].Payload()), string(rest[0].Payload()))

@@ -40,6 +40,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/s3dev"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/selector"
@@ -273,7 +274,7 @@ type channelResult struct {
 // once, in timetick order, and truncates the channel behind it. When ctx
 // ends first it returns what was done, without an error.
 func runChannel(ctx context.Context, w adaptor.WAL, p params, b *bench) (channelResult, error) {
-	scanner, err := w.Read(ctx, adaptor.ReadOption{Name: "walbench", DeliverPolicy: adaptor.DeliverLatest()})
+	scanner, err := w.Read(ctx, adaptor.ReadOption{Name: "walbench", DeliverPolicy: cursor.Latest()})
 	if err != nil {
 		if ctx.Err() != nil {
 			return channelResult{}, nil

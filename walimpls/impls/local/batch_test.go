@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -199,7 +200,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 	check := func(o walimpls.Opener) {
 		t.Helper()
 		for _, name := range chans {
-			got := readN(t, openWAL(t, o, name, 2), walimpls.DeliverAll(), acked[name])
+			got := readN(t, openWAL(t, o, name, 2), cursor.All(), acked[name])
 			require.Len(t, checkBatches(t, got, name), 25, name)
 			checkBatchPayloads(t, got, name)
 		}
@@ -269,7 +270,7 @@ func TestAppendBatchSegmentLimit(t *testing.T) {
 	c, err := batch("c", 8) // about 60 KiB: fits in an empty segment
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), segOf(c[0]))
-	got := readN(t, w, walimpls.DeliverAll(), 22)
+	got := readN(t, w, cursor.All(), 22)
 	require.Len(t, checkBatches(t, got, "read"), 3)
 	checkBatchPayloads(t, got, "read")
 }
@@ -337,7 +338,7 @@ func TestAppendBatchRefusals(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, walimpls.NotStored(err), "framed before the context ended: the outcome is unknown")
 	close(g.release)
-	got := readN(t, w, walimpls.DeliverAll(), 7)
+	got := readN(t, w, cursor.All(), 7)
 	require.Equal(t, map[string]bool{"first": true, "in-flight": true}, checkBatches(t, got, "read"))
 
 	// A failed sync: unknown for the batch in that round, NotStored for
@@ -556,7 +557,7 @@ func TestRecoveryBatchCutShort(t *testing.T) {
 
 			s = openStore(t, cfg)
 			require.Zero(t, s.Recovery().DroppedBytes)
-			got := readN(t, openWAL(t, s, "c", 1), walimpls.DeliverAll(), 5)
+			got := readN(t, openWAL(t, s, "c", 1), cursor.All(), 5)
 			require.Equal(t, map[string]bool{"a": true, "after": true}, checkBatches(t, got, c.name))
 			last, err = openReadOnly(t, s, "c").Last(ctx)
 			require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -174,7 +175,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 			// nothing corrupt is delivered.
 			s = openStore(t, testConfig(dir))
 			w = openWAL(t, s, "c", 1)
-			got, err := readAvailable(t, w, walimpls.DeliverAll())
+			got, err := readAvailable(t, w, cursor.All())
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, len(got), len(acked))
 			for i, id := range acked {
