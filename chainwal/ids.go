@@ -7,7 +7,6 @@ import (
 
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/cursor"
-	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -55,22 +54,10 @@ func (w *wal) idOf(p cursor.Position) (message.ID, error) {
 	return cursor.ChainID(p.Segment, id), nil
 }
 
-// ParseCheckpoint implements adaptor.WAL: a chain checkpoint, which is the
-// adaptor's for segment 0, its position decoded with its segment's
-// backend.
+// ParseCheckpoint implements adaptor.WAL: a chain checkpoint (the
+// adaptor's for segment 0), its position read as ParseID reads an ID.
 func (w *wal) ParseCheckpoint(s string) (cursor.Checkpoint, error) {
-	cp, err := cursor.ParseChainCheckpoint(s)
-	if err != nil {
-		return cursor.Checkpoint{}, errors.Wrapf(err, "chainwal: %s", w.ch.Name)
-	}
-	if cp.IsZero() {
-		return cursor.Checkpoint{}, nil
-	}
-	id, err := w.idOf(cursor.PositionOf(cp.Position))
-	if err != nil {
-		return cursor.Checkpoint{}, errmark.Mark(err, cursor.ErrCorruptCheckpoint)
-	}
-	return cursor.Checkpoint{Position: id, TimeTick: cp.TimeTick}, nil
+	return cursor.ParseCheckpoint(s, w.ParseID)
 }
 
 // Truncate implements adaptor.WAL: see the package documentation.
