@@ -32,7 +32,7 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 
 	var prev cursor.Checkpoint
 	for i, m := range all {
-		cp, err := CheckpointOf(m)
+		cp, err := cursor.CheckpointOf(m)
 		require.NoError(t, err)
 		require.True(t, prev.Before(cp), "checkpoints of delivered messages increase: %s then %s", prev, cp)
 		prev = cp
@@ -70,8 +70,8 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 		_, err := w.ParseCheckpoint(bad)
 		require.ErrorIsf(t, err, cursor.ErrCorruptCheckpoint, "%q", bad)
 	}
-	_, err = CheckpointOf(message.NewImmutable(message.Message{}, message.NewSeqID("memory", 1)))
-	require.ErrorIs(t, err, ErrNoResumePosition)
+	_, err = cursor.CheckpointOf(message.NewImmutable(message.Message{}, message.NewSeqID("memory", 1)))
+	require.ErrorIs(t, err, cursor.ErrNoResumePosition)
 }
 
 // A watermark written between the parts of a split message releases an
@@ -111,7 +111,7 @@ func TestResumeBeforeAHalfJoinedMessage(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.Equal(t, "small", string(all[0].Payload()))
 	require.Len(t, all[1].Payload(), 1000, "the joined message")
-	cp, err := CheckpointOf(all[0])
+	cp, err := cursor.CheckpointOf(all[0])
 	require.NoError(t, err)
 	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.After(cp)})
 	require.NoError(t, err)

@@ -84,7 +84,7 @@ func TestUntilReleasesASealedLog(t *testing.T) {
 			require.False(t, m.ID().EQ(zombie.ID))
 		}
 		// Resuming from the last one's checkpoint delivers nothing more.
-		cp, err := CheckpointOf(got[len(got)-1])
+		cp, err := cursor.CheckpointOf(got[len(got)-1])
 		require.NoError(t, err)
 		s, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.After(cp), Until: end})
 		require.NoError(t, err)

@@ -41,7 +41,7 @@ func TestCrossesKafka(t *testing.T) {
 	check(t, bl.sorted(), all)
 
 	// A checkpoint in the Kafka segment resumes there.
-	cp, err := chainread.CheckpointOf(all[90])
+	cp, err := cursor.CheckpointOf(all[90])
 	require.NoError(t, err)
 	require.EqualValues(t, 1, cursor.PositionOf(cp.Position).Segment)
 	r := bl.reader(t)
@@ -91,7 +91,7 @@ func TestFourBackends(t *testing.T) {
 	require.NoError(t, s.Close())
 	check(t, want, all)
 	for _, i := range []int{10, 50, 90, 130} {
-		cp, err := chainread.CheckpointOf(all[i])
+		cp, err := cursor.CheckpointOf(all[i])
 		require.NoError(t, err)
 		bs, err := r.ReadBatches(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp)})
 		require.NoError(t, err)

@@ -98,7 +98,7 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	require.NoError(t, err)
 	got := recv(t, s, 40)
 	require.NoError(t, s.Close())
-	cp, err := chainread.CheckpointOf(got[39])
+	cp, err := cursor.CheckpointOf(got[39])
 	require.NoError(t, err)
 	require.EqualValues(t, 0, cursor.PositionOf(cp.Position).Segment)
 	text := cp.Marshal()
@@ -110,7 +110,7 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	require.NoError(t, err)
 	agot := recv(t, as, 60)
 	require.NoError(t, as.Close())
-	acp, err := adaptor.CheckpointOf(agot[59])
+	acp, err := cursor.CheckpointOf(agot[59])
 	require.NoError(t, err)
 	adaptorText := acp.Marshal()
 
@@ -140,7 +140,7 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	all := recvBatches(t, bs, len(want))
 	require.NoError(t, bs.Close())
 	for _, i := range []int{99, 100, 149, 150, 198} {
-		cp, err := chainread.CheckpointOf(all[i])
+		cp, err := cursor.CheckpointOf(all[i])
 		require.NoError(t, err)
 		back, err := cursor.ParseChainCheckpoint(cp.Marshal())
 		require.NoError(t, err)

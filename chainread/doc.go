@@ -38,7 +38,7 @@
 //     their segment: they are chain IDs (cursor.ChainID; cursor.PositionOf
 //     returns their cursor.Position, whose string a bare backend ID of
 //     segment 0 shares), ordered by segment, then by the backend's order.
-//     CheckpointOf and cursor.Checkpoint.Marshal give a consumer's
+//     cursor.CheckpointOf and cursor.Checkpoint.Marshal give a consumer's
 //     checkpoint, "<timetick>@<chain position>";
 //     cursor.ParseChainCheckpoint reads it back without the chain's
 //     backends, also one written by the adaptor before the channel had a

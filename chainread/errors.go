@@ -1,8 +1,6 @@
 package chainread
 
-import (
-	"github.com/cockroachdb/errors"
-)
+import "github.com/cockroachdb/errors"
 
 // Sentinel errors, checked with errors.Is. A start in a dropped segment,
 // or a sealed segment whose data is gone, is walimpls.ErrPositionGone; a
@@ -24,7 +22,4 @@ var (
 	// again). A consumer starts again from its checkpoint, on a Reader of
 	// the chain as it is now.
 	ErrChainChanged = errors.New("chainread: the chain no longer continues the one the scanner reads")
-	// ErrNoResumePosition is returned by CheckpointOf for a message that a
-	// chainread scanner did not deliver.
-	ErrNoResumePosition = errors.New("chainread: message carries no chain resume position")
 )

@@ -185,7 +185,7 @@ func TestFollowFromTheStart(t *testing.T) {
 	require.NoError(t, bl.w.Sync(ctx))
 	pre, err := bl.reader(t).Read(ctx, chainread.ReadOption{})
 	require.NoError(t, err)
-	cp, err := chainread.CheckpointOf(recv(t, pre, 10)[9])
+	cp, err := cursor.CheckpointOf(recv(t, pre, 10)[9])
 	require.NoError(t, err)
 	require.NoError(t, pre.Close())
 

@@ -71,7 +71,7 @@ func TestRandomChains(t *testing.T) {
 			}
 			for range 3 {
 				i := rng.IntN(len(want))
-				cp, err := chainread.CheckpointOf(all[i])
+				cp, err := cursor.CheckpointOf(all[i])
 				require.NoError(t, err)
 				cp, err = cursor.ParseChainCheckpoint(cp.Marshal())
 				require.NoError(t, err)

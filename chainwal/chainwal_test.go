@@ -48,7 +48,7 @@ func TestMigrateFourBackends(t *testing.T) {
 
 	// A checkpoint of segment 0 (its string as a consumer stored it)
 	// resumes after three hops.
-	cp, err := adaptor.CheckpointOf(all[10])
+	cp, err := cursor.CheckpointOf(all[10])
 	require.NoError(t, err)
 	parsed, err := w.ParseCheckpoint(cp.Marshal())
 	require.NoError(t, err)

@@ -37,9 +37,9 @@ func TestPrune(t *testing.T) {
 	w, err := m.GetAvailableWAL(adaptor.Channel{Name: "p", Term: 3})
 	require.NoError(t, err)
 	all := readAll(t, w, &l, cursor.All(), 0)
-	cp0, err := adaptor.CheckpointOf(all[3])
+	cp0, err := cursor.CheckpointOf(all[3])
 	require.NoError(t, err)
-	cp1, err := adaptor.CheckpointOf(all[13])
+	cp1, err := cursor.CheckpointOf(all[13])
 	require.NoError(t, err)
 
 	// Truncate at the first message of segment 1: segment 0 goes.

@@ -67,7 +67,7 @@ func TestPoolPrunerLearnsSegments(t *testing.T) {
 	got := recv(t, s, 14)
 	require.NoError(t, s.Close())
 	for _, i := range []int{12, 13} {
-		cp, err := adaptor.CheckpointOf(got[i])
+		cp, err := cursor.CheckpointOf(got[i])
 		require.NoError(t, err)
 		require.NoError(t, p.SaveCheckpoint(ctx, got[i].VChannel(), 1, cp))
 	}

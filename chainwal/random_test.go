@@ -71,7 +71,7 @@ func runHistory(t *testing.T, e *env, rng *rand.Rand, channel string, steps int)
 			delivered = readAll(t, w, &l, cursor.All(), 0)
 			if len(delivered) > 0 {
 				i := rng.IntN(len(delivered))
-				cp, err := adaptor.CheckpointOf(delivered[i])
+				cp, err := cursor.CheckpointOf(delivered[i])
 				require.NoError(t, err)
 				parsed, err := w.ParseCheckpoint(cp.Marshal())
 				require.NoError(t, err)

@@ -9,9 +9,15 @@ import (
 	"github.com/streamwal/streamwal/message"
 )
 
-// ErrCorruptCheckpoint is returned for a checkpoint string that does not
-// decode.
-var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+// Sentinel errors, checked with errors.Is.
+var (
+	// ErrCorruptCheckpoint is returned for a checkpoint string that does
+	// not decode.
+	ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+	// ErrNoResumePosition is returned by CheckpointOf for a message that no
+	// scanner of the adaptor or of a chain delivered.
+	ErrNoResumePosition = errors.New("message carries no resume position")
+)
 
 // Checkpoint is where a consumer resumes reading a channel: the resume
 // position of the last message it processed (its LastConfirmed, a backend
@@ -21,6 +27,21 @@ var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
 type Checkpoint struct {
 	Position message.ID
 	TimeTick uint64
+}
+
+// CheckpointOf returns the checkpoint after m, a message a scanner of the
+// adaptor or of a chain delivered: its resume position (LastConfirmed: a
+// backend ID, or a chain ID) and its timetick.
+func CheckpointOf(m message.Immutable) (Checkpoint, error) {
+	pos := m.LastConfirmed()
+	if pos.IsZero() {
+		return Checkpoint{}, errors.Wrapf(ErrNoResumePosition, "message %s", m.ID())
+	}
+	tt, ok := m.TimeTick()
+	if !ok {
+		return Checkpoint{}, errors.Wrapf(ErrNoResumePosition, "message %s carries no timetick", m.ID())
+	}
+	return Checkpoint{Position: pos, TimeTick: tt}, nil
 }
 
 // IsZero reports whether c is the zero checkpoint.

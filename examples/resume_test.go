@@ -13,7 +13,7 @@ import (
 )
 
 // A consumer that survives restarts: after processing a message it saves
-// the message's checkpoint (adaptor.CheckpointOf, Marshal) where it keeps
+// the message's checkpoint (cursor.CheckpointOf, Marshal) where it keeps
 // its own state; after a restart it parses the saved string
 // (WAL.ParseCheckpoint) and reads with cursor.After, which delivers exactly
 // the messages after it: nothing lost, nothing twice.
@@ -41,7 +41,7 @@ func Example_resumeAfterRestart() {
 		for range 2 {
 			m := receive(s)
 			fmt.Println("first run processed:", string(m.Payload()))
-			cp, err := adaptor.CheckpointOf(m)
+			cp, err := cursor.CheckpointOf(m)
 			if err != nil {
 				panic(err)
 			}

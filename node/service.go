@@ -639,7 +639,7 @@ func delivered(m message.Immutable) *streamwalv1.Delivered {
 	term, _ := m.Term()
 	d := &streamwalv1.Delivered{Id: m.ID().Marshal(), Timetick: tt, Term: term, Payload: m.Payload(),
 		Properties: m.Properties().User(), Vchannel: m.VChannel(), Key: m.IdempotencyKey(), Kind: kindName(m.Kind())}
-	if cp, err := adaptor.CheckpointOf(m); err == nil {
+	if cp, err := cursor.CheckpointOf(m); err == nil {
 		d.Checkpoint = cp.Marshal()
 	}
 	return d

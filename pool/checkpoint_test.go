@@ -124,7 +124,7 @@ func TestCheckpointsAndPruning(t *testing.T) {
 			for _, v := range []string{"orders", "carts"} { // orders first: carts is then still unknown
 				n := progress[v]
 				got := readVChannel(t, w, v, cursor.Checkpoint{}, n)
-				cp, err := adaptor.CheckpointOf(got[n-1])
+				cp, err := cursor.CheckpointOf(got[n-1])
 				require.NoError(t, err)
 				require.NoError(t, p.SaveCheckpoint(ctx, v, 1, cp))
 				cps[v] = cp
@@ -242,7 +242,7 @@ func TestPrunerRunsAndStops(t *testing.T) {
 	}
 	require.NoError(t, w.Sync(ctx))
 	got := readVChannel(t, w, "v", cursor.Checkpoint{}, 10)
-	cp, err := adaptor.CheckpointOf(got[6])
+	cp, err := cursor.CheckpointOf(got[6])
 	require.NoError(t, err)
 	require.NoError(t, p.SaveCheckpoint(ctx, "v", 1, cp))
 

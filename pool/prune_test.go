@@ -92,7 +92,7 @@ func (e *pruneEnv) consume(v string, k int) {
 	for i, m := range got {
 		require.Equal(e.t, want[done+i], string(m.Payload()), "%s resumed at the wrong message", v)
 	}
-	cp, err := adaptor.CheckpointOf(got[k-1])
+	cp, err := cursor.CheckpointOf(got[k-1])
 	require.NoError(e.t, err)
 	require.NoError(e.t, e.p.SaveCheckpoint(e.ctx, v, 1, cp))
 	e.mu.Lock()
@@ -541,7 +541,7 @@ func consumeConcurrently(ctx context.Context, e *pruneEnv, v string, n, every in
 					if done%every != 0 && done != n {
 						continue
 					}
-					cp, err := adaptor.CheckpointOf(m)
+					cp, err := cursor.CheckpointOf(m)
 					if err == nil {
 						err = e.p.SaveCheckpoint(ctx, v, 1, cp)
 					}

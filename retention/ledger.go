@@ -118,7 +118,7 @@ func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail cursor.Checkpo
 					return nil
 				}
 				if l.note(m, tail) {
-					if cp, err := adaptor.CheckpointOf(m); err == nil {
+					if cp, err := cursor.CheckpointOf(m); err == nil {
 						l.at, l.complete = cp, false
 					}
 				}

@@ -150,7 +150,7 @@ func (e *env) checkpoints(w adaptor.WAL) []cursor.Checkpoint {
 	require.NoError(e.t, err)
 	out := make([]cursor.Checkpoint, len(ms))
 	for i, m := range ms {
-		out[i], err = adaptor.CheckpointOf(m)
+		out[i], err = cursor.CheckpointOf(m)
 		require.NoError(e.t, err)
 	}
 	return out

@@ -181,7 +181,7 @@ func TestCaughtUpWaitsForTheTailAndTheReader(t *testing.T) {
 	// vc-past's consumer has processed all of its messages.
 	s, err := view(t, writer, "vc-past").Read(context.Background(), adaptor.ReadOption{})
 	require.NoError(t, err)
-	past, err := adaptor.CheckpointOf(recvN(t, s, n)[n-1])
+	past, err := cursor.CheckpointOf(recvN(t, s, n)[n-1])
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)

@@ -18,7 +18,7 @@
 //   - Read starts an adaptor scanner with Filter.VChannels set to the
 //     vchannel: it delivers this vchannel's data messages only, in strictly
 //     increasing timetick order, from the caller's DeliverPolicy, each
-//     carrying its resume position (adaptor.CheckpointOf works on it).
+//     carrying its resume position (cursor.CheckpointOf works on it).
 //     Control messages a caller asks for with Filter.Kinds (term-begins,
 //     watermarks) belong to the whole pchannel and are delivered as the
 //     adaptor delivers them.
@@ -46,7 +46,7 @@
 // scanner of its own started at cursor.After(its checkpoint) would deliver:
 // its vchannel's data messages with a timetick above its checkpoint,
 // nothing lost, nothing twice, in strictly increasing timetick order, each
-// keeping its resume position so that CheckpointOf works on it. The zero
+// keeping its resume position so that cursor.CheckpointOf works on it. The zero
 // checkpoint means "from the start" (cursor.All).
 //
 // # Caught up
@@ -116,7 +116,7 @@
 // attached stream runs dry (its reader waits for the router), the full
 // stream is detached: the router forgets it and goes on, and the stream,
 // once its reader took what it holds, continues on an adaptor scanner of
-// its own started at cursor.After(CheckpointOf(the last message it was
+// its own started at cursor.After(cursor.CheckpointOf(the last message it was
 // handed)), or at its own checkpoint when it was handed nothing. Its reader
 // sees one uninterrupted stream. A detached consumer stays detached, and
 // reads the pchannel a second time from where it was: Replayer.Detachments

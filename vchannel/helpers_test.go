@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/vchannel"
 	"github.com/streamwal/streamwal/walimpls"
@@ -171,7 +172,7 @@ func payloads(t testing.TB, vc string, msgs []message.Immutable) []string {
 		require.True(t, ok)
 		require.Greater(t, tt, last, "message %d: timeticks must strictly increase", i)
 		last = tt
-		_, err := adaptor.CheckpointOf(m)
+		_, err := cursor.CheckpointOf(m)
 		require.NoError(t, err, "message %d", i)
 		out[i] = string(m.Payload())
 	}

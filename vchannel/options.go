@@ -15,7 +15,7 @@ type Consumer struct {
 	// VChannel names the vchannel.
 	VChannel string
 	// After is the checkpoint of the last message the consumer processed
-	// (adaptor.CheckpointOf): it is delivered what comes after it. The zero
+	// (cursor.CheckpointOf): it is delivered what comes after it. The zero
 	// checkpoint replays from the start of the kept log.
 	After cursor.Checkpoint
 	// BufferBytes is this consumer's budget (see ReplayOptions.BufferBytes);

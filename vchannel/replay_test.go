@@ -128,7 +128,7 @@ func TestReplayFromCheckpoints(t *testing.T) {
 		for _, vc := range vcs {
 			c := vchannel.Consumer{VChannel: vc}
 			if n := after[vc]; n > 0 {
-				cp, err := adaptor.CheckpointOf(ref[vc][n-1])
+				cp, err := cursor.CheckpointOf(ref[vc][n-1])
 				require.NoError(t, err)
 				c.After = cp
 			}
@@ -153,7 +153,7 @@ func TestReplayFromCheckpoints(t *testing.T) {
 		require.NoError(t, err)
 		all := recvN(t, s, 21) // the marker too
 		require.NoError(t, s.Close())
-		cp, err := adaptor.CheckpointOf(all[14])
+		cp, err := cursor.CheckpointOf(all[14])
 		require.NoError(t, err)
 		r2 := replay(t, w, []vchannel.Consumer{{VChannel: vcs[2], After: cp}}, vchannel.ReplayOptions{})
 		got := recvN(t, scanner(t, r2, vcs[2]), 6)
@@ -565,7 +565,7 @@ func TestReplayRefusesBadInput(t *testing.T) {
 	require.NoError(t, err)
 	got := recvN(t, s, len(want["vc"]))
 	require.NoError(t, s.Close())
-	cp, err := adaptor.CheckpointOf(got[0])
+	cp, err := cursor.CheckpointOf(got[0])
 	require.NoError(t, err)
 
 	ctx := context.Background()

@@ -287,7 +287,7 @@ func (s *stream) deliver() error {
 				resume := s.after
 				if hasLast {
 					var err error
-					if resume, err = adaptor.CheckpointOf(last); err != nil {
+					if resume, err = cursor.CheckpointOf(last); err != nil {
 						// The adaptor gives every message it delivers a
 						// resume position; without one, nothing to resume.
 						return errors.Wrapf(err, "vchannel %s: resume after detaching", s.vc)

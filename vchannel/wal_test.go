@@ -75,7 +75,7 @@ func TestViewStampsAppendsAndFiltersReads(t *testing.T) {
 		nothingBefore(t, w, sb, "vc-b")
 
 		// The caller's deliver policy holds: after a checkpoint, the rest.
-		cp, err := adaptor.CheckpointOf(got[1])
+		cp, err := cursor.CheckpointOf(got[1])
 		require.NoError(t, err)
 		parsed, err := a.ParseCheckpoint(cp.Marshal())
 		require.NoError(t, err)

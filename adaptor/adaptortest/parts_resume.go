@@ -66,7 +66,7 @@ func testResumeWithSplitMessages(t *testing.T, c walimplstest.Cluster) {
 
 	lost := 0
 	for i := range all {
-		cp, err := adaptor.CheckpointOf(all[i])
+		cp, err := cursor.CheckpointOf(all[i])
 		require.NoError(t, err)
 		r, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: cursor.After(cp)})
 		require.NoError(t, err)
