@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -43,7 +44,7 @@ func openWAL(t *testing.T, o walimpls.Opener, name string, term int64, opts Opti
 	return w.(*wal)
 }
 
-func recvN(t *testing.T, s Scanner, n int) []message.Immutable {
+func recvN(t *testing.T, s walimpls.Scanner, n int) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(30 * time.Second)
@@ -61,7 +62,7 @@ func recvN(t *testing.T, s Scanner, n int) []message.Immutable {
 }
 
 // recvBatch takes the next slice from s; it must not be empty.
-func recvBatch(t *testing.T, s BatchScanner) []message.Immutable {
+func recvBatch(t *testing.T, s walimpls.BatchScanner) []message.Immutable {
 	t.Helper()
 	select {
 	case batch, ok := <-s.Batches():
@@ -74,7 +75,7 @@ func recvBatch(t *testing.T, s BatchScanner) []message.Immutable {
 	}
 }
 
-func quietFor(t *testing.T, s Scanner, d time.Duration) {
+func quietFor(t *testing.T, s walimpls.Scanner, d time.Duration) {
 	t.Helper()
 	select {
 	case m, ok := <-s.Chan():
@@ -334,7 +335,7 @@ func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	first, _ := message.New([]byte("first"), nil)
 	_, err = w.Append(ctx, first)
@@ -417,7 +418,7 @@ func TestTruncateBypassesTheWriteAheadBuffer(t *testing.T) {
 	require.Equal(t, "m00", string(got[0].Payload()))
 	require.NoError(t, w.Truncate(ctx, ids[15]))
 
-	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(ids[3])})
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.StartFrom(ids[3])})
 	if err == nil {
 		select {
 		case m, ok := <-s.Chan():
@@ -429,7 +430,7 @@ func TestTruncateBypassesTheWriteAheadBuffer(t *testing.T) {
 	} else {
 		require.ErrorIs(t, err, walimpls.ErrPositionGone)
 	}
-	from, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(ids[15])})
+	from, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.StartFrom(ids[15])})
 	require.NoError(t, err)
 	require.Equal(t, "m15", string(recvN(t, from, 1)[0].Payload()))
 	require.NoError(t, from.Close())
@@ -562,7 +563,7 @@ func TestAppendAsyncRetriesAFailedFirstAttempt(t *testing.T) {
 	metrics, err := NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	w := openWAL(t, memOpener(t, c, memory.Config{}), "async-retry", 1, Options{TimeTickInterval: time.Hour, Metrics: metrics})
-	s, err := w.Read(context.Background(), ReadOption{DeliverPolicy: DeliverAll()})
+	s, err := w.Read(context.Background(), ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	c.FailNextAppends(1)

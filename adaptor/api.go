@@ -3,6 +3,7 @@ package adaptor
 import (
 	"context"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -54,13 +55,15 @@ type WAL interface {
 	// may leave a stored prefix, whose results come with the error. A batch
 	// counts as one append in flight.
 	AppendBatch(ctx context.Context, msgs []message.Message) ([]AppendResult, error)
-	// Read starts a scanner.
-	Read(ctx context.Context, opt ReadOption) (Scanner, error)
+	// Read starts a scanner. It delivers in strictly increasing timetick
+	// order; its Error is valid once Done is closed, which happens before
+	// Chan closes, so a reader that drained Chan can call Error.
+	Read(ctx context.Context, opt ReadOption) (walimpls.Scanner, error)
 	// ReadBatches starts a scanner that delivers the same messages as
 	// Read's, several per receive: a reader that takes thousands of
 	// messages a second pays one goroutine hand-off per slice instead of
 	// one per message.
-	ReadBatches(ctx context.Context, opt ReadOption) (BatchScanner, error)
+	ReadBatches(ctx context.Context, opt ReadOption) (walimpls.BatchScanner, error)
 	// Sync appends a watermark now: once it returns, every message appended
 	// before the call is released to scanners.
 	Sync(ctx context.Context) error
@@ -68,12 +71,12 @@ type WAL interface {
 	// acknowledged before the call has a timetick at or below the
 	// checkpoint's, so a scanner that delivers a watermark at or above it
 	// (Filter.Kinds with message.KindTimeTick, see CaughtUp) has delivered
-	// all of them, and DeliverAfter(tail) delivers exactly what is appended
+	// all of them, and cursor.After(tail) delivers exactly what is appended
 	// after. A read-only WAL writes no watermark: ErrReadOnly.
-	Tail(ctx context.Context) (Checkpoint, error)
+	Tail(ctx context.Context) (cursor.Checkpoint, error)
 	// ParseCheckpoint decodes Checkpoint.Marshal's string with this WAL's
 	// backend; a string that does not decode is ErrCorruptCheckpoint.
-	ParseCheckpoint(s string) (Checkpoint, error)
+	ParseCheckpoint(s string) (cursor.Checkpoint, error)
 	// ParseID decodes an ID's Marshal form with this WAL's backend; a string
 	// that does not decode is message.ErrCorruptID.
 	ParseID(s string) (message.ID, error)
@@ -91,38 +94,13 @@ type WAL interface {
 	Close() error
 }
 
-// Scanner delivers messages of one WAL in strictly increasing timetick order.
-type Scanner interface {
-	// Chan delivers messages; it is closed when the scanner ends.
-	Chan() <-chan message.Immutable
-	// Done is closed when the scanner has ended.
-	Done() <-chan struct{}
-	// Error is why the scanner ended: nil after Close, and nil while it
-	// runs. It is valid once Done is closed, which happens before Chan
-	// closes: a reader that drained Chan can call Error.
-	Error() error
-	// Close stops the scanner and waits for it; idempotent.
-	Close() error
-}
-
-// BatchScanner delivers what a Scanner does, several messages at a time.
-type BatchScanner interface {
-	// Batches delivers non-empty slices of messages, in the order Chan
-	// would deliver them; it is closed when the scanner ends. A slice
-	// belongs to the reader once received.
-	Batches() <-chan []message.Immutable
-	// Done, Error and Close are those of Scanner.
-	Done() <-chan struct{}
-	Error() error
-	Close() error
-}
-
 // ReadOption configures a scanner.
 type ReadOption struct {
 	// Name identifies the scanner in logs and metrics.
 	Name string
-	// DeliverPolicy says where to start; the zero value is DeliverAll.
-	DeliverPolicy DeliverPolicy
+	// DeliverPolicy says where to start; the zero value is cursor.All.
+	// Every policy but cursor.Tail (a backend's) is taken.
+	DeliverPolicy cursor.Policy
 	// Filter selects what is delivered; the zero value delivers every data
 	// message.
 	Filter Filter
@@ -134,39 +112,9 @@ type ReadOption struct {
 	// position after it, when Until itself is not in the log) no later
 	// message can come whose watermark it would wait for: it releases
 	// everything it holds, in timetick order, delivers it, and ends with a
-	// nil Error (Chan closes). A start after Until (or DeliverLatest)
+	// nil Error (Chan closes). A start after Until (or cursor.Latest)
 	// ends at once. Until must be an ID of this WAL's backend.
 	Until message.ID
-}
-
-// DeliverPolicy says where a scanner starts.
-type DeliverPolicy struct {
-	backend  walimpls.DeliverPolicy
-	fromTT   uint64
-	byTTOnly bool
-	afterTT  uint64 // DeliverAfter: only timeticks above it
-}
-
-// DeliverAll starts at the first message still kept.
-func DeliverAll() DeliverPolicy { return DeliverPolicy{backend: walimpls.DeliverAll()} }
-
-// DeliverLatest delivers only messages appended after Read returns.
-func DeliverLatest() DeliverPolicy { return DeliverPolicy{backend: walimpls.DeliverLatest()} }
-
-// DeliverStartFrom starts at id, inclusive.
-func DeliverStartFrom(id message.ID) DeliverPolicy {
-	return DeliverPolicy{backend: walimpls.DeliverStartFrom(id)}
-}
-
-// DeliverStartAfter starts right after id.
-func DeliverStartAfter(id message.ID) DeliverPolicy {
-	return DeliverPolicy{backend: walimpls.DeliverStartAfter(id)}
-}
-
-// DeliverFromTimeTick delivers every kept message whose timetick is at or
-// above tt.
-func DeliverFromTimeTick(tt uint64) DeliverPolicy {
-	return DeliverPolicy{backend: walimpls.DeliverAll(), fromTT: tt, byTTOnly: true}
 }
 
 // Filter selects messages; every set condition must hold.

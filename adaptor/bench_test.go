@@ -13,6 +13,7 @@ import (
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
@@ -319,14 +320,14 @@ func BenchmarkScan(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				rawTook.add(scanOnce(b, func() (walimpls.Scanner, error) {
-					return impl.Read(ctx, walimpls.ReadOption{Name: "bench", DeliverPolicy: walimpls.DeliverAll()})
+					return impl.Read(ctx, walimpls.ReadOption{Name: "bench", DeliverPolicy: cursor.All()})
 				}, func(m message.Immutable) bool { return m.Kind() == message.KindData }))
 				adTook.add(scanOnce(b, func() (walimpls.Scanner, error) {
 					return w.Read(ctx, ReadOption{Name: "bench"})
 				}, func(message.Immutable) bool { return true }))
 				if batches {
 					batchTook.add(scanBatchesOnce(b, func() (walimpls.BatchScanner, error) {
-						return br.ReadBatches(ctx, walimpls.ReadOption{Name: "bench", DeliverPolicy: walimpls.DeliverAll()})
+						return br.ReadBatches(ctx, walimpls.ReadOption{Name: "bench", DeliverPolicy: cursor.All()})
 					}, func(m message.Immutable) bool { return m.Kind() == message.KindData }))
 					adBatchTook.add(scanBatchesOnce(b, func() (walimpls.BatchScanner, error) {
 						return w.ReadBatches(ctx, ReadOption{Name: "bench"})
@@ -453,10 +454,10 @@ func BenchmarkFollowerLag(b *testing.B) {
 			f, err := Open(ctx, o, Channel{Name: "lag"}, ro)
 			require.NoError(b, err)
 			defer f.Close()
-			own, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+			own, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.Latest()})
 			require.NoError(b, err)
 			defer own.Close()
-			follower, err := f.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+			follower, err := f.Read(ctx, ReadOption{DeliverPolicy: cursor.Latest()})
 			require.NoError(b, err)
 			defer follower.Close()
 			m := benchMessage(b)

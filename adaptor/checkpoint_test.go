@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -29,9 +30,9 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 	all := recvN(t, s, n)
 	require.NoError(t, s.Close())
 
-	var prev Checkpoint
+	var prev cursor.Checkpoint
 	for i, m := range all {
-		cp, err := CheckpointOf(m)
+		cp, err := cursor.CheckpointOf(m)
 		require.NoError(t, err)
 		require.True(t, prev.Before(cp), "checkpoints of delivered messages increase: %s then %s", prev, cp)
 		prev = cp
@@ -45,7 +46,7 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 		if i%9 != 0 {
 			continue
 		}
-		r, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(back)})
+		r, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.After(back)})
 		require.NoError(t, err)
 		rest := recvN(t, r, len(all)-i-1)
 		for j, got := range rest {
@@ -60,17 +61,17 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 	require.True(t, zero.IsZero())
 	require.Empty(t, zero.Marshal())
 	require.True(t, zero.Before(prev))
-	r, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(zero)})
+	r, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.After(zero)})
 	require.NoError(t, err)
 	require.Len(t, recvN(t, r, n), n, "the zero checkpoint reads everything")
 	require.NoError(t, r.Close())
 
 	for _, bad := range []string{"@", "12", "x@3", "0@3", "01@3", "+1@3", "12@", "12@x", "12@-1", " 12@3"} {
 		_, err := w.ParseCheckpoint(bad)
-		require.ErrorIsf(t, err, ErrCorruptCheckpoint, "%q", bad)
+		require.ErrorIsf(t, err, cursor.ErrCorruptCheckpoint, "%q", bad)
 	}
-	_, err = CheckpointOf(message.NewImmutable(message.Message{}, message.NewSeqID("memory", 1)))
-	require.ErrorIs(t, err, ErrNoResumePosition)
+	_, err = cursor.CheckpointOf(message.NewImmutable(message.Message{}, message.NewSeqID("memory", 1)))
+	require.ErrorIs(t, err, cursor.ErrNoResumePosition)
 }
 
 // A watermark written between the parts of a split message releases an
@@ -110,9 +111,9 @@ func TestResumeBeforeAHalfJoinedMessage(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.Equal(t, "small", string(all[0].Payload()))
 	require.Len(t, all[1].Payload(), 1000, "the joined message")
-	cp, err := CheckpointOf(all[0])
+	cp, err := cursor.CheckpointOf(all[0])
 	require.NoError(t, err)
-	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(cp)})
+	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.After(cp)})
 	require.NoError(t, err)
 	rest := recvN(t, r, 2)
 	require.Len(t, rest[0].Payload(), 1000, "resumed after the small message: the split message is found")
@@ -122,7 +123,7 @@ func TestResumeBeforeAHalfJoinedMessage(t *testing.T) {
 
 // Tail makes everything acknowledged readable and says where the log
 // stands: a scanner has delivered all of it once it delivers a watermark at
-// or above the tail, and DeliverAfter(tail) delivers exactly what follows.
+// or above the tail, and cursor.After(tail) delivers exactly what follows.
 func TestTailIsACaughtUpSignal(t *testing.T) {
 	c := memory.NewCluster()
 	o := memOpener(t, c, memory.Config{})
@@ -157,7 +158,7 @@ func TestTailIsACaughtUpSignal(t *testing.T) {
 	_, err = w.Append(ctx, after)
 	require.NoError(t, err)
 	require.NoError(t, w.Sync(ctx))
-	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(tail)})
+	r, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.After(tail)})
 	require.NoError(t, err)
 	require.Equal(t, "after", string(recvN(t, r, 1)[0].Payload()))
 	quietFor(t, r, 50*time.Millisecond)
@@ -166,7 +167,7 @@ func TestTailIsACaughtUpSignal(t *testing.T) {
 
 // mustAppendAllThenTail waits until n appends are acknowledged (the WAL's
 // Sync waits for them) and takes the tail.
-func mustAppendAllThenTail(t *testing.T, w WAL, n int) Checkpoint {
+func mustAppendAllThenTail(t *testing.T, w WAL, n int) cursor.Checkpoint {
 	t.Helper()
 	tail, err := w.Tail(context.Background())
 	require.NoError(t, err)

@@ -59,7 +59,7 @@
 // recover the highest timetick.
 //
 // On a backend that fences, that read covers only the end of the log
-// (walimpls.DeliverTail): 256 messages, then 8 times more, until the window
+// (cursor.Tail): 256 messages, then 8 times more, until the window
 // proves that nothing before it holds a higher timetick or term — a
 // term-begin followed by a timetick of its owner, or two watermarks of one
 // owner (every message stored before the first has a timetick below the
@@ -131,7 +131,7 @@
 // another order than their timeticks. Each delivered message carries
 // (message.Immutable.LastConfirmed) the position from which a new scanner
 // finds every message with a higher timetick. Resume
-// with DeliverStartFrom(that position) and Filter.TimeTickAbove set to the
+// with cursor.StartFrom(that position) and Filter.TimeTickAbove set to the
 // last delivered timetick.
 //
 // # Sealed logs

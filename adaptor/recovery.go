@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -50,7 +51,7 @@ const (
 // highest timetick and term found.
 //
 // On a backend that fences, only the end of the log is read: windows of
-// growing length from the end (walimpls.DeliverTail) until one proves that
+// growing length from the end (cursor.Tail) until one proves that
 // nothing before it holds a higher timetick or term (see endWindow), so the
 // cost of an open does not grow with the retained log. On a backend that
 // cannot fence, a stale owner's messages may follow a newer term-begin
@@ -60,7 +61,7 @@ const (
 // Each read asks the backend for readAhead bytes ahead.
 func recoverEnd(ctx context.Context, impl walimpls.WALImpl, fencing bool, readAhead int, last message.ID) (walimpls.Scanner, recovered, error) {
 	if !fencing {
-		s, err := impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverAll(), ReadAheadBytes: readAhead})
+		s, err := impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: cursor.All(), ReadAheadBytes: readAhead})
 		if err != nil {
 			return nil, recovered{}, err
 		}
@@ -80,7 +81,7 @@ func recoverEnd(ctx context.Context, impl walimpls.WALImpl, fencing bool, readAh
 	// The first window's scanner stays open: it ends at last, where the
 	// open reads on. Longer windows read only what lies before the
 	// previous one.
-	s, err := impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverTail(firstTailWindow), ReadAheadBytes: readAhead})
+	s, err := impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: cursor.Tail(firstTailWindow), ReadAheadBytes: readAhead})
 	if err != nil {
 		return nil, recovered{}, err
 	}
@@ -118,7 +119,7 @@ func recoverEnd(ctx context.Context, impl walimpls.WALImpl, fencing bool, readAh
 
 // readBefore reads the messages of the last n that lie before end.
 func readBefore(ctx context.Context, impl walimpls.WALImpl, readAhead, n int, end message.ID) ([]endEntry, error) {
-	s, err := impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: walimpls.DeliverTail(n), ReadAheadBytes: readAhead})
+	s, err := impl.Read(ctx, walimpls.ReadOption{Name: "recovery", DeliverPolicy: cursor.Tail(n), ReadAheadBytes: readAhead})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -28,7 +29,7 @@ func TestLocalScannersNeedNoWatermark(t *testing.T) {
 	c := memory.NewCluster()
 	o := memOpener(t, c, memory.Config{})
 	w := openWAL(t, o, "local-release", 1, Options{TimeTickInterval: time.Hour})
-	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	defer s.Close()
 	watermarks := testWatermarks(w)
@@ -55,11 +56,11 @@ func TestLocalScannersNeedNoWatermark(t *testing.T) {
 	require.Equal(t, watermarks, testWatermarks(w), "no watermark was written")
 
 	// A resume from any delivered message's position finds what follows.
-	s2, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(acked[5].ID)})
+	s2, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.StartFrom(acked[5].ID)})
 	require.NoError(t, err)
 	defer s2.Close()
 	first := recvN(t, s2, 1)[0]
-	s3, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(first.LastConfirmed()),
+	s3, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.StartFrom(first.LastConfirmed()),
 		Filter: Filter{TimeTickAbove: acked[5].TimeTick}})
 	require.NoError(t, err)
 	defer s3.Close()
@@ -164,7 +165,7 @@ func TestLocalAndRemoteReadersAgree(t *testing.T) {
 	end, err := w.Append(ctx, payload(-1, 3))
 	require.NoError(t, err)
 	require.NoError(t, w.Sync(ctx))
-	untilEnd := func(s Scanner) []string {
+	untilEnd := func(s walimpls.Scanner) []string {
 		var out []string
 		for {
 			m := recvN(t, s, 1)[0]
@@ -188,7 +189,7 @@ func TestLocalAndRemoteReadersAgree(t *testing.T) {
 	require.NoError(t, err)
 	defer later.Close()
 	require.Equal(t, fromRemote, untilEnd(later))
-	batchesUntilEnd := func(s BatchScanner) []string {
+	batchesUntilEnd := func(s walimpls.BatchScanner) []string {
 		var out []string
 		for {
 			batch := recvBatch(t, s)
@@ -402,7 +403,7 @@ func TestLocalReleasesStopAtATakeover(t *testing.T) {
 			remote, err := ro.Read(ctx, ReadOption{Name: "remote"})
 			require.NoError(t, err)
 			defer remote.Close()
-			untilEnd := func(s Scanner, skip int) []string {
+			untilEnd := func(s walimpls.Scanner, skip int) []string {
 				var out []string
 				for {
 					m := recvN(t, s, 1)[0]
@@ -433,7 +434,7 @@ func TestRetriedAppendReportsTheDeliveredCopy(t *testing.T) {
 		return noFault
 	}}
 	w := openWAL(t, faulty, "retried", 1, Options{TimeTickInterval: time.Hour})
-	s, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+	s, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	defer s.Close()
 	faulty.setQuiet(false)

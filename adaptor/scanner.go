@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/utility/reorder"
@@ -61,7 +62,7 @@ type walView struct {
 // write-ahead buffer (tailing), and turns it into data messages in strictly
 // increasing timetick order. Everything but the outbox is owned by run's
 // goroutine; run starts, stops and waits for the sender goroutine that
-// delivers what it releases (scansend.go). Its Run keeps the Scanner
+// delivers what it releases (scansend.go). Its Run keeps the walimpls.Scanner
 // contract: Close, Done and Error.
 type scanner struct {
 	*lifecycle.Run
@@ -85,7 +86,7 @@ type scanner struct {
 	cursor  int64
 	pending []message.Immutable // copied from the buffer; pending[pendAt:] not yet handled
 	pendAt  int
-	resume  walimpls.DeliverPolicy
+	resume  cursor.Policy
 	mode    string
 
 	// box takes released messages to the sender goroutine (scansend.go).
@@ -110,8 +111,8 @@ type scanner struct {
 }
 
 var (
-	_ Scanner      = (*scanner)(nil)
-	_ BatchScanner = (*scanner)(nil)
+	_ walimpls.Scanner      = (*scanner)(nil)
+	_ walimpls.BatchScanner = (*scanner)(nil)
 )
 
 func newScanner(ctx context.Context, v walView, opt ReadOption, batches bool) (*scanner, error) {
@@ -147,7 +148,7 @@ func newScanner(ctx context.Context, v walView, opt ReadOption, batches bool) (*
 // openSource picks where the scanner starts reading: the write-ahead
 // buffer when it holds the start position, else the backend.
 func (s *scanner) openSource(ctx context.Context) error {
-	p := s.opt.DeliverPolicy.backend
+	p := s.opt.DeliverPolicy.Log()
 	// A start before a truncation this WAL applied goes to the backend,
 	// which knows the exact truncation point: the write-ahead buffer still
 	// holds the removed messages.
@@ -178,7 +179,7 @@ func startsPast(opt ReadOption) bool {
 	if opt.Until.IsZero() {
 		return false
 	}
-	p := opt.DeliverPolicy.backend
+	p := opt.DeliverPolicy.Log()
 	if p.IsLatest() {
 		return true
 	}
@@ -216,10 +217,10 @@ func (s *scanner) setMode(mode string) {
 	}
 }
 
-// Chan implements Scanner (Read); Close, Done and Error come with the Run.
+// Chan implements walimpls.Scanner (Read); Close, Done and Error come with the Run.
 func (s *scanner) Chan() <-chan message.Immutable { return s.out }
 
-// Batches implements BatchScanner (ReadBatches).
+// Batches implements walimpls.BatchScanner (ReadBatches).
 func (s *scanner) Batches() <-chan []message.Immutable { return s.batches }
 
 // closeOut closes the channel the reader reads.
@@ -544,7 +545,7 @@ func (s *scanner) passesTimeTick(tt uint64) bool {
 	if f.TimeTickAtLeast > 0 && tt < f.TimeTickAtLeast {
 		return false
 	}
-	if p := s.opt.DeliverPolicy; p.byTTOnly && tt < p.fromTT || p.afterTT > 0 && tt <= p.afterTT {
+	if !s.opt.DeliverPolicy.Admits(tt) {
 		return false
 	}
 	return true

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
@@ -55,7 +56,7 @@ func viewOf(backend walimpls.Scanner, live *lifecycle.Group[*scanner], hooks sca
 	}
 }
 
-// The Scanner contract as the scanner's Run keeps it: Close waits and is
+// The walimpls.Scanner contract as the scanner's Run keeps it: Close waits and is
 // idempotent, Done closes before Chan, and Error is nil after Close,
 // ErrClosed when the WAL closed it, or the failure. A scanner that failed
 // ends with its failure even when it is stopped (closed, or its WAL
@@ -127,7 +128,7 @@ func TestScannerEndsWhenItsWALCloses(t *testing.T) {
 	w := openWAL(t, memOpener(t, memory.NewCluster(), memory.Config{}), "scanner-close", 1, Options{
 		TimeTickInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	ctx := context.Background()
-	running, err := w.Read(ctx, ReadOption{DeliverPolicy: DeliverLatest()})
+	running, err := w.Read(ctx, ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	closed, err := w.Read(ctx, ReadOption{})
 	require.NoError(t, err)

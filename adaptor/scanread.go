@@ -5,6 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -53,7 +54,7 @@ func (s *scanner) next() (message.Immutable, error) {
 				}
 				return message.Immutable{}, errors.Wrap(walimpls.ErrClosed, "backend scanner ended")
 			}
-			s.resume = walimpls.DeliverStartAfter(m.ID())
+			s.resume = cursor.StartAfter(m.ID())
 			if err := s.tryTailing(m.ID()); err != nil {
 				return message.Immutable{}, err
 			}
@@ -69,7 +70,7 @@ func (s *scanner) next() (message.Immutable, error) {
 			}
 			s.pending[s.pendAt] = message.Immutable{}
 			s.pendAt++
-			s.resume = walimpls.DeliverStartAfter(m.ID())
+			s.resume = cursor.StartAfter(m.ID())
 			return m, nil
 		}
 		s.localRelease()

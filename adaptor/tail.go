@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -47,9 +48,9 @@ func (w *wal) ensureTail(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(err, "start the tail reader")
 	}
-	p := walimpls.DeliverAll()
+	p := cursor.All()
 	if !last.IsZero() {
-		p = walimpls.DeliverStartAfter(last)
+		p = cursor.StartAfter(last)
 	}
 	s, err := readBackend(w.impl)(w.ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: p})
 	if err != nil {
@@ -112,7 +113,7 @@ func (w *wal) tail(s *backendScan) {
 			return
 		}
 		attempt++
-		ns, rerr := readBackend(w.impl)(w.ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartAfter(last)})
+		ns, rerr := readBackend(w.impl)(w.ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: cursor.StartAfter(last)})
 		if rerr != nil {
 			w.log.Warn("tail reader restart failed", "error", rerr)
 			return

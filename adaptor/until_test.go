@@ -7,13 +7,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
 
 // drain receives until s ends and returns what it delivered.
-func drain(t *testing.T, s Scanner) []message.Immutable {
+func drain(t *testing.T, s walimpls.Scanner) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(30 * time.Second)
@@ -83,18 +84,18 @@ func TestUntilReleasesASealedLog(t *testing.T) {
 			require.False(t, m.ID().EQ(zombie.ID))
 		}
 		// Resuming from the last one's checkpoint delivers nothing more.
-		cp, err := CheckpointOf(got[len(got)-1])
+		cp, err := cursor.CheckpointOf(got[len(got)-1])
 		require.NoError(t, err)
-		s, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverAfter(cp), Until: end})
+		s, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.After(cp), Until: end})
 		require.NoError(t, err)
 		require.Empty(t, drain(t, s))
 		require.NoError(t, s.Error())
 	}
 	// From the middle, after the end, and Latest.
-	s, err := ro.Read(ctx, ReadOption{DeliverPolicy: DeliverStartFrom(acked[4].ID), Until: end})
+	s, err := ro.Read(ctx, ReadOption{DeliverPolicy: cursor.StartFrom(acked[4].ID), Until: end})
 	require.NoError(t, err)
 	require.Len(t, drain(t, s), 6)
-	for _, p := range []DeliverPolicy{DeliverStartAfter(end), DeliverStartFrom(zombie.ID), DeliverLatest()} {
+	for _, p := range []cursor.Policy{cursor.StartAfter(end), cursor.StartFrom(zombie.ID), cursor.Latest()} {
 		s, err := ro.Read(ctx, ReadOption{DeliverPolicy: p, Until: end})
 		require.NoError(t, err)
 		require.Empty(t, drain(t, s), "%v", p)

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
 	"github.com/streamwal/streamwal/utility/lifecycle"
@@ -183,7 +184,7 @@ func (w *wal) start(ctx context.Context) error {
 		// follow a higher term-begin anywhere: the tail reader notes every
 		// term-begin from the open on, so that scanners starting later
 		// know them (termBefore).
-		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverLatest()})
+		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: cursor.Latest()})
 		if err != nil {
 			return err
 		}
@@ -252,7 +253,7 @@ func (w *wal) start(ctx context.Context) error {
 		// Appends are confirmed by the tail reader: it reads on from the
 		// term-begin at once. Where the backend fences, it starts with the
 		// first scanner (ensureTail): a WAL nobody reads reads nothing back.
-		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: walimpls.DeliverStartFrom(beginID)})
+		s, err := readBackend(w.impl)(ctx, walimpls.ReadOption{Name: "wal-tail", DeliverPolicy: cursor.StartFrom(beginID)})
 		if err != nil {
 			return errors.Wrap(err, "start tail reader")
 		}
@@ -272,7 +273,9 @@ func (w *wal) start(ctx context.Context) error {
 func (w *wal) ParseID(s string) (message.ID, error) { return w.parseID(s) }
 
 // ParseCheckpoint implements WAL.
-func (w *wal) ParseCheckpoint(s string) (Checkpoint, error) { return parseCheckpoint(s, w.parseID) }
+func (w *wal) ParseCheckpoint(s string) (cursor.Checkpoint, error) {
+	return cursor.ParseCheckpoint(s, w.parseID)
+}
 
 // Err implements WAL.
 func (w *wal) Err() error { return w.usable() }
@@ -344,11 +347,11 @@ func (w *wal) fence(cause error) {
 	})
 }
 
-func (w *wal) Read(ctx context.Context, opt ReadOption) (Scanner, error) {
+func (w *wal) Read(ctx context.Context, opt ReadOption) (walimpls.Scanner, error) {
 	return w.read(ctx, opt, false)
 }
 
-func (w *wal) ReadBatches(ctx context.Context, opt ReadOption) (BatchScanner, error) {
+func (w *wal) ReadBatches(ctx context.Context, opt ReadOption) (walimpls.BatchScanner, error) {
 	return w.read(ctx, opt, true)
 }
 
@@ -361,6 +364,11 @@ func (w *wal) read(ctx context.Context, opt ReadOption, batches bool) (*scanner,
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)
+	}
+	if _, tail := opt.DeliverPolicy.Tail(); tail {
+		// A tail counts a backend's log entries, which are not the
+		// adaptor's messages (parts, watermarks).
+		return nil, errors.Wrapf(ErrInvalidOptions, "adaptor: read %s: %s is a backend's start", w.ch.Name, opt.DeliverPolicy)
 	}
 	if err := w.ensureTail(ctx); err != nil {
 		return nil, errors.Wrapf(err, "adaptor: read %s", w.ch.Name)

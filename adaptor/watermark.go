@@ -17,6 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -179,7 +180,7 @@ func (k *watermarker) waitFor(ctx context.Context) error {
 }
 
 // now writes a watermark in the caller's goroutine (Sync, Tail, Open).
-func (k *watermarker) now(ctx context.Context) (Checkpoint, error) {
+func (k *watermarker) now(ctx context.Context) (cursor.Checkpoint, error) {
 	k.dirty.Store(false)
 	return k.write(ctx)
 }
@@ -189,7 +190,7 @@ func (k *watermarker) now(ctx context.Context) (Checkpoint, error) {
 // timetick, and the position of the watermark before it (every message
 // with a higher timetick began after that one was stored, so it lies
 // after it).
-func (k *watermarker) write(ctx context.Context) (Checkpoint, error) {
+func (k *watermarker) write(ctx context.Context) (cursor.Checkpoint, error) {
 	w := k.w
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
@@ -200,12 +201,12 @@ func (k *watermarker) write(ctx context.Context) (Checkpoint, error) {
 	covered := k.dirtyBytes.Load()
 	wm, err := w.ticks.watermark(ctx)
 	if err != nil {
-		return Checkpoint{}, err
+		return cursor.Checkpoint{}, err
 	}
 	msg := message.Message{}.WithKind(message.KindTimeTick).WithTerm(w.ch.Term).WithTimeTick(wm)
 	id, err := w.appendRetry(ctx, msg)
 	if err != nil {
-		return Checkpoint{}, err
+		return cursor.Checkpoint{}, err
 	}
 	before := k.last
 	if before.IsZero() {
@@ -221,7 +222,7 @@ func (k *watermarker) write(ctx context.Context) (Checkpoint, error) {
 	close(k.written)
 	k.written = make(chan struct{})
 	k.mu.Unlock()
-	return Checkpoint{Position: before, TimeTick: wm}, nil
+	return cursor.Checkpoint{Position: before, TimeTick: wm}, nil
 }
 
 // lastWritten is the position of the last watermark written.
@@ -244,12 +245,12 @@ func (w *wal) Sync(ctx context.Context) error {
 }
 
 // Tail implements WAL.
-func (w *wal) Tail(ctx context.Context) (Checkpoint, error) {
+func (w *wal) Tail(ctx context.Context) (cursor.Checkpoint, error) {
 	if w.opts.ReadOnly {
-		return Checkpoint{}, errors.Wrap(walimpls.ErrReadOnly, "adaptor: tail: a read-only WAL writes no watermark")
+		return cursor.Checkpoint{}, errors.Wrap(walimpls.ErrReadOnly, "adaptor: tail: a read-only WAL writes no watermark")
 	}
 	if err := w.usable(); err != nil {
-		return Checkpoint{}, err
+		return cursor.Checkpoint{}, err
 	}
 	return w.marks.now(ctx)
 }

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
@@ -313,7 +314,7 @@ func residentFraction(paths []string) float64 {
 }
 
 // BenchmarkScan reads one channel of 4 KiB messages (1 GiB, 64 MiB with
-// -short) from the start with a streamwal scanner (DeliverAll, every
+// -short) from the start with a streamwal scanner (cursor.All, every
 // message received), against reading the same segment files with plain
 // buffered reads (bufio over os.File, no decoding). "cold" evicts the files'
 // pages before each pass; "warm" reads from the page cache. Goal: scanner >=
@@ -393,7 +394,7 @@ func BenchmarkScan(b *testing.B) {
 				resident = residentFraction(paths)
 				b.StartTimer()
 			}
-			sc, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll(), ReadAheadBytes: readAhead})
+			sc, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.All(), ReadAheadBytes: readAhead})
 			if err != nil {
 				b.Fatal(err)
 			}

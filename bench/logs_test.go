@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 )
@@ -166,7 +167,7 @@ func TestAdaptersRoundTrip(t *testing.T) {
 
 // scanAll reads n messages from the start of w and returns their payloads.
 func scanAll(w walimpls.WALImpl, n int) ([][]byte, error) {
-	sc, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	sc, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	if err != nil {
 		return nil, err
 	}

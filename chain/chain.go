@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -96,7 +97,7 @@ func (c Chain) Segment(i uint64) (Segment, bool) {
 
 // Locate returns the segment p names: walimpls.ErrPositionGone when it
 // was pruned, ErrUnknownSegment when it comes after the last.
-func (c Chain) Locate(p Position) (Segment, error) {
+func (c Chain) Locate(p cursor.Position) (Segment, error) {
 	if s, ok := c.Segment(p.Segment); ok {
 		return s, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/meta/boltstore"
 )
 
@@ -48,7 +49,7 @@ func Example() {
 	}
 
 	for _, text := range []string{"12", "s1/5"} {
-		pos, err := chain.ParsePosition(text)
+		pos, err := cursor.ParsePosition(text)
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/walimpls"
@@ -157,7 +158,7 @@ func (s *Store) CancelMigration(ctx context.Context, channel string, segment uin
 // a no-op that returns the stored chain, whose End is the one readers use.
 func (s *Store) Seal(ctx context.Context, channel string, req SealRequest) (Chain, error) {
 	if req.End != "" {
-		if err := validateID("seal end", req.End); err != nil {
+		if err := cursor.ValidateID("seal end", req.End); err != nil {
 			return Chain{}, errmark.Mark(errors.Wrapf(err, "chain %s: seal", channel), ErrInvalid)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
@@ -72,7 +73,7 @@ func TestStoreMigrations(t *testing.T) {
 		require.Equal(t, c, got)
 		require.Len(t, got.Segments, 3)
 		for i, p := range []string{"17", "s1/3", "s2/1:0"} {
-			pos, err := chain.ParsePosition(p)
+			pos, err := cursor.ParsePosition(p)
 			require.NoError(t, err)
 			seg, err := got.Locate(pos)
 			require.NoError(t, err)
@@ -236,12 +237,12 @@ func TestStoreDropFront(t *testing.T) {
 		got, err := s.Get(ctx, "orders")
 		require.NoError(t, err)
 		for _, p := range []string{"7", "s1/7"} {
-			pos, err := chain.ParsePosition(p)
+			pos, err := cursor.ParsePosition(p)
 			require.NoError(t, err)
 			_, err = got.Locate(pos)
 			errmarktest.Is(t, err, walimpls.ErrPositionGone)
 		}
-		_, err = got.Locate(chain.Position{Segment: 2, ID: "1:0"})
+		_, err = got.Locate(cursor.Position{Segment: 2, ID: "1:0"})
 		require.NoError(t, err)
 
 		_, err = s.BeginMigration(ctx, "orders", chain.MigrationRequest{Segment: 0, Target: local, Term: 12, By: "op"})

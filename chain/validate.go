@@ -5,6 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -92,7 +93,7 @@ func (c Chain) validateSegment(s Segment, last bool, prevTT uint64) error {
 			c.Channel, s.Index, seal.End, seal.TimeTick)
 	}
 	if seal.End != "" {
-		if err := validateID("seal end", seal.End); err != nil {
+		if err := cursor.ValidateID("seal end", seal.End); err != nil {
 			return errmark.Mark(errors.Wrapf(err, "chain %s: segment %d", c.Channel, s.Index), ErrInvalid)
 		}
 	}

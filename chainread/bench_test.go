@@ -13,6 +13,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
 )
 
 const benchScanLog = 100_000
@@ -61,22 +62,22 @@ func BenchmarkScanAcrossSeal(b *testing.B) {
 				rounds := []func(){
 					func() {
 						cpu := cpuTime(b)
-						oneTook += scanChan(b, func() (adaptor.Scanner, error) { return ro.Read(ctx, adaptor.ReadOption{}) })
-						oneBatch += scanBatches(b, func() (adaptor.BatchScanner, error) { return ro.ReadBatches(ctx, adaptor.ReadOption{}) })
+						oneTook += scanChan(b, func() (walimpls.Scanner, error) { return ro.Read(ctx, adaptor.ReadOption{}) })
+						oneBatch += scanBatches(b, func() (walimpls.BatchScanner, error) { return ro.ReadBatches(ctx, adaptor.ReadOption{}) })
 						oneCPU += cpuTime(b) - cpu
 					},
 					func() {
 						cpu := cpuTime(b)
-						twoTook += scanChan(b, func() (adaptor.Scanner, error) { return r.Read(ctx, chainread.ReadOption{}) })
-						twoBatch += scanBatches(b, func() (adaptor.BatchScanner, error) { return r.ReadBatches(ctx, chainread.ReadOption{}) })
+						twoTook += scanChan(b, func() (walimpls.Scanner, error) { return r.Read(ctx, chainread.ReadOption{}) })
+						twoBatch += scanBatches(b, func() (walimpls.BatchScanner, error) { return r.ReadBatches(ctx, chainread.ReadOption{}) })
 						twoCPU += cpuTime(b) - cpu
 					},
 				}
 				rounds[i%2]()
 				rounds[1-i%2]()
 				cpu := cpuTime(b)
-				scanChan(b, func() (adaptor.Scanner, error) { return r1.Read(ctx, chainread.ReadOption{}) })
-				scanBatches(b, func() (adaptor.BatchScanner, error) { return r1.ReadBatches(ctx, chainread.ReadOption{}) })
+				scanChan(b, func() (walimpls.Scanner, error) { return r1.Read(ctx, chainread.ReadOption{}) })
+				scanBatches(b, func() (walimpls.BatchScanner, error) { return r1.ReadBatches(ctx, chainread.ReadOption{}) })
 				chainOneCPU += cpuTime(b) - cpu
 			}
 			b.StopTimer()
@@ -105,7 +106,7 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func scanChan(b *testing.B, read func() (adaptor.Scanner, error)) time.Duration {
+func scanChan(b *testing.B, read func() (walimpls.Scanner, error)) time.Duration {
 	start := time.Now()
 	s, err := read()
 	require.NoError(b, err)
@@ -119,7 +120,7 @@ func scanChan(b *testing.B, read func() (adaptor.Scanner, error)) time.Duration 
 	return took
 }
 
-func scanBatches(b *testing.B, read func() (adaptor.BatchScanner, error)) time.Duration {
+func scanBatches(b *testing.B, read func() (walimpls.BatchScanner, error)) time.Duration {
 	start := time.Now()
 	s, err := read()
 	require.NoError(b, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -40,11 +41,11 @@ func TestCrossesKafka(t *testing.T) {
 	check(t, bl.sorted(), all)
 
 	// A checkpoint in the Kafka segment resumes there.
-	cp, err := chainread.CheckpointOf(all[90])
+	cp, err := cursor.CheckpointOf(all[90])
 	require.NoError(t, err)
-	require.EqualValues(t, 1, cp.Position.Segment)
+	require.EqualValues(t, 1, cursor.PositionOf(cp.Position).Segment)
 	r := bl.reader(t)
-	rs, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
+	rs, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp)})
 	require.NoError(t, err)
 	check(t, bl.sorted()[91:], recv(t, rs, len(bl.acked)-91))
 	require.NoError(t, rs.Close())
@@ -52,7 +53,7 @@ func TestCrossesKafka(t *testing.T) {
 	// The Kafka segment's data is deleted: the reader fails, and the
 	// topic stays gone.
 	require.NoError(t, ko.Delete(ctx, "tokafka-s1"))
-	_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
+	_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp)})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)
 	_, err = ko.Open(ctx, walimpls.Channel{Name: "tokafka-s1", Mode: walimpls.ReadOnly})
 	require.ErrorIs(t, err, walimpls.ErrNoChannel, "the reader created the deleted segment's topic again")
@@ -90,9 +91,9 @@ func TestFourBackends(t *testing.T) {
 	require.NoError(t, s.Close())
 	check(t, want, all)
 	for _, i := range []int{10, 50, 90, 130} {
-		cp, err := chainread.CheckpointOf(all[i])
+		cp, err := cursor.CheckpointOf(all[i])
 		require.NoError(t, err)
-		bs, err := r.ReadBatches(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
+		bs, err := r.ReadBatches(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp)})
 		require.NoError(t, err)
 		check(t, want[i+1:], recvBatches(t, bs, len(want)-i-1))
 		require.NoError(t, bs.Close())

@@ -8,6 +8,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -75,7 +76,7 @@ func TestZombieAfterTheSealIsNeverDelivered(t *testing.T) {
 	got := recv(t, s, len(bl.acked))
 	check(t, bl.sorted(), got)
 	for _, m := range got {
-		_, id, _ := chainread.BackendID(m.ID())
+		_, id, _ := cursor.SplitID(m.ID())
 		for _, z := range zombies {
 			require.False(t, id.EQ(z) && m.ID().Marshal() == z.Marshal(), "zombie %s delivered", z)
 		}
@@ -97,9 +98,9 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	require.NoError(t, err)
 	got := recv(t, s, 40)
 	require.NoError(t, s.Close())
-	cp, err := chainread.CheckpointOf(got[39])
+	cp, err := cursor.CheckpointOf(got[39])
 	require.NoError(t, err)
-	require.EqualValues(t, 0, cp.Position.Segment)
+	require.EqualValues(t, 0, cursor.PositionOf(cp.Position).Segment)
 	text := cp.Marshal()
 
 	ro, err := adaptor.Open(ctx, b.local, adaptor.Channel{Name: "resume"}, adaptor.Options{ReadOnly: true})
@@ -109,7 +110,7 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	require.NoError(t, err)
 	agot := recv(t, as, 60)
 	require.NoError(t, as.Close())
-	acp, err := adaptor.CheckpointOf(agot[59])
+	acp, err := cursor.CheckpointOf(agot[59])
 	require.NoError(t, err)
 	adaptorText := acp.Marshal()
 
@@ -125,9 +126,9 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 		text  string
 		after int
 	}{{text, 40}, {adaptorText, 60}, {"", 0}} {
-		cp, err := chainread.ParseCheckpoint(tc.text)
+		cp, err := cursor.ParseChainCheckpoint(tc.text)
 		require.NoError(t, err)
-		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
+		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp)})
 		require.NoError(t, err)
 		check(t, want[tc.after:], recv(t, s, len(want)-tc.after))
 		require.NoError(t, s.Close())
@@ -139,12 +140,13 @@ func TestResumeFromSegmentZeroAfterTwoHops(t *testing.T) {
 	all := recvBatches(t, bs, len(want))
 	require.NoError(t, bs.Close())
 	for _, i := range []int{99, 100, 149, 150, 198} {
-		cp, err := chainread.CheckpointOf(all[i])
+		cp, err := cursor.CheckpointOf(all[i])
 		require.NoError(t, err)
-		back, err := chainread.ParseCheckpoint(cp.Marshal())
+		back, err := cursor.ParseChainCheckpoint(cp.Marshal())
 		require.NoError(t, err)
-		require.Equal(t, cp, back)
-		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(back)})
+		require.Equal(t, cursor.PositionOf(cp.Position), cursor.PositionOf(back.Position))
+		require.Equal(t, cp.TimeTick, back.TimeTick)
+		s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(back)})
 		require.NoError(t, err)
 		check(t, want[i+1:], recv(t, s, len(want)-i-1))
 		require.NoError(t, s.Close())
@@ -173,14 +175,14 @@ func TestPositionsOutsideTheChain(t *testing.T) {
 	pruned.Segments = pruned.Segments[1:]
 	r, err := chainread.New(chainread.Config{Chain: pruned, Openers: b.openers})
 	require.NoError(t, err)
-	for _, p := range []chainread.DeliverPolicy{
-		chainread.DeliverStartFrom(chain.Position{ID: "3"}),
-		chainread.DeliverAfter(chainread.Checkpoint{Position: chain.Position{ID: "3"}, TimeTick: 7}),
+	for _, p := range []cursor.Policy{
+		cursor.StartFrom(cursor.IDOf(cursor.Position{ID: "3"})),
+		cursor.After(cursor.Checkpoint{Position: cursor.IDOf(cursor.Position{ID: "3"}), TimeTick: 7}),
 	} {
 		_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: p})
 		require.ErrorIs(t, err, walimpls.ErrPositionGone, "%v", p)
 	}
-	_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(chain.Position{Segment: 3, ID: "1"})})
+	_, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.StartFrom(cursor.IDOf(cursor.Position{Segment: 3, ID: "1"}))})
 	require.ErrorIs(t, err, chain.ErrUnknownSegment)
 	// What is kept still reads.
 	s, err := r.Read(ctx, chainread.ReadOption{})
@@ -236,7 +238,7 @@ func TestTimeTicksMustGrowAcrossTheSeal(t *testing.T) {
 	require.ErrorIs(t, s.Error(), chainread.ErrTimeTickOrder)
 }
 
-func drain(t testing.TB, s adaptor.Scanner) []message.Immutable {
+func drain(t testing.TB, s walimpls.Scanner) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	for m := range s.Chan() {
@@ -245,8 +247,8 @@ func drain(t testing.TB, s adaptor.Scanner) []message.Immutable {
 	return out
 }
 
-// TestLatestAndStartAfter: DeliverLatest delivers only what the last
-// segment's writer appends after Read; DeliverStartAfter a sealed
+// TestLatestAndStartAfter: cursor.Latest delivers only what the last
+// segment's writer appends after Read; cursor.StartAfter a sealed
 // segment's End starts at the next segment.
 func TestLatestAndStartAfter(t *testing.T) {
 	ctx := testCtx(t)
@@ -258,7 +260,7 @@ func TestLatestAndStartAfter(t *testing.T) {
 	require.NoError(t, bl.w.Sync(ctx))
 	r := bl.reader(t)
 
-	s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverLatest()})
+	s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	defer s.Close()
 	n := len(bl.acked)
@@ -266,8 +268,8 @@ func TestLatestAndStartAfter(t *testing.T) {
 	require.NoError(t, bl.w.Sync(ctx))
 	check(t, bl.sorted()[n:], recv(t, s, 5))
 
-	end := chain.Position{Segment: 0, ID: bl.c.Segments[0].Seal.End}
-	s2, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartAfter(end)})
+	end := cursor.Position{Segment: 0, ID: bl.c.Segments[0].Seal.End}
+	s2, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.StartAfter(cursor.IDOf(end))})
 	require.NoError(t, err)
 	defer s2.Close()
 	check(t, bl.sorted()[20:], recv(t, s2, len(bl.acked)-20))

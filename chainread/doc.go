@@ -26,20 +26,23 @@
 //     and ends with ErrTimeTickOrder rather than deliver out of order: such
 //     a chain's writer did not take its floor from the seal
 //     (adaptor.Options.TimeTickFloor).
-//   - Deliver policies and filters are those of the adaptor, with chain
-//     positions: DeliverAll starts at the first kept segment,
-//     DeliverLatest at the end of the last, DeliverStartFrom and
-//     DeliverStartAfter at a chain.Position, DeliverFromTimeTick in the
-//     first segment that may hold the timetick, DeliverAfter at a
-//     Checkpoint. The Filter applies to every segment.
+//   - Start policies (cursor.Policy) and filters are those of the
+//     adaptor, with chain IDs for positions: cursor.All starts at the
+//     first kept segment, cursor.Latest at the end of the last,
+//     cursor.StartFrom and cursor.StartAfter at a chain ID (a bare backend
+//     ID names segment 0), cursor.FromTimeTick in the first segment that
+//     may hold the timetick, cursor.After at a checkpoint. The Filter
+//     applies to every segment. cursor.Tail, a backend's start, is
+//     adaptor.ErrInvalidOptions.
 //   - Delivered messages' IDs and resume positions (LastConfirmed) name
-//     their segment: they are IDs of this package (PositionOf returns their
-//     chain.Position, whose string a bare backend ID of segment 0 shares),
-//     ordered by segment, then by the backend's order. CheckpointOf and
-//     Checkpoint.Marshal give a consumer's checkpoint,
-//     "<timetick>@<chain position>"; ParseCheckpoint reads it back, also
-//     one written by the adaptor before the channel had a chain (segment
-//     0).
+//     their segment: they are chain IDs (cursor.ChainID; cursor.PositionOf
+//     returns their cursor.Position, whose string a bare backend ID of
+//     segment 0 shares), ordered by segment, then by the backend's order.
+//     cursor.CheckpointOf and cursor.Checkpoint.Marshal give a consumer's
+//     checkpoint, "<timetick>@<chain position>";
+//     cursor.ParseChainCheckpoint reads it back without the chain's
+//     backends, also one written by the adaptor before the channel had a
+//     chain (segment 0).
 //   - A start in a segment the chain dropped (pruned) is
 //     walimpls.ErrPositionGone, from Read, at once; a start in a segment
 //     after the chain's last is chain.ErrUnknownSegment. Neither is ever
@@ -80,10 +83,10 @@
 //     with ErrTimeTickOrder rather than go on out of order.
 //   - It closes the segment's live scanner and reads the segment again
 //     with adaptor.ReadOption.Until at the seal's End, from right after
-//     what it delivered: DeliverAfter the checkpoint of the last message
+//     what it delivered: cursor.After the checkpoint of the last message
 //     delivered (its resume position and the highest timetick delivered),
 //     or from where it started in the segment when it delivered nothing
-//     (a DeliverLatest scanner that follows Config.Follow starts right
+//     (a cursor.Latest scanner that follows Config.Follow starts right
 //     after the segment's last message when it opens it, so that this
 //     start is a position). The read-again delivers, in timetick order,
 //     exactly what the live scanner had not: what no watermark had
@@ -110,7 +113,7 @@
 // goroutine with a context Close cancels: the scanner delivers nothing
 // while a call lasts.
 //
-// A DeliverLatest scanner, and one that starts in a segment after the
+// A cursor.Latest scanner, and one that starts in a segment after the
 // Reader's chain's last, start on the chain Follow returns at Read. Other
 // scanners start on the Reader's chain and learn the rest at their first
 // ask. Reader.Chain stays the chain the Reader was given.

@@ -1,10 +1,6 @@
 package chainread
 
-import (
-	"github.com/cockroachdb/errors"
-
-	"github.com/streamwal/streamwal/adaptor"
-)
+import "github.com/cockroachdb/errors"
 
 // Sentinel errors, checked with errors.Is. A start in a dropped segment,
 // or a sealed segment whose data is gone, is walimpls.ErrPositionGone; a
@@ -26,11 +22,4 @@ var (
 	// again). A consumer starts again from its checkpoint, on a Reader of
 	// the chain as it is now.
 	ErrChainChanged = errors.New("chainread: the chain no longer continues the one the scanner reads")
-	// ErrNoResumePosition is returned by CheckpointOf for a message that a
-	// chainread scanner did not deliver.
-	ErrNoResumePosition = errors.New("chainread: message carries no chain resume position")
 )
-
-// errCorruptCheckpoint is adaptor.ErrCorruptCheckpoint: one sentinel for
-// a checkpoint string that does not decode, whichever package read it.
-var errCorruptCheckpoint = adaptor.ErrCorruptCheckpoint

@@ -5,8 +5,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -27,8 +27,8 @@ func (l *liveRead) delivered(batch []message.Immutable) {
 	l.any = true
 	for i := len(batch) - 1; i >= 0; i-- {
 		if lc := batch[i].LastConfirmed(); !lc.IsZero() {
-			if v, ok := lc.Value().(*idValue); ok {
-				l.resume = v.id
+			if _, bid, ok := cursor.SplitID(lc); ok {
+				l.resume = bid
 			}
 			return
 		}
@@ -38,13 +38,13 @@ func (l *liveRead) delivered(batch []message.Immutable) {
 // resumeStart decides where the scanner restarts a segment it followed
 // live and learned sealed: right after what it delivered, that is at the
 // resume position of the last message it delivered, above lastTT, the
-// highest timetick it delivered (an adaptor.Checkpoint: everything of the
+// highest timetick it delivered (a cursor.Checkpoint: everything of the
 // segment at or below lastTT was delivered, in timetick order); where it
 // first started when it delivered nothing that carried a resume position
 // (above lastTT when it delivered anything). Pure logic.
 func resumeStart(first segmentStart, l liveRead, lastTT uint64) segmentStart {
 	if !l.resume.IsZero() {
-		return segmentStart{policy: adaptor.DeliverAfter(adaptor.Checkpoint{Position: l.resume, TimeTick: lastTT}), filter: first.filter}
+		return segmentStart{policy: cursor.After(cursor.Checkpoint{Position: l.resume, TimeTick: lastTT}), filter: first.filter}
 	}
 	if l.any {
 		first.filter.TimeTickAbove = max(first.filter.TimeTickAbove, lastTT)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -103,7 +104,7 @@ func TestFollowedDecides(t *testing.T) {
 // resumeStart, step by step: where a segment followed live restarts
 // once it is known sealed.
 func TestResumeStartDecides(t *testing.T) {
-	first := segmentStart{policy: adaptor.DeliverLatest(), filter: adaptor.Filter{TimeTickAbove: 5, VChannels: []string{"v"}}}
+	first := segmentStart{policy: cursor.Latest(), filter: adaptor.Filter{TimeTickAbove: 5, VChannels: []string{"v"}}}
 	// Nothing delivered: from where it started, as it started.
 	require.Equal(t, first, resumeStart(first, liveRead{}, 900))
 	// Delivered, but nothing with a resume position (watermarks): as it
@@ -116,6 +117,6 @@ func TestResumeStartDecides(t *testing.T) {
 	pos, err := message.UnmarshalSeqID("memory", "42")
 	require.NoError(t, err)
 	got = resumeStart(first, liveRead{any: true, resume: pos}, 950)
-	require.Equal(t, adaptor.DeliverAfter(adaptor.Checkpoint{Position: pos, TimeTick: 950}), got.policy)
+	require.Equal(t, cursor.After(cursor.Checkpoint{Position: pos, TimeTick: 950}), got.policy)
 	require.Equal(t, first.filter, got.filter)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
@@ -131,7 +132,7 @@ func TestFollowsMigrations(t *testing.T) {
 	require.Equal(t, bl.c.Segments[0].Backend, r.Chain().Last().Backend, "the Reader's chain is the one it was given")
 }
 
-// TestFollowLatestAndBatches: DeliverLatest with Follow starts at the end
+// TestFollowLatestAndBatches: cursor.Latest with Follow starts at the end
 // of the chain as Follow tells it, not as the Reader was given it; what
 // the last segment's writer appends after Read and before the seal is
 // delivered, released or not, and nothing from before, also by a scanner
@@ -151,7 +152,7 @@ func TestFollowLatestAndBatches(t *testing.T) {
 	bl.append(20, 2)
 	require.NoError(t, bl.w.Sync(ctx))
 	f.set(bl.c, nil)
-	s, err := r.ReadBatches(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverLatest()})
+	s, err := r.ReadBatches(ctx, chainread.ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	defer s.Close()
 	n := len(bl.acked)
@@ -160,7 +161,7 @@ func TestFollowLatestAndBatches(t *testing.T) {
 	check(t, bl.sorted()[n:], recvBatches(t, s, 5))
 
 	// Appends the writer never released, a seal, the next segment.
-	quiet, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverLatest()})
+	quiet, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	defer quiet.Close()
 	bl.append(15, 3)
@@ -184,7 +185,7 @@ func TestFollowFromTheStart(t *testing.T) {
 	require.NoError(t, bl.w.Sync(ctx))
 	pre, err := bl.reader(t).Read(ctx, chainread.ReadOption{})
 	require.NoError(t, err)
-	cp, err := chainread.CheckpointOf(recv(t, pre, 10)[9])
+	cp, err := cursor.CheckpointOf(recv(t, pre, 10)[9])
 	require.NoError(t, err)
 	require.NoError(t, pre.Close())
 
@@ -193,7 +194,7 @@ func TestFollowFromTheStart(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	r := followReader(t, bl, f.follow, clock, nil)
 	// Nothing stored yet passes the filter.
-	s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp), Filter: adaptor.Filter{TimeTickAbove: bl.sorted()[19].res.TimeTick}})
+	s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp), Filter: adaptor.Filter{TimeTickAbove: bl.sorted()[19].res.TimeTick}})
 	require.NoError(t, err)
 	defer s.Close()
 	bl.append(10, 2) // held back: no watermark
@@ -351,7 +352,7 @@ func TestFollowErrors(t *testing.T) {
 	// Segment 1 dropped under a scanner reading it. The Reader's chain
 	// ends at segment 0: the scanner starts on the chain Follow tells.
 	f.set(bl.c, nil)
-	s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(chain.Position{Segment: 1, ID: bl.acked[15].res.ID.Marshal()})})
+	s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.StartFrom(cursor.IDOf(cursor.Position{Segment: 1, ID: bl.acked[15].res.ID.Marshal()}))})
 	require.NoError(t, err)
 	defer s.Close()
 	check(t, bl.sorted()[15:], recv(t, s, 5))
@@ -569,7 +570,7 @@ func TestFollowWhenTheSegmentScannerEnds(t *testing.T) {
 		bl := newChain(t, b, "ends4", "failing")
 		f := &follower{}
 		f.set(bl.c, nil)
-		s, err := followReader(t, bl, f.follow, clockwork.NewFakeClock(), nil).Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverLatest()})
+		s, err := followReader(t, bl, f.follow, clockwork.NewFakeClock(), nil).Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.Latest()})
 		require.NoError(t, err)
 		defer s.Close()
 		fo.fail(&walimpls.FencedError{Channel: "ends4", Term: 1, CurrentTerm: 2})

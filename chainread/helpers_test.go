@@ -15,6 +15,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta/boltstore"
 	"github.com/streamwal/streamwal/walimpls"
@@ -216,7 +217,7 @@ func (bl *builder) migrate(name string, term int64) {
 
 // maxTimeTick reads w up to end and returns the highest timetick there.
 func maxTimeTick(t testing.TB, w walimpls.WALImpl, end message.ID) uint64 {
-	s, err := w.Read(testCtx(t), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	s, err := w.Read(testCtx(t), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	var hi uint64
@@ -250,7 +251,7 @@ func (bl *builder) sorted() []acked {
 }
 
 // recv takes n messages from s, failing on a watchdog.
-func recv(t testing.TB, s adaptor.Scanner, n int) []message.Immutable {
+func recv(t testing.TB, s walimpls.Scanner, n int) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(30 * time.Second)
@@ -268,7 +269,7 @@ func recv(t testing.TB, s adaptor.Scanner, n int) []message.Immutable {
 }
 
 // recvBatches takes n messages from s.
-func recvBatches(t testing.TB, s adaptor.BatchScanner, n int) []message.Immutable {
+func recvBatches(t testing.TB, s walimpls.BatchScanner, n int) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(30 * time.Second)
@@ -296,12 +297,11 @@ func check(t testing.TB, want []acked, got []message.Immutable) {
 		require.Equalf(t, want[i].payload, string(m.Payload()), "message %d", i)
 		tt, _ := m.TimeTick()
 		require.Equal(t, want[i].res.TimeTick, tt)
-		seg, id, err := chainread.BackendID(m.ID())
-		require.NoError(t, err)
+		seg, id, ok := cursor.SplitID(m.ID())
+		require.True(t, ok, "message %d: %s is a chain id", i, m.ID())
 		require.Equal(t, want[i].segment, seg)
 		require.True(t, want[i].res.ID.EQ(id), "message %d: %s, acknowledged at %s", i, id, want[i].res.ID)
-		pos, err := chainread.PositionOf(m.ID())
-		require.NoError(t, err)
+		pos := cursor.PositionOf(m.ID())
 		require.Equal(t, pos.String(), m.ID().Marshal())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 )
@@ -70,17 +71,17 @@ func TestRandomChains(t *testing.T) {
 			}
 			for range 3 {
 				i := rng.IntN(len(want))
-				cp, err := chainread.CheckpointOf(all[i])
+				cp, err := cursor.CheckpointOf(all[i])
 				require.NoError(t, err)
-				cp, err = chainread.ParseCheckpoint(cp.Marshal())
+				cp, err = cursor.ParseChainCheckpoint(cp.Marshal())
 				require.NoError(t, err)
-				s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverAfter(cp)})
+				s, err := r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.After(cp)})
 				require.NoError(t, err)
 				check(t, want[i+1:], recv(t, s, len(want)-i-1))
 				require.NoError(t, s.Close())
 
 				tt := want[i].res.TimeTick
-				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverFromTimeTick(tt)})
+				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.FromTimeTick(tt)})
 				require.NoError(t, err)
 				check(t, want[i:], recv(t, s, len(want)-i))
 				require.NoError(t, s.Close())
@@ -89,9 +90,7 @@ func TestRandomChains(t *testing.T) {
 				// follows it in the log, which in timetick order is every
 				// later message of later segments and those of its own
 				// stored after it.
-				pos, err := chainread.PositionOf(all[i].ID())
-				require.NoError(t, err)
-				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: chainread.DeliverStartFrom(pos)})
+				s, err = r.Read(ctx, chainread.ReadOption{DeliverPolicy: cursor.StartFrom(all[i].ID())})
 				require.NoError(t, err)
 				var from []acked
 				for _, a := range want {

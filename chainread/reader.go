@@ -11,6 +11,8 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
+	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -135,146 +137,97 @@ func (r *Reader) Chain() chain.Chain { return r.cfg.Chain.Clone() }
 type ReadOption struct {
 	// Name identifies the scanner in logs and metrics.
 	Name string
-	// DeliverPolicy says where to start; the zero value is DeliverAll.
-	DeliverPolicy DeliverPolicy
+	// DeliverPolicy says where to start; the zero value is cursor.All. Its
+	// positions are chain IDs (cursor.ChainID, cursor.IDOf) or bare IDs
+	// of segment 0's backend. cursor.Tail is refused.
+	DeliverPolicy cursor.Policy
 	// Filter selects what is delivered, in every segment (adaptor.Filter).
 	Filter adaptor.Filter
 }
 
-type startKind uint8
-
-const (
-	startAll startKind = iota
-	startLatest
-	startFrom
-	startAfter
-	startFromTT
-	startCheckpoint
-)
-
-// DeliverPolicy says where a scanner starts in the chain.
-type DeliverPolicy struct {
-	kind startKind
-	pos  chain.Position
-	tt   uint64
-}
-
-// DeliverAll starts at the first message still kept in the first kept
-// segment.
-func DeliverAll() DeliverPolicy { return DeliverPolicy{kind: startAll} }
-
-// DeliverLatest delivers only messages appended to the last segment after
-// Read returns.
-func DeliverLatest() DeliverPolicy { return DeliverPolicy{kind: startLatest} }
-
-// DeliverStartFrom starts at p, inclusive.
-func DeliverStartFrom(p chain.Position) DeliverPolicy {
-	return DeliverPolicy{kind: startFrom, pos: p}
-}
-
-// DeliverStartAfter starts right after p.
-func DeliverStartAfter(p chain.Position) DeliverPolicy {
-	return DeliverPolicy{kind: startAfter, pos: p}
-}
-
-// DeliverFromTimeTick delivers every kept message whose timetick is at or
-// above tt, starting in the first segment that may hold it.
-func DeliverFromTimeTick(tt uint64) DeliverPolicy {
-	return DeliverPolicy{kind: startFromTT, tt: tt}
-}
-
-// DeliverAfter starts right after a checkpoint: at its position, delivering
-// only messages with a higher timetick. The zero checkpoint is DeliverAll.
-func DeliverAfter(c Checkpoint) DeliverPolicy {
-	if c.IsZero() {
-		return DeliverAll()
+// startPosition returns the chain position p starts at (StartFrom,
+// StartAfter, After) and true; false for a policy without one.
+func startPosition(p cursor.Policy) (cursor.Position, bool) {
+	id, _, ok := p.StartID()
+	if !ok {
+		return cursor.Position{}, false
 	}
-	return DeliverPolicy{kind: startCheckpoint, pos: c.Position, tt: c.TimeTick}
-}
-
-func (p DeliverPolicy) String() string {
-	switch p.kind {
-	case startAll:
-		return "all"
-	case startLatest:
-		return "latest"
-	case startFrom:
-		return "start-from(" + p.pos.String() + ")"
-	case startAfter:
-		return "start-after(" + p.pos.String() + ")"
-	case startFromTT:
-		return "from-timetick"
-	}
-	return "after(" + Checkpoint{Position: p.pos, TimeTick: p.tt}.Marshal() + ")"
+	return cursor.PositionOf(id), true
 }
 
 // firstSegment decides where a scanner of policy p starts in c: the index
 // of the first segment it reads. A position in a dropped segment is
 // walimpls.ErrPositionGone, one after the last chain.ErrUnknownSegment.
 // Pure logic.
-func firstSegment(c chain.Chain, p DeliverPolicy) (uint64, error) {
-	switch p.kind {
-	case startAll:
+func firstSegment(c chain.Chain, p cursor.Policy) (uint64, error) {
+	switch {
+	case p.IsAll():
 		return c.First(), nil
-	case startLatest:
+	case p.IsLatest():
 		return c.Last().Index, nil
-	case startFromTT:
+	}
+	if tt, ok := p.FromTimeTick(); ok {
 		for _, s := range c.Segments {
-			if s.Seal == nil || s.Seal.TimeTick >= p.tt {
+			if s.Seal == nil || s.Seal.TimeTick >= tt {
 				return s.Index, nil
 			}
 		}
 		return c.Last().Index, nil
 	}
-	if err := p.pos.Validate(); err != nil {
+	pos, ok := startPosition(p)
+	if !ok {
+		// A tail counts one backend log's entries, not a chain's messages.
+		return 0, errors.Wrapf(adaptor.ErrInvalidOptions, "chainread: start %s: not a chain's start", p)
+	}
+	if err := pos.Validate(); err != nil {
 		// Both causes stay visible to errors.Is (cockroachdb's Wrapf takes
 		// one %w).
 		return 0, errors.WithStack(fmt.Errorf("chainread: start %s: %w: %w", p, err, walimpls.ErrInvalidPosition))
 	}
-	if p.pos.IsZero() {
+	if pos.IsZero() {
 		return 0, errors.Wrapf(walimpls.ErrInvalidPosition, "chainread: start %s: an empty position", p)
 	}
-	s, err := c.Locate(p.pos)
+	s, err := c.Locate(pos)
 	if err != nil {
 		return 0, err
 	}
 	return s.Index, nil
 }
 
-// segmentPolicy decides how the scanner reads segment s of policy p: where
-// the segment's scanner starts (decode turns the start's backend ID into
-// the segment backend's ID) and what it filters. first says whether s is
-// where the scanner started. Pure logic but for decode.
-func segmentPolicy(p DeliverPolicy, f adaptor.Filter, first bool, decode func(string) (adaptor.DeliverPolicy, error)) (adaptor.DeliverPolicy, adaptor.Filter, error) {
+// segmentPolicy decides how the scanner reads a segment under policy p:
+// where the segment's scanner starts (decode turns the start's backend
+// ID, as a string, into the segment backend's ID) and what it filters.
+// first says whether the segment is where the scanner started. Pure logic
+// but for decode.
+func segmentPolicy(p cursor.Policy, f adaptor.Filter, first bool, decode func(string) (message.ID, error)) (cursor.Policy, adaptor.Filter, error) {
 	if !first {
-		switch p.kind {
-		case startFromTT:
-			return adaptor.DeliverFromTimeTick(p.tt), f, nil
-		case startCheckpoint:
-			f.TimeTickAbove = max(f.TimeTickAbove, p.tt)
+		if _, ok := p.FromTimeTick(); ok {
+			return p, f, nil
 		}
-		return adaptor.DeliverAll(), f, nil
+		if cp, ok := p.After(); ok {
+			f.TimeTickAbove = max(f.TimeTickAbove, cp.TimeTick)
+		}
+		return cursor.All(), f, nil
 	}
-	switch p.kind {
-	case startAll:
-		return adaptor.DeliverAll(), f, nil
-	case startLatest:
-		return adaptor.DeliverLatest(), f, nil
-	case startFromTT:
-		return adaptor.DeliverFromTimeTick(p.tt), f, nil
+	pos, ok := startPosition(p)
+	if !ok {
+		return p, f, nil
 	}
-	dp, err := decode(p.pos.ID)
-	return dp, f, err
+	bid, err := decode(pos.ID)
+	if err != nil {
+		return cursor.Policy{}, f, err
+	}
+	return p.WithStartID(bid), f, nil
 }
 
 // Read starts a scanner that delivers one message per receive. ctx bounds
 // the start (the first segment's open); the scanner outlives it.
-func (r *Reader) Read(ctx context.Context, opt ReadOption) (adaptor.Scanner, error) {
+func (r *Reader) Read(ctx context.Context, opt ReadOption) (walimpls.Scanner, error) {
 	return r.start(ctx, opt, false)
 }
 
 // ReadBatches starts a scanner that delivers what Read's does, several
 // messages per receive.
-func (r *Reader) ReadBatches(ctx context.Context, opt ReadOption) (adaptor.BatchScanner, error) {
+func (r *Reader) ReadBatches(ctx context.Context, opt ReadOption) (walimpls.BatchScanner, error) {
 	return r.start(ctx, opt, true)
 }

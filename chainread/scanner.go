@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
@@ -43,8 +44,8 @@ type scanner struct {
 }
 
 var (
-	_ adaptor.Scanner      = (*scanner)(nil)
-	_ adaptor.BatchScanner = (*scanner)(nil)
+	_ walimpls.Scanner      = (*scanner)(nil)
+	_ walimpls.BatchScanner = (*scanner)(nil)
 )
 
 func (s *scanner) Chan() <-chan message.Immutable      { return s.out }
@@ -53,7 +54,7 @@ func (s *scanner) Batches() <-chan []message.Immutable { return s.batches }
 // segmentStart is where a segment's adaptor scanner starts and what it
 // filters.
 type segmentStart struct {
-	policy adaptor.DeliverPolicy
+	policy cursor.Policy
 	filter adaptor.Filter
 }
 
@@ -62,7 +63,7 @@ type segmentStart struct {
 type segmentScan struct {
 	seg   chain.Segment
 	wal   adaptor.WAL // nil when reading through Config.Writer
-	in    adaptor.BatchScanner
+	in    walimpls.BatchScanner
 	start segmentStart
 }
 
@@ -121,17 +122,15 @@ func (r *Reader) start(ctx context.Context, opt ReadOption, batches bool) (*scan
 }
 
 // startsLater reports whether a scanner of policy p must start on the chain
-// as it is now, not c, the Reader's: DeliverLatest (segments sealed since
+// as it is now, not c, the Reader's: cursor.Latest (segments sealed since
 // c hold nothing "latest"), and a start in a segment after c's last (one
 // added since). Pure logic.
-func startsLater(c chain.Chain, p DeliverPolicy) bool {
-	switch p.kind {
-	case startLatest:
+func startsLater(c chain.Chain, p cursor.Policy) bool {
+	if p.IsLatest() {
 		return true
-	case startFrom, startAfter, startCheckpoint:
-		return p.pos.Segment > c.Last().Index
 	}
-	return false
+	pos, ok := startPosition(p)
+	return ok && pos.Segment > c.Last().Index
 }
 
 // open opens segment seg for reading: its WAL, read-only (or the Reader's
@@ -165,7 +164,7 @@ func (s *scanner) open(ctx context.Context, seg chain.Segment, first bool, resta
 	}
 	// A scanner that may learn this segment's seal, and restart it, must
 	// know where "latest" was: right after the last message stored now.
-	latest := seg.Seal == nil && restart == nil && first && s.opt.DeliverPolicy.kind == startLatest && s.r.cfg.Follow != nil
+	latest := seg.Seal == nil && restart == nil && first && s.opt.DeliverPolicy.IsLatest() && s.r.cfg.Follow != nil
 	if writer != nil && !latest {
 		return s.readWriter(ctx, writer, seg, start)
 	}
@@ -221,33 +220,27 @@ func (s *scanner) readWriter(ctx context.Context, w adaptor.WAL, seg chain.Segme
 // segmentStart decides where the scanner's policy starts in a segment of
 // opener's backend (first: the segment where the scanner starts).
 func (s *scanner) segmentStart(opener walimpls.Opener, first bool) (segmentStart, error) {
-	policy, filter, err := segmentPolicy(s.opt.DeliverPolicy, s.opt.Filter, first, func(id string) (adaptor.DeliverPolicy, error) {
+	policy, filter, err := segmentPolicy(s.opt.DeliverPolicy, s.opt.Filter, first, func(id string) (message.ID, error) {
 		bid, err := opener.UnmarshalID(id)
 		if err != nil {
-			return adaptor.DeliverPolicy{}, errors.Wrapf(err, "start %s", s.opt.DeliverPolicy)
+			return message.ID{}, errors.Wrapf(err, "start %s", s.opt.DeliverPolicy)
 		}
-		switch s.opt.DeliverPolicy.kind {
-		case startFrom:
-			return adaptor.DeliverStartFrom(bid), nil
-		case startAfter:
-			return adaptor.DeliverStartAfter(bid), nil
-		}
-		return adaptor.DeliverAfter(adaptor.Checkpoint{Position: bid, TimeTick: s.opt.DeliverPolicy.tt}), nil
+		return bid, nil
 	})
 	return segmentStart{policy: policy, filter: filter}, err
 }
 
-// latestStart is DeliverLatest as a position: right after the last message
+// latestStart is cursor.Latest as a position: right after the last message
 // raw holds, or its beginning when it holds none.
-func latestStart(ctx context.Context, raw walimpls.WALImpl) (adaptor.DeliverPolicy, error) {
+func latestStart(ctx context.Context, raw walimpls.WALImpl) (cursor.Policy, error) {
 	last, err := raw.Last(ctx)
 	if err != nil {
-		return adaptor.DeliverPolicy{}, errors.Wrap(err, "the end of the last segment's log")
+		return cursor.Policy{}, errors.Wrap(err, "the end of the last segment's log")
 	}
 	if last.IsZero() {
-		return adaptor.DeliverAll(), nil
+		return cursor.All(), nil
 	}
-	return adaptor.DeliverStartAfter(last), nil
+	return cursor.StartAfter(last), nil
 }
 
 // sealEnd decodes a sealed segment's End and checks that its backend
@@ -460,7 +453,7 @@ func batchTimeTicks(batch []message.Immutable) (first, last uint64, ok bool) {
 func (s *scanner) wrapIDs(seg chain.Segment, batch []message.Immutable) int {
 	// The messages' IDs, then the resume positions that differ from the
 	// one before them.
-	values := make([]idValue, len(batch), 2*len(batch))
+	values := make([]cursor.ChainIDValue, len(batch), 2*len(batch))
 	for i, m := range batch {
 		lc := m.LastConfirmed()
 		switch {
@@ -468,11 +461,11 @@ func (s *scanner) wrapIDs(seg chain.Segment, batch []message.Immutable) int {
 		case !s.lcIn.IsZero() && lc.EQ(s.lcIn):
 			lc = s.lcOut
 		default:
-			values = append(values, idValue{segment: seg.Index, id: lc})
+			values = append(values, cursor.ChainIDValue{Segment: seg.Index, BackendID: lc})
 			s.lcIn, s.lcOut = lc, message.NewID(&values[len(values)-1])
 			lc = s.lcOut
 		}
-		values[i] = idValue{segment: seg.Index, id: m.ID()}
+		values[i] = cursor.ChainIDValue{Segment: seg.Index, BackendID: m.ID()}
 		batch[i] = message.NewImmutable(m.Message, message.NewID(&values[i])).WithLastConfirmed(lc)
 	}
 	return len(batch)

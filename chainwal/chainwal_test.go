@@ -9,6 +9,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -40,26 +41,26 @@ func TestMigrateFourBackends(t *testing.T) {
 	}
 	w, err := m.GetAvailableWAL(adaptor.Channel{Name: "orders", Term: 4})
 	require.NoError(t, err)
-	all := readAll(t, w, &l, adaptor.DeliverAll(), 0)
+	all := readAll(t, w, &l, cursor.All(), 0)
 	for i, seg := range []uint64{0, 1, 2, 3} {
 		require.Equal(t, seg, segmentOf(t, all[30*i].ID()))
 	}
 
 	// A checkpoint of segment 0 (its string as a consumer stored it)
 	// resumes after three hops.
-	cp, err := adaptor.CheckpointOf(all[10])
+	cp, err := cursor.CheckpointOf(all[10])
 	require.NoError(t, err)
 	parsed, err := w.ParseCheckpoint(cp.Marshal())
 	require.NoError(t, err)
-	readAll(t, w, &l, adaptor.DeliverAfter(parsed), 11)
+	readAll(t, w, &l, cursor.After(parsed), 11)
 	// A checkpoint in a segment the chain does not have is corrupt, and
 	// says why.
 	_, err = w.ParseCheckpoint("5@s9/1")
-	errmarktest.Is(t, err, adaptor.ErrCorruptCheckpoint, chain.ErrUnknownSegment)
+	errmarktest.Is(t, err, cursor.ErrCorruptCheckpoint, chain.ErrUnknownSegment)
 	id, err := w.ParseID(all[70].ID().Marshal())
 	require.NoError(t, err)
 	readFrom(t, w, &l, id)
-	readAll(t, w, &l, adaptor.DeliverFromTimeTick(l.sorted()[45].res.TimeTick), 45)
+	readAll(t, w, &l, cursor.FromTimeTick(l.sorted()[45].res.TimeTick), 45)
 
 	// Migrating to where the channel is, or to an entry the configuration
 	// lacks, is refused and changes nothing.
@@ -70,7 +71,7 @@ func TestMigrateFourBackends(t *testing.T) {
 	w, err = m.GetAvailableWAL(adaptor.Channel{Name: "orders", Term: 4})
 	require.NoError(t, err)
 	l.appendN(t, w, "after", 5, 1)
-	readAll(t, w, &l, adaptor.DeliverAll(), 0)
+	readAll(t, w, &l, cursor.All(), 0)
 }
 
 // TestZombieWriter: a writer of the old segment that was not closed (a
@@ -105,7 +106,7 @@ func TestZombieWriter(t *testing.T) {
 				require.Error(t, err, "the zombie's append %d was acknowledged after the seal", i)
 			}
 			l.appendN(t, w, "after", 20, 2)
-			readAll(t, w, &l, adaptor.DeliverAll(), 0)
+			readAll(t, w, &l, cursor.All(), 0)
 			c, err := e.store.Get(ctx, "z")
 			require.NoError(t, err)
 			require.NotNil(t, c.Segments[0].Seal)
@@ -167,7 +168,7 @@ func TestFinishHalfDone(t *testing.T) {
 			require.Nil(t, c.Pending)
 			require.Equal(t, "kafka", c.Last().Backend.Name)
 			l.appendN(t, w3, "s1", 20, 2)
-			readAll(t, w3, &l, adaptor.DeliverAll(), 0)
+			readAll(t, w3, &l, cursor.All(), 0)
 		})
 	}
 }
@@ -232,7 +233,7 @@ func TestTargetThisNodeCannotOpen(t *testing.T) {
 	l.appendN(t, w, "b", 5, 1) // not fenced
 	_, err = e.opener("memory").CancelMigration(ctx, "t")
 	require.NoError(t, err)
-	readAll(t, w, &l, adaptor.DeliverAll(), 0)
+	readAll(t, w, &l, cursor.All(), 0)
 }
 
 // TestScannersDoNotAccumulate: a WAL read many times keeps no scanner its

@@ -44,9 +44,9 @@
 //
 // # IDs and positions
 //
-// The WAL's IDs are chain IDs (chainread.IDOf): an append's ID names its
+// The WAL's IDs are chain IDs (cursor.ChainID): an append's ID names its
 // segment, and compares with the IDs its scanners deliver. Their string
-// form is a chain position (chain.ParsePosition): a bare backend ID is
+// form is a chain position (cursor.ParsePosition): a bare backend ID is
 // segment 0, so IDs and checkpoints written before a channel had a chain
 // stay valid. ParseID and ParseCheckpoint read both; a position in a
 // pruned segment reads, and reading from it is walimpls.ErrPositionGone.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
-	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
@@ -161,7 +161,7 @@ func (l *log) appendN(t testing.TB, w adaptor.WAL, prefix string, n, writers int
 }
 
 // recv takes n messages from s, failing on a watchdog.
-func recv(t testing.TB, s adaptor.Scanner, n int) []message.Immutable {
+func recv(t testing.TB, s walimpls.Scanner, n int) []message.Immutable {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(60 * time.Second)
@@ -198,7 +198,7 @@ func check(t testing.TB, want []acked, got []message.Immutable) {
 
 // readAll reads w with policy and checks it delivers what l acknowledged,
 // in timetick order, but for the first skip.
-func readAll(t testing.TB, w adaptor.WAL, l *log, policy adaptor.DeliverPolicy, skip int) []message.Immutable {
+func readAll(t testing.TB, w adaptor.WAL, l *log, policy cursor.Policy, skip int) []message.Immutable {
 	t.Helper()
 	return readWant(t, w, policy, l.sorted()[skip:])
 }
@@ -221,7 +221,7 @@ func readAcked(t testing.TB, w adaptor.WAL, l *log) int {
 	for _, a := range want {
 		byPayload[a.payload] = a
 	}
-	s, err := w.Read(testCtx(t), adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAll()})
+	s, err := w.Read(testCtx(t), adaptor.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	end := want[len(want)-1].res.ID
@@ -265,10 +265,10 @@ func readFrom(t testing.TB, w adaptor.WAL, l *log, id message.ID) []message.Immu
 			want = append(want, a)
 		}
 	}
-	return readWant(t, w, adaptor.DeliverStartFrom(id), want)
+	return readWant(t, w, cursor.StartFrom(id), want)
 }
 
-func readWant(t testing.TB, w adaptor.WAL, policy adaptor.DeliverPolicy, want []acked) []message.Immutable {
+func readWant(t testing.TB, w adaptor.WAL, policy cursor.Policy, want []acked) []message.Immutable {
 	t.Helper()
 	s, err := w.Read(testCtx(t), adaptor.ReadOption{DeliverPolicy: policy})
 	require.NoError(t, err)
@@ -279,9 +279,9 @@ func readWant(t testing.TB, w adaptor.WAL, policy adaptor.DeliverPolicy, want []
 }
 
 func segmentOf(t testing.TB, id message.ID) uint64 {
-	p, err := chainread.PositionOf(id)
-	require.NoError(t, err)
-	return p.Segment
+	seg, _, ok := cursor.SplitID(id)
+	require.True(t, ok, "%s is a chain id", id)
+	return seg
 }
 
 func payload(t testing.TB, prefix string, i int) message.Message {

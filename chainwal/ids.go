@@ -5,10 +5,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
-	"github.com/streamwal/streamwal/chainread"
-	"github.com/streamwal/streamwal/internal/errmark"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -18,7 +16,7 @@ import (
 // in a pruned segment decodes (reading from it is ErrPositionGone); one
 // after the last segment is chain.ErrUnknownSegment.
 func (w *wal) ParseID(s string) (message.ID, error) {
-	p, err := chain.ParsePosition(s)
+	p, err := cursor.ParsePosition(s)
 	if err != nil {
 		return message.ID{}, errors.Wrapf(err, "chainwal: %s", w.ch.Name)
 	}
@@ -28,7 +26,7 @@ func (w *wal) ParseID(s string) (message.ID, error) {
 	return w.idOf(p)
 }
 
-func (w *wal) idOf(p chain.Position) (message.ID, error) {
+func (w *wal) idOf(p cursor.Position) (message.ID, error) {
 	w.mu.Lock()
 	c := w.c
 	w.mu.Unlock()
@@ -39,7 +37,7 @@ func (w *wal) idOf(p chain.Position) (message.ID, error) {
 		// The ID of a pruned segment still decodes, as an opaque position
 		// (its backend may be configured no more): reading from it is
 		// ErrPositionGone, by its segment alone.
-		return chainread.IDOf(p.Segment, message.NewID(goneID(p.ID))), nil
+		return cursor.IDOf(p), nil
 	case err != nil:
 		return message.ID{}, errors.Wrapf(err, "chainwal: %s", w.ch.Name)
 	default:
@@ -53,24 +51,13 @@ func (w *wal) idOf(p chain.Position) (message.ID, error) {
 	if err != nil {
 		return message.ID{}, errors.Wrapf(err, "chainwal: %s: segment %d's ID %q", w.ch.Name, p.Segment, p.ID)
 	}
-	return chainread.IDOf(p.Segment, id), nil
+	return cursor.ChainID(p.Segment, id), nil
 }
 
-// ParseCheckpoint implements adaptor.WAL: chainread's checkpoint form,
-// which is the adaptor's for segment 0.
-func (w *wal) ParseCheckpoint(s string) (adaptor.Checkpoint, error) {
-	cp, err := chainread.ParseCheckpoint(s)
-	if err != nil {
-		return adaptor.Checkpoint{}, errors.Wrapf(err, "chainwal: %s", w.ch.Name)
-	}
-	if cp.IsZero() {
-		return adaptor.Checkpoint{}, nil
-	}
-	id, err := w.idOf(cp.Position)
-	if err != nil {
-		return adaptor.Checkpoint{}, errmark.Mark(err, adaptor.ErrCorruptCheckpoint)
-	}
-	return adaptor.Checkpoint{Position: id, TimeTick: cp.TimeTick}, nil
+// ParseCheckpoint implements adaptor.WAL: a chain checkpoint (the
+// adaptor's for segment 0), its position read as ParseID reads an ID.
+func (w *wal) ParseCheckpoint(s string) (cursor.Checkpoint, error) {
+	return cursor.ParseCheckpoint(s, w.ParseID)
 }
 
 // Truncate implements adaptor.WAL: see the package documentation.
@@ -98,7 +85,7 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 // backendID is the segment and backend ID of a chain ID, or of a bare
 // backend ID (segment 0).
 func (w *wal) backendID(id message.ID) (uint64, message.ID, error) {
-	if seg, bid, err := chainread.BackendID(id); err == nil {
+	if seg, bid, ok := cursor.SplitID(id); ok {
 		return seg, bid, nil
 	}
 	return 0, id, nil
@@ -167,24 +154,4 @@ func (w *wal) Close() error {
 type stopper interface {
 	Stop(reason error)
 	Done() <-chan struct{}
-}
-
-// goneID is the backend ID of a position in a pruned segment: its string,
-// kept for the position's sake, compared as a string.
-type goneID string
-
-func (g goneID) Backend() string { return "pruned" }
-func (g goneID) Marshal() string { return string(g) }
-func (g goneID) Compare(o message.IDValue) int {
-	og, ok := o.(goneID)
-	if !ok {
-		return -1
-	}
-	switch {
-	case g < og:
-		return -1
-	case g > og:
-		return 1
-	}
-	return 0
 }

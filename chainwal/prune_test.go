@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -35,10 +36,10 @@ func TestPrune(t *testing.T) {
 	}
 	w, err := m.GetAvailableWAL(adaptor.Channel{Name: "p", Term: 3})
 	require.NoError(t, err)
-	all := readAll(t, w, &l, adaptor.DeliverAll(), 0)
-	cp0, err := adaptor.CheckpointOf(all[3])
+	all := readAll(t, w, &l, cursor.All(), 0)
+	cp0, err := cursor.CheckpointOf(all[3])
 	require.NoError(t, err)
-	cp1, err := adaptor.CheckpointOf(all[13])
+	cp1, err := cursor.CheckpointOf(all[13])
 	require.NoError(t, err)
 
 	// Truncate at the first message of segment 1: segment 0 goes.
@@ -51,10 +52,10 @@ func TestPrune(t *testing.T) {
 
 	gone, err := w.ParseCheckpoint(cp0.Marshal())
 	require.NoError(t, err, "a checkpoint in a pruned segment still parses")
-	_, err = w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAfter(gone)})
+	_, err = w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.After(gone)})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)
-	readAll(t, w, &l, adaptor.DeliverAfter(cp1), 14)
-	readAll(t, w, &l, adaptor.DeliverAll(), 10)
+	readAll(t, w, &l, cursor.After(cp1), 14)
+	readAll(t, w, &l, cursor.All(), 10)
 
 	// A truncation in the last segment truncates its backend.
 	require.NoError(t, w.Truncate(ctx, all[25].ID()))
@@ -113,5 +114,5 @@ func TestConcurrentMigrations(t *testing.T) {
 	w, err = m.GetAvailableWAL(adaptor.Channel{Name: "c", Term: last.FirstTerm})
 	require.NoError(t, err)
 	l.appendN(t, w, "after", 10, 1)
-	readAll(t, w, &l, adaptor.DeliverAll(), 0)
+	readAll(t, w, &l, cursor.All(), 0)
 }

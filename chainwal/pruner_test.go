@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chainwal"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/pool"
 	"github.com/streamwal/streamwal/walimpls"
@@ -66,7 +67,7 @@ func TestPoolPrunerLearnsSegments(t *testing.T) {
 	got := recv(t, s, 14)
 	require.NoError(t, s.Close())
 	for _, i := range []int{12, 13} {
-		cp, err := adaptor.CheckpointOf(got[i])
+		cp, err := cursor.CheckpointOf(got[i])
 		require.NoError(t, err)
 		require.NoError(t, p.SaveCheckpoint(ctx, got[i].VChannel(), 1, cp))
 	}
@@ -94,7 +95,7 @@ func TestPoolPrunerLearnsSegments(t *testing.T) {
 		require.NoError(t, err)
 		cp, err := w.ParseCheckpoint(text)
 		require.NoError(t, err)
-		s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAfter(cp), Filter: adaptor.Filter{VChannels: []string{v}}})
+		s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.After(cp), Filter: adaptor.Filter{VChannels: []string{v}}})
 		require.NoError(t, err)
 		rest := recv(t, s, 3)
 		require.NoError(t, s.Close())

@@ -9,7 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
-	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 )
@@ -68,14 +68,14 @@ func runHistory(t *testing.T, e *env, rng *rand.Rand, channel string, steps int)
 		case 0, 1, 2:
 			l.appendN(t, w, channel+"/"+string(rune('A'+step)), 5+rng.IntN(20), 1+rng.IntN(3))
 		case 3:
-			delivered = readAll(t, w, &l, adaptor.DeliverAll(), 0)
+			delivered = readAll(t, w, &l, cursor.All(), 0)
 			if len(delivered) > 0 {
 				i := rng.IntN(len(delivered))
-				cp, err := adaptor.CheckpointOf(delivered[i])
+				cp, err := cursor.CheckpointOf(delivered[i])
 				require.NoError(t, err)
 				parsed, err := w.ParseCheckpoint(cp.Marshal())
 				require.NoError(t, err)
-				readAll(t, w, &l, adaptor.DeliverAfter(parsed), i+1)
+				readAll(t, w, &l, cursor.After(parsed), i+1)
 			}
 		case 4, 5:
 			to := otherThan(rng, kinds, c.Last().Backend.Name)
@@ -101,15 +101,15 @@ func runHistory(t *testing.T, e *env, rng *rand.Rand, channel string, steps int)
 		}
 	}
 	l.appendN(t, w, channel+"/end", 10, 2)
-	readAll(t, w, &l, adaptor.DeliverAll(), 0)
+	readAll(t, w, &l, cursor.All(), 0)
 
 	// No append is acknowledged past its segment's seal.
 	c, err := e.store.Get(ctx, channel)
 	require.NoError(t, err)
 	require.NoError(t, c.Validate())
 	for _, a := range l.sorted() {
-		segIndex, bid, err := chainread.BackendID(a.res.ID)
-		require.NoError(t, err)
+		segIndex, bid, ok := cursor.SplitID(a.res.ID)
+		require.True(t, ok, "%s is a chain id", a.res.ID)
 		seg, ok := c.Segment(segIndex)
 		require.True(t, ok)
 		if seg.Seal == nil {

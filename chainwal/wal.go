@@ -9,6 +9,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -75,7 +76,7 @@ func (w *wal) Err() error                 { return w.seg.Err() }
 
 func (w *wal) wrap(r adaptor.AppendResult) adaptor.AppendResult {
 	if !r.ID.IsZero() {
-		r.ID = chainread.IDOf(w.index, r.ID)
+		r.ID = cursor.ChainID(w.index, r.ID)
 	}
 	return r
 }
@@ -118,16 +119,16 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]adapto
 func (w *wal) Sync(ctx context.Context) error { return w.seg.Sync(ctx) }
 
 // Tail implements adaptor.WAL.
-func (w *wal) Tail(ctx context.Context) (adaptor.Checkpoint, error) {
+func (w *wal) Tail(ctx context.Context) (cursor.Checkpoint, error) {
 	cp, err := w.seg.Tail(ctx)
 	if err == nil && !cp.Position.IsZero() {
-		cp.Position = chainread.IDOf(w.index, cp.Position)
+		cp.Position = cursor.ChainID(w.index, cp.Position)
 	}
 	return cp, err
 }
 
 // Read implements adaptor.WAL.
-func (w *wal) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error) {
+func (w *wal) Read(ctx context.Context, opt adaptor.ReadOption) (walimpls.Scanner, error) {
 	ro, r, err := w.readOption(opt)
 	if err != nil {
 		return nil, err
@@ -143,7 +144,7 @@ func (w *wal) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner
 }
 
 // ReadBatches implements adaptor.WAL.
-func (w *wal) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
+func (w *wal) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (walimpls.BatchScanner, error) {
 	ro, r, err := w.readOption(opt)
 	if err != nil {
 		return nil, err
@@ -162,7 +163,7 @@ func (w *wal) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.
 // their consumer closes them, so that a long-lived WAL read many times
 // does not keep every scanner it ever started.
 type trackedScanner struct {
-	adaptor.Scanner
+	walimpls.Scanner
 	w *wal
 }
 
@@ -172,7 +173,7 @@ func (t trackedScanner) Close() error {
 }
 
 type trackedBatches struct {
-	adaptor.BatchScanner
+	walimpls.BatchScanner
 	w *wal
 }
 
@@ -187,8 +188,10 @@ func (w *wal) untrack(s closer) {
 	w.mu.Unlock()
 }
 
-// readOption translates opt into the chain reader's, with the reader of
-// the chain as w knows it.
+// readOption is opt for the chain reader, with the reader of the chain as
+// w knows it. The policy goes as it is: its positions are this WAL's IDs,
+// chain IDs or bare IDs of segment 0, which the reader routes to their
+// segments.
 func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainread.Reader, error) {
 	w.mu.Lock()
 	r, closed := w.reader, w.closed
@@ -199,43 +202,17 @@ func (w *wal) readOption(opt adaptor.ReadOption) (chainread.ReadOption, *chainre
 	if !opt.Until.IsZero() {
 		return chainread.ReadOption{}, nil, errors.Wrapf(adaptor.ErrInvalidOptions, "chainwal: read %s: Until is for one segment's log, not a chain", w.ch.Name)
 	}
-	ro := chainread.ReadOption{Name: opt.Name, Filter: opt.Filter}
-	spec := opt.DeliverPolicy.Spec()
-	var pos chain.Position
-	if spec.Kind == adaptor.KindStartFrom || spec.Kind == adaptor.KindStartAfter || spec.Kind == adaptor.KindAfter {
-		var err error
-		if pos, err = positionOf(spec.ID); err != nil {
-			return chainread.ReadOption{}, nil, errors.Wrapf(err, "chainwal: read %s", w.ch.Name)
-		}
-	}
-	switch spec.Kind {
-	case adaptor.KindAll:
-		ro.DeliverPolicy = chainread.DeliverAll()
-	case adaptor.KindLatest:
-		ro.DeliverPolicy = chainread.DeliverLatest()
-	case adaptor.KindStartFrom:
-		ro.DeliverPolicy = chainread.DeliverStartFrom(pos)
-	case adaptor.KindStartAfter:
-		ro.DeliverPolicy = chainread.DeliverStartAfter(pos)
-	case adaptor.KindFromTimeTick:
-		ro.DeliverPolicy = chainread.DeliverFromTimeTick(spec.TimeTick)
-	case adaptor.KindAfter:
-		ro.DeliverPolicy = chainread.DeliverAfter(chainread.Checkpoint{Position: pos, TimeTick: spec.TimeTick})
-	}
-	return ro, r, nil
+	return chainread.ReadOption{Name: opt.Name, DeliverPolicy: opt.DeliverPolicy, Filter: opt.Filter}, r, nil
 }
 
 // positionOf is the chain position of id: a chain ID's own, or segment 0
 // for a bare backend ID (what a reader held before the channel had a
 // chain).
-func positionOf(id message.ID) (chain.Position, error) {
-	if p, err := chainread.PositionOf(id); err == nil {
-		return p, nil
-	}
+func positionOf(id message.ID) (cursor.Position, error) {
 	if id.IsZero() {
-		return chain.Position{}, errors.Wrap(walimpls.ErrInvalidPosition, "an empty position")
+		return cursor.Position{}, errors.Wrap(walimpls.ErrInvalidPosition, "an empty position")
 	}
-	return chain.Position{Segment: 0, ID: id.Marshal()}, nil
+	return cursor.PositionOf(id), nil
 }
 
 // track registers s so that Close stops it; a scanner started as w closes

@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/jonboulle/clockwork"
 
-	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -47,7 +47,7 @@ func (s Scope) Validate() error {
 type Checkpoint struct {
 	Scope
 	// Checkpoint is what the consumer committed last (an
-	// adaptor.Checkpoint's Marshal form) and TimeTick its timetick.
+	// cursor.Checkpoint's Marshal form) and TimeTick its timetick.
 	Checkpoint string
 	TimeTick   uint64
 	// Term is the term of the owner that stored it, At when.
@@ -74,7 +74,7 @@ func (c Checkpoint) ResumeAt() string {
 // Floor is a channel's truncation point: its owner truncates the log
 // before it (at its position), and no commit before it is stored.
 type Floor struct {
-	// Checkpoint is the point (an adaptor.Checkpoint's Marshal form); ""
+	// Checkpoint is the point (an cursor.Checkpoint's Marshal form); ""
 	// when the channel was never truncated.
 	Checkpoint string
 	TimeTick   uint64
@@ -106,7 +106,7 @@ func (c Channel) Find(sc Scope) (Checkpoint, bool) {
 
 // Parser decodes a channel's checkpoints (adaptor.WAL.ParseCheckpoint), so
 // that the store can order their positions.
-type Parser func(string) (adaptor.Checkpoint, error)
+type Parser func(string) (cursor.Checkpoint, error)
 
 // Options configure a Store; the zero value takes the defaults.
 type Options struct {
@@ -257,7 +257,7 @@ func (s *Store) get(ctx context.Context, key string) (meta.KV, error) {
 // an owner of a lower term than the stored checkpoint's or the floor's
 // ErrStaleTerm; each is a *RefusedError naming what is stored. Committing
 // the stored checkpoint again returns it and writes nothing.
-func (s *Store) Commit(ctx context.Context, channel string, sc Scope, cp adaptor.Checkpoint, term int64, parse Parser) (Checkpoint, error) {
+func (s *Store) Commit(ctx context.Context, channel string, sc Scope, cp cursor.Checkpoint, term int64, parse Parser) (Checkpoint, error) {
 	if err := walimpls.ValidateChannelName(channel); err != nil {
 		return Checkpoint{}, errors.WithStack(fmt.Errorf("consumers: commit: %w: %w", ErrInvalid, err))
 	}
@@ -350,7 +350,7 @@ func (s *Store) Commit(ctx context.Context, channel string, sc Scope, cp adaptor
 
 // positionBefore reports whether cp's position is before the position of
 // the checkpoint text at.
-func positionBefore(cp adaptor.Checkpoint, at string, parse Parser) (bool, error) {
+func positionBefore(cp cursor.Checkpoint, at string, parse Parser) (bool, error) {
 	f, err := parse(at)
 	if err != nil {
 		return false, errors.WithStack(fmt.Errorf("the floor %q: %w: %w", at, ErrInvalid, err))
@@ -388,7 +388,7 @@ func (s *Store) Drop(ctx context.Context, channel string, sc Scope) error {
 // Move is a resume point Advance records for an idle vchannel consumer.
 type Move struct {
 	Scope
-	Resume adaptor.Checkpoint
+	Resume cursor.Checkpoint
 }
 
 // Advance records the floor of channel for its owner at term, on the state
@@ -400,7 +400,7 @@ type Move struct {
 // floor of a later term ErrStaleTerm: decide again on a new read. The
 // caller truncates only after Advance returned, and only up to what a Load
 // after it still allows (see the package documentation).
-func (s *Store) Advance(ctx context.Context, read Channel, term int64, floor adaptor.Checkpoint, moves []Move, parse Parser) (Floor, error) {
+func (s *Store) Advance(ctx context.Context, read Channel, term int64, floor cursor.Checkpoint, moves []Move, parse Parser) (Floor, error) {
 	channel := read.Name
 	if err := walimpls.ValidateChannelName(channel); err != nil {
 		return Floor{}, errors.WithStack(fmt.Errorf("consumers: advance: %w: %w", ErrInvalid, err))

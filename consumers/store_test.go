@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
@@ -64,19 +64,19 @@ func newStore(t *testing.T, kv meta.Store) *consumers.Store {
 }
 
 // cp is a checkpoint at position seq with timetick tt; parse reads it back.
-func cp(tt uint64, seq int64) adaptor.Checkpoint {
-	return adaptor.Checkpoint{Position: message.NewSeqID("test", seq), TimeTick: tt}
+func cp(tt uint64, seq int64) cursor.Checkpoint {
+	return cursor.Checkpoint{Position: message.NewSeqID("test", seq), TimeTick: tt}
 }
 
-func parse(s string) (adaptor.Checkpoint, error) {
+func parse(s string) (cursor.Checkpoint, error) {
 	ttText, seqText, ok := strings.Cut(s, "@")
 	if !ok {
-		return adaptor.Checkpoint{}, fmt.Errorf("%q: %w", s, adaptor.ErrCorruptCheckpoint)
+		return cursor.Checkpoint{}, fmt.Errorf("%q: %w", s, cursor.ErrCorruptCheckpoint)
 	}
 	tt, err1 := strconv.ParseUint(ttText, 10, 64)
 	seq, err2 := strconv.ParseInt(seqText, 10, 64)
 	if err := stderrors.Join(err1, err2); err != nil {
-		return adaptor.Checkpoint{}, fmt.Errorf("%q: %w: %w", s, adaptor.ErrCorruptCheckpoint, err)
+		return cursor.Checkpoint{}, fmt.Errorf("%q: %w: %w", s, cursor.ErrCorruptCheckpoint, err)
 	}
 	return cp(tt, seq), nil
 }
@@ -156,13 +156,13 @@ func TestCommitRefusesBadInput(t *testing.T) {
 		for _, c := range []struct {
 			channel string
 			sc      consumers.Scope
-			cp      adaptor.Checkpoint
+			cp      cursor.Checkpoint
 		}{
 			{"pch/0", consumers.Scope{Consumer: "a"}, cp(1, 1)},
 			{"pch-0", consumers.Scope{Consumer: ""}, cp(1, 1)},
 			{"pch-0", consumers.Scope{Consumer: "a/b"}, cp(1, 1)},
 			{"pch-0", consumers.Scope{Consumer: "a", VChannel: "v/1"}, cp(1, 1)},
-			{"pch-0", consumers.Scope{Consumer: "a"}, adaptor.Checkpoint{}},
+			{"pch-0", consumers.Scope{Consumer: "a"}, cursor.Checkpoint{}},
 		} {
 			_, err := s.Commit(ctx, c.channel, c.sc, c.cp, 1, parse)
 			isBoth(t, err, consumers.ErrInvalid)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/selector"
 )
@@ -60,8 +61,8 @@ local:
 
 	// A scanner of the writing WAL delivers every acknowledged append, in
 	// order, without waiting for a watermark (see adaptor's "Local
-	// releases"). DeliverAll starts at the first message kept.
-	s, err := w.Read(ctx, adaptor.ReadOption{Name: "example", DeliverPolicy: adaptor.DeliverAll()})
+	// releases"). cursor.All starts at the first message kept.
+	s, err := w.Read(ctx, adaptor.ReadOption{Name: "example", DeliverPolicy: cursor.All()})
 	if err != nil {
 		panic(err)
 	}

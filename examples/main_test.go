@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
 )
 
 // Every example must stop what it starts: WALs, scanners, stores.
@@ -28,7 +29,7 @@ func appendText(ctx context.Context, w adaptor.WAL, text string) adaptor.AppendR
 }
 
 // receive returns the scanner's next message, or panics with why it ended.
-func receive(s adaptor.Scanner) message.Immutable {
+func receive(s walimpls.Scanner) message.Immutable {
 	m, ok := <-s.Chan()
 	if !ok {
 		panic(fmt.Sprintf("scanner ended: %v", s.Error()))

@@ -8,13 +8,14 @@ import (
 	"path/filepath"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 )
 
 // A consumer that survives restarts: after processing a message it saves
-// the message's checkpoint (adaptor.CheckpointOf, Marshal) where it keeps
+// the message's checkpoint (cursor.CheckpointOf, Marshal) where it keeps
 // its own state; after a restart it parses the saved string
-// (WAL.ParseCheckpoint) and reads with DeliverAfter, which delivers exactly
+// (WAL.ParseCheckpoint) and reads with cursor.After, which delivers exactly
 // the messages after it: nothing lost, nothing twice.
 func Example_resumeAfterRestart() {
 	ctx := context.Background()
@@ -40,7 +41,7 @@ func Example_resumeAfterRestart() {
 		for range 2 {
 			m := receive(s)
 			fmt.Println("first run processed:", string(m.Payload()))
-			cp, err := adaptor.CheckpointOf(m)
+			cp, err := cursor.CheckpointOf(m)
 			if err != nil {
 				panic(err)
 			}
@@ -62,7 +63,7 @@ func Example_resumeAfterRestart() {
 		if err != nil {
 			panic(err)
 		}
-		s, err := w.Read(ctx, adaptor.ReadOption{Name: "consumer", DeliverPolicy: adaptor.DeliverAfter(cp)})
+		s, err := w.Read(ctx, adaptor.ReadOption{Name: "consumer", DeliverPolicy: cursor.After(cp)})
 		if err != nil {
 			panic(err)
 		}

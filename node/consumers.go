@@ -17,6 +17,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/walmanager"
@@ -40,17 +41,17 @@ type tails struct {
 
 type termTail struct {
 	term int64
-	cp   adaptor.Checkpoint
+	cp   cursor.Checkpoint
 }
 
-func (t *tails) covers(channel string, term int64, cp adaptor.Checkpoint) bool {
+func (t *tails) covers(channel string, term int64, cp cursor.Checkpoint) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tt, ok := t.at[channel]
 	return ok && tt.term == term && within(cp, tt.cp)
 }
 
-func (t *tails) note(channel string, term int64, cp adaptor.Checkpoint) {
+func (t *tails) note(channel string, term int64, cp cursor.Checkpoint) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cur, ok := t.at[channel]; !ok || cur.term < term || (cur.term == term && cur.cp.Before(cp)) {
@@ -65,7 +66,7 @@ func (t *tails) note(channel string, term int64, cp adaptor.Checkpoint) {
 // checkpoint forged with a position past the log's end only makes its
 // truncation fail until the log reaches it; the others' checkpoints hold
 // the log wherever they are.)
-func within(cp, tail adaptor.Checkpoint) bool { return cp.TimeTick <= tail.TimeTick }
+func within(cp, tail cursor.Checkpoint) bool { return cp.TimeTick <= tail.TimeTick }
 
 // commitRefused is a Commit's refusal with its CommitRefused detail.
 func commitRefused(code connect.Code, reason string, err error, stored *streamwalv1.ConsumerCheckpoint, floor string) *connect.Error {

@@ -11,6 +11,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
@@ -107,7 +108,7 @@ func (s *service) appendError(channel string, err error) *connect.Error {
 		return withOutcome(s.wrongNode(snap, channel, connect.CodeAborted, err), walimpls.NotStored(err))
 	case errors.Is(err, walimpls.ErrTooLarge):
 		code = connect.CodeResourceExhausted
-	case errors.IsAny(err, message.ErrReservedProperty, walimpls.ErrInvalidPosition, adaptor.ErrCorruptCheckpoint, message.ErrCorruptID):
+	case errors.IsAny(err, message.ErrReservedProperty, walimpls.ErrInvalidPosition, cursor.ErrCorruptCheckpoint, message.ErrCorruptID):
 		code = connect.CodeInvalidArgument
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
@@ -221,7 +222,7 @@ func duplicate(r *streamwalv1.AppendResponse) *streamwalv1.AppendResponse {
 
 func appendResponse(r adaptor.AppendResult, term int64) *streamwalv1.AppendResponse {
 	return &streamwalv1.AppendResponse{Id: r.ID.Marshal(), Timetick: r.TimeTick, Term: term,
-		ResolveFrom: adaptor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}.Marshal()}
+		ResolveFrom: cursor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}.Marshal()}
 }
 
 // resolve looks for a copy of key stored since from, by this owner or a
@@ -230,13 +231,13 @@ func appendResponse(r adaptor.AppendResult, term int64) *streamwalv1.AppendRespo
 // before the retry arrived has been seen. A copy a reader would not deliver
 // (of a term fenced before it was stored) is never seen: nil.
 func (s *service) resolve(ctx context.Context, w adaptor.WAL, a cluster.Assignment, key, from string) (*streamwalv1.AppendResponse, error) {
-	start := adaptor.DeliverAll()
+	start := cursor.All()
 	if from != "" {
 		cp, err := w.ParseCheckpoint(from)
 		if err != nil {
 			return nil, notStored(connect.NewError(connect.CodeInvalidArgument, errors.Wrap(err, "resolve_from")))
 		}
-		start = adaptor.DeliverAfter(cp)
+		start = cursor.After(cp)
 	}
 	tail, err := w.Tail(ctx)
 	if err != nil {
@@ -268,7 +269,7 @@ func (s *service) resolve(ctx context.Context, w adaptor.WAL, a cluster.Assignme
 				tt, _ := m.TimeTick()
 				term, _ := m.Term()
 				return &streamwalv1.AppendResponse{Id: m.ID().Marshal(), Timetick: tt, Term: term,
-					ResolveFrom: adaptor.Checkpoint{Position: m.ID(), TimeTick: tt}.Marshal()}, nil
+					ResolveFrom: cursor.Checkpoint{Position: m.ID(), TimeTick: tt}.Marshal()}, nil
 			}
 		case <-ctx.Done():
 			return nil, withOutcome(connect.NewError(connect.CodeDeadlineExceeded, errors.Wrap(ctx.Err(), "resolve")), true)
@@ -381,7 +382,7 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 		}
 		f.tail = tail
 		if latest {
-			opt.DeliverPolicy, f.pos = adaptor.DeliverAfter(tail), tail.Marshal()
+			opt.DeliverPolicy, f.pos = cursor.After(tail), tail.Marshal()
 		}
 	}
 	if latest && f.watching {
@@ -424,7 +425,7 @@ func (s *service) Read(ctx context.Context, req *connect.Request[streamwalv1.Rea
 			if err != nil {
 				return s.appendError(r.GetChannel(), err)
 			}
-			opt.DeliverPolicy = adaptor.DeliverAfter(cp)
+			opt.DeliverPolicy = cursor.After(cp)
 		}
 		s.n.log.Debug("read goes on at a newer term", "channel", r.GetChannel(), "term", term, "next", nextTerm, "after", f.pos)
 		w, term = next, nextTerm
@@ -529,7 +530,7 @@ type readFeed struct {
 	untilCaughtUp bool
 	// watching: the tail is not reached yet (until_caught_up or last).
 	watching bool
-	tail     adaptor.Checkpoint
+	tail     cursor.Checkpoint
 	// pos is the position of the next message: the checkpoint of the one
 	// before it, or the read's start.
 	pos  string
@@ -605,29 +606,29 @@ func readOption(w adaptor.WAL, r *streamwalv1.ReadRequest) (adaptor.ReadOption, 
 	start := ""
 	switch st := r.GetStart().(type) {
 	case nil, *streamwalv1.ReadRequest_All:
-		opt.DeliverPolicy = adaptor.DeliverAll()
+		opt.DeliverPolicy = cursor.All()
 	case *streamwalv1.ReadRequest_Latest:
-		opt.DeliverPolicy = adaptor.DeliverLatest()
+		opt.DeliverPolicy = cursor.Latest()
 	case *streamwalv1.ReadRequest_FromTimetick:
-		opt.DeliverPolicy = adaptor.DeliverFromTimeTick(st.FromTimetick)
+		opt.DeliverPolicy = cursor.FromTimeTick(st.FromTimetick)
 	case *streamwalv1.ReadRequest_AfterCheckpoint:
 		cp, err := w.ParseCheckpoint(st.AfterCheckpoint)
 		if err != nil {
 			return opt, "", err
 		}
-		opt.DeliverPolicy, start = adaptor.DeliverAfter(cp), cp.Marshal()
+		opt.DeliverPolicy, start = cursor.After(cp), cp.Marshal()
 	case *streamwalv1.ReadRequest_StartFrom:
 		id, err := w.ParseID(st.StartFrom)
 		if err != nil {
 			return opt, "", err
 		}
-		opt.DeliverPolicy = adaptor.DeliverStartFrom(id)
+		opt.DeliverPolicy = cursor.StartFrom(id)
 	case *streamwalv1.ReadRequest_StartAfter:
 		id, err := w.ParseID(st.StartAfter)
 		if err != nil {
 			return opt, "", err
 		}
-		opt.DeliverPolicy = adaptor.DeliverStartAfter(id)
+		opt.DeliverPolicy = cursor.StartAfter(id)
 	}
 	return opt, start, nil
 }
@@ -638,7 +639,7 @@ func delivered(m message.Immutable) *streamwalv1.Delivered {
 	term, _ := m.Term()
 	d := &streamwalv1.Delivered{Id: m.ID().Marshal(), Timetick: tt, Term: term, Payload: m.Payload(),
 		Properties: m.Properties().User(), Vchannel: m.VChannel(), Key: m.IdempotencyKey(), Kind: kindName(m.Kind())}
-	if cp, err := adaptor.CheckpointOf(m); err == nil {
+	if cp, err := cursor.CheckpointOf(m); err == nil {
 		d.Checkpoint = cp.Marshal()
 	}
 	return d
@@ -664,7 +665,7 @@ func (s *service) Status(ctx context.Context, _ *connect.Request[streamwalv1.Sta
 // scannerEnded is the error of a scanner sc that ended before what step
 // was looking for: the scanner's own error kept as the cause, so that
 // appendError maps it (a closed WAL, a truncated position).
-func scannerEnded(step string, sc adaptor.Scanner) error {
+func scannerEnded(step string, sc walimpls.Scanner) error {
 	<-sc.Done() // Error is valid once Done is closed
 	if err := sc.Error(); err != nil {
 		return errors.Wrapf(err, "%s: scanner ended", step)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/meta"
 )
 
@@ -14,7 +14,7 @@ import (
 // checkpoint's is ErrStaleTerm (a newer owner took over); within one term a
 // checkpoint never moves back (ErrCheckpointBackwards). Saving the stored
 // checkpoint again succeeds.
-func (p *Pool) SaveCheckpoint(ctx context.Context, vchannel string, term int64, cp adaptor.Checkpoint) error {
+func (p *Pool) SaveCheckpoint(ctx context.Context, vchannel string, term int64, cp cursor.Checkpoint) error {
 	m, err := p.member(ctx, vchannel)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/pool"
@@ -54,10 +55,10 @@ func openWAL(t *testing.T, o walimpls.Opener, name string, term int64) adaptor.W
 }
 
 // readVChannel reads n messages of vchannel from w after a checkpoint.
-func readVChannel(t *testing.T, w adaptor.WAL, vchannel string, after adaptor.Checkpoint, n int) []message.Immutable {
+func readVChannel(t *testing.T, w adaptor.WAL, vchannel string, after cursor.Checkpoint, n int) []message.Immutable {
 	t.Helper()
 	ctx := testCtx(t)
-	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAfter(after), Filter: adaptor.Filter{VChannels: []string{vchannel}}})
+	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.After(after), Filter: adaptor.Filter{VChannels: []string{vchannel}}})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	var out []message.Immutable
@@ -120,11 +121,11 @@ func TestCheckpointsAndPruning(t *testing.T) {
 			// orders processed 20 messages, carts 5: carts holds the
 			// pchannel back.
 			progress := map[string]int{"orders": 20, "carts": 5}
-			cps := map[string]adaptor.Checkpoint{}
+			cps := map[string]cursor.Checkpoint{}
 			for _, v := range []string{"orders", "carts"} { // orders first: carts is then still unknown
 				n := progress[v]
-				got := readVChannel(t, w, v, adaptor.Checkpoint{}, n)
-				cp, err := adaptor.CheckpointOf(got[n-1])
+				got := readVChannel(t, w, v, cursor.Checkpoint{}, n)
+				cp, err := cursor.CheckpointOf(got[n-1])
 				require.NoError(t, err)
 				require.NoError(t, p.SaveCheckpoint(ctx, v, 1, cp))
 				cps[v] = cp
@@ -152,7 +153,7 @@ func TestCheckpointsAndPruning(t *testing.T) {
 
 			// Reading from the start is now refused; every vchannel resumes
 			// from its checkpoint and gets exactly the rest.
-			s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverStartFrom(first)})
+			s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.StartFrom(first)})
 			if err == nil {
 				select {
 				case m, ok := <-s.Chan():
@@ -200,8 +201,8 @@ func TestCheckpointFencing(t *testing.T) {
 		p := openPool(t, stores(), pool.Backend{Name: "memory"}, pool.Config{Size: 1}, pool.Options{})
 		_, err := p.Allocate(ctx, "v")
 		require.NoError(t, err)
-		cp := func(tt uint64) adaptor.Checkpoint {
-			return adaptor.Checkpoint{Position: message.NewSeqID(memory.Name, int64(tt)), TimeTick: tt}
+		cp := func(tt uint64) cursor.Checkpoint {
+			return cursor.Checkpoint{Position: message.NewSeqID(memory.Name, int64(tt)), TimeTick: tt}
 		}
 		_, _, err = p.Checkpoint(ctx, "v")
 		require.ErrorIs(t, err, pool.ErrCheckpointUnknown)
@@ -215,7 +216,7 @@ func TestCheckpointFencing(t *testing.T) {
 		require.EqualValues(t, 4, term)
 		require.Equal(t, cp(5).Marshal(), text)
 		require.ErrorIs(t, p.SaveCheckpoint(ctx, "nope", 4, cp(5)), pool.ErrNotAllocated)
-		require.ErrorIs(t, p.SaveCheckpoint(ctx, "v", 4, adaptor.Checkpoint{}), pool.ErrInvalidVChannel)
+		require.ErrorIs(t, p.SaveCheckpoint(ctx, "v", 4, cursor.Checkpoint{}), pool.ErrInvalidVChannel)
 
 		// Released and allocated again: the old checkpoint is not its.
 		require.NoError(t, p.Release(ctx, "v"))
@@ -242,8 +243,8 @@ func TestPrunerRunsAndStops(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, w.Sync(ctx))
-	got := readVChannel(t, w, "v", adaptor.Checkpoint{}, 10)
-	cp, err := adaptor.CheckpointOf(got[6])
+	got := readVChannel(t, w, "v", cursor.Checkpoint{}, 10)
+	cp, err := cursor.CheckpointOf(got[6])
 	require.NoError(t, err)
 	require.NoError(t, p.SaveCheckpoint(ctx, "v", 1, cp))
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta/boltstore"
 	"github.com/streamwal/streamwal/pool"
@@ -73,7 +74,7 @@ func Example() {
 		last = <-s.Chan()
 		fmt.Println("read", string(last.Payload()))
 	}
-	cp, _ := adaptor.CheckpointOf(last)
+	cp, _ := cursor.CheckpointOf(last)
 	if err := p.SaveCheckpoint(ctx, "orders", 1, cp); err != nil {
 		log.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
@@ -404,7 +404,7 @@ func TestRestartFromDisk(t *testing.T) {
 	require.NoError(t, err)
 	first, err := p.Allocate(ctx, "a", "b")
 	require.NoError(t, err)
-	cp := adaptor.Checkpoint{Position: message.NewSeqID("memory", 7), TimeTick: 7}
+	cp := cursor.Checkpoint{Position: message.NewSeqID("memory", 7), TimeTick: 7}
 	require.NoError(t, p.SaveCheckpoint(ctx, "a", 2, cp))
 	require.NoError(t, p.Close())
 	require.NoError(t, s.Close())

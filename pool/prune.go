@@ -8,7 +8,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
 )
@@ -22,7 +22,7 @@ type Activity struct {
 	// Tail is how far the log was read (a WAL.Tail checkpoint): every data
 	// message with a timetick at or below Tail.TimeTick, from the oldest
 	// one the log retained when the reading began, was read.
-	Tail adaptor.Checkpoint
+	Tail cursor.Checkpoint
 	// VChannels summarises, per vchannel, the data messages read up to
 	// Tail; a vchannel without an entry had none. PruneTarget neither keeps
 	// nor changes the map.
@@ -45,7 +45,7 @@ type Target struct {
 	Position message.ID
 	// Tail is the Activity's tail the decision was made up to (zero when it
 	// knew nothing of the log).
-	Tail adaptor.Checkpoint
+	Tail cursor.Checkpoint
 	// HeldBy is the vchannel whose checkpoint, or first message, Position
 	// is; empty when no vchannel holds the pchannel back and Position is
 	// Tail's.
@@ -88,7 +88,7 @@ type Target struct {
 // the pchannel back at its checkpoint, and a vchannel without one makes it
 // ErrCheckpointUnknown, naming the vchannel. A pchannel without vchannels
 // is ErrNoVChannels.
-func (p *Pool) PruneTarget(ctx context.Context, pchannel string, parse func(string) (adaptor.Checkpoint, error), act Activity) (Target, error) {
+func (p *Pool) PruneTarget(ctx context.Context, pchannel string, parse func(string) (cursor.Checkpoint, error), act Activity) (Target, error) {
 	p.mu.Lock()
 	err := p.refreshLocked(ctx)
 	known := slices.Contains(p.pchannels, pchannel)
@@ -226,8 +226,8 @@ func (p *Pool) saveResumePoints(ctx context.Context, key string, points map[stri
 // ruleVChannel is one vchannel as the prune rule sees it.
 type ruleVChannel struct {
 	name   string
-	resume adaptor.Checkpoint // where it resumes: its checkpoint, or a moved one; zero: none
-	moved  bool               // resume is a moved resume point
+	resume cursor.Checkpoint // where it resumes: its checkpoint, or a moved one; zero: none
+	moved  bool              // resume is a moved resume point
 	// written: its messages up to the tail, when wrote.
 	written Written
 	wrote   bool
@@ -242,7 +242,7 @@ type decision struct {
 
 // decide applies PruneTarget's rule to a pchannel's vchannels, on a read of
 // its log up to tail (zero: none). Pure: no locks, no I/O.
-func decide(tail adaptor.Checkpoint, vcs []ruleVChannel) (decision, error) {
+func decide(tail cursor.Checkpoint, vcs []ruleVChannel) (decision, error) {
 	known := !tail.IsZero()
 	d := decision{target: Target{Tail: tail}}
 	if known {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 )
 
@@ -13,13 +13,13 @@ import (
 // log: position n carries timetick 10n.
 func TestDecide(t *testing.T) {
 	at := func(n int64) message.ID { return message.NewSeqID("memory", n) }
-	cp := func(n int64) adaptor.Checkpoint { return adaptor.Checkpoint{Position: at(n), TimeTick: uint64(10 * n)} }
+	cp := func(n int64) cursor.Checkpoint { return cursor.Checkpoint{Position: at(n), TimeTick: uint64(10 * n)} }
 	wrote := func(first, last int64) Written { return Written{FirstID: at(first), LastTimeTick: uint64(10 * last)} }
 	tail := cp(50)
 
 	for _, c := range []struct {
 		name    string
-		tail    adaptor.Checkpoint
+		tail    cursor.Checkpoint
 		vcs     []ruleVChannel
 		want    Target
 		move    []string

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/pool"
@@ -68,12 +69,12 @@ func (e *pruneEnv) next(v string) message.Message {
 
 // resume is where v's consumer resumes: the pool's checkpoint, or the
 // oldest retained message without one.
-func (e *pruneEnv) resume(v string) adaptor.Checkpoint {
+func (e *pruneEnv) resume(v string) cursor.Checkpoint {
 	e.t.Helper()
 	text, _, err := e.p.Checkpoint(e.ctx, v)
 	if err != nil {
 		require.ErrorIs(e.t, err, pool.ErrCheckpointUnknown)
-		return adaptor.Checkpoint{}
+		return cursor.Checkpoint{}
 	}
 	cp, err := e.w.ParseCheckpoint(text)
 	require.NoError(e.t, err)
@@ -91,7 +92,7 @@ func (e *pruneEnv) consume(v string, k int) {
 	for i, m := range got {
 		require.Equal(e.t, want[done+i], string(m.Payload()), "%s resumed at the wrong message", v)
 	}
-	cp, err := adaptor.CheckpointOf(got[k-1])
+	cp, err := cursor.CheckpointOf(got[k-1])
 	require.NoError(e.t, err)
 	require.NoError(e.t, e.p.SaveCheckpoint(e.ctx, v, 1, cp))
 	e.mu.Lock()
@@ -106,7 +107,7 @@ func (e *pruneEnv) rest(v string) []string {
 	tail, err := e.w.Tail(e.ctx)
 	require.NoError(e.t, err)
 	s, err := e.w.Read(e.ctx, adaptor.ReadOption{
-		DeliverPolicy: adaptor.DeliverAfter(e.resume(v)),
+		DeliverPolicy: cursor.After(e.resume(v)),
 		Filter:        adaptor.Filter{VChannels: []string{v}, Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
 	})
 	require.NoError(e.t, err, "%s resumes at a position that is gone", v)
@@ -190,7 +191,7 @@ func requireTarget(t *testing.T, res pool.Pruned, heldBy string, held, idle int)
 func requireGone(t *testing.T, w adaptor.WAL, id message.ID) {
 	t.Helper()
 	ctx := testCtx(t)
-	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverStartFrom(id)})
+	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.StartFrom(id)})
 	if err != nil {
 		require.ErrorIs(t, err, walimpls.ErrPositionGone)
 		return
@@ -329,7 +330,7 @@ type hookWAL struct {
 	beforeTruncate        func(upTo message.ID)
 }
 
-func (h *hookWAL) Tail(ctx context.Context) (adaptor.Checkpoint, error) {
+func (h *hookWAL) Tail(ctx context.Context) (cursor.Checkpoint, error) {
 	if h.beforeTail != nil {
 		h.beforeTail()
 	}
@@ -505,7 +506,7 @@ func TestPruneUnderConcurrentAppends(t *testing.T) {
 func consumeConcurrently(ctx context.Context, e *pruneEnv, v string, n, every int) error {
 	done := 0
 	for done < n {
-		var from adaptor.Checkpoint
+		var from cursor.Checkpoint
 		text, _, err := e.p.Checkpoint(ctx, v)
 		switch {
 		case err == nil:
@@ -518,7 +519,7 @@ func consumeConcurrently(ctx context.Context, e *pruneEnv, v string, n, every in
 		e.mu.Lock()
 		done = e.consumed[v] // what is not checkpointed comes again
 		e.mu.Unlock()
-		s, err := e.w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAfter(from), Filter: adaptor.Filter{VChannels: []string{v}}})
+		s, err := e.w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.After(from), Filter: adaptor.Filter{VChannels: []string{v}}})
 		if errors.Is(err, walimpls.ErrPositionGone) {
 			continue
 		}
@@ -540,7 +541,7 @@ func consumeConcurrently(ctx context.Context, e *pruneEnv, v string, n, every in
 					if done%every != 0 && done != n {
 						continue
 					}
-					cp, err := adaptor.CheckpointOf(m)
+					cp, err := cursor.CheckpointOf(m)
 					if err == nil {
 						err = e.p.SaveCheckpoint(ctx, v, 1, cp)
 					}

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 )
 
@@ -42,7 +43,7 @@ type Pruner struct {
 
 	// mu serializes rounds (PruneOnce) and guards cursors.
 	mu      sync.Mutex
-	cursors map[string]*cursor // by pchannel
+	cursors map[string]*progress // by pchannel
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -54,7 +55,7 @@ func NewPruner(p *Pool, wals WALSource, interval time.Duration) (*Pruner, error)
 	if p == nil || wals == nil || interval <= 0 {
 		return nil, errors.Wrapf(ErrInvalidConfig, "pruner: pool, WAL source and a positive interval are required (interval %s)", interval)
 	}
-	return &Pruner{pool: p, wals: wals, interval: interval, log: p.log.With("component", "pruner"), cursors: map[string]*cursor{}}, nil
+	return &Pruner{pool: p, wals: wals, interval: interval, log: p.log.With("component", "pruner"), cursors: map[string]*progress{}}, nil
 }
 
 // Start runs the pruner until Close.
@@ -130,7 +131,7 @@ func (r *Pruner) PruneOnce(ctx context.Context) ([]Pruned, error) {
 func (r *Pruner) prune(ctx context.Context, pc string, w adaptor.WAL) (Target, error) {
 	c := r.cursors[pc]
 	if c == nil || c.term != w.Channel().Term {
-		c = &cursor{term: w.Channel().Term, seen: map[string]Written{}}
+		c = &progress{term: w.Channel().Term, seen: map[string]Written{}}
 		r.cursors[pc] = c
 	}
 	act, err := c.advance(ctx, w)
@@ -155,18 +156,18 @@ func (r *Pruner) prune(ctx context.Context, pc string, w adaptor.WAL) (Target, e
 	return target, nil
 }
 
-// cursor is how far a pruner has read one pchannel's log, and what it
+// progress is how far a pruner has read one pchannel's log, and what it
 // found there per vchannel. Owned by the Pruner's round (Pruner.mu).
-type cursor struct {
-	term int64              // of the WAL it reads through
-	at   adaptor.Checkpoint // read up to this tail; zero: nothing read yet
+type progress struct {
+	term int64             // of the WAL it reads through
+	at   cursor.Checkpoint // read up to this tail; zero: nothing read yet
 	seen map[string]Written
 }
 
 // advance reads w from where the cursor stands up to a tail it takes now,
 // and returns what the cursor knows up to it. A failed advance may have
 // noted part of the read: the cursor is then dropped.
-func (c *cursor) advance(ctx context.Context, w adaptor.WAL) (Activity, error) {
+func (c *progress) advance(ctx context.Context, w adaptor.WAL) (Activity, error) {
 	tail, err := w.Tail(ctx)
 	if err != nil {
 		return Activity{}, errors.Wrap(err, "pruner: the tail of the log")
@@ -175,7 +176,7 @@ func (c *cursor) advance(ctx context.Context, w adaptor.WAL) (Activity, error) {
 	defer cancel()
 	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
 		Name:          "pool-pruner",
-		DeliverPolicy: adaptor.DeliverAfter(c.at),
+		DeliverPolicy: cursor.After(c.at),
 		Filter:        adaptor.Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
 	})
 	if err != nil {
@@ -206,7 +207,7 @@ func (c *cursor) advance(ctx context.Context, w adaptor.WAL) (Activity, error) {
 }
 
 // note records a data message read at or below the tail.
-func (c *cursor) note(m message.Immutable, tail adaptor.Checkpoint) {
+func (c *progress) note(m message.Immutable, tail cursor.Checkpoint) {
 	v := m.VChannel()
 	tt, ok := m.TimeTick()
 	if m.Kind() != message.KindData || v == "" || !ok || tt > tail.TimeTick {
@@ -221,7 +222,7 @@ func (c *cursor) note(m message.Immutable, tail adaptor.Checkpoint) {
 }
 
 // keep forgets every vchannel but members.
-func (c *cursor) keep(members []string) {
+func (c *progress) keep(members []string) {
 	keep := make(map[string]bool, len(members))
 	for _, v := range members {
 		keep[v] = true

@@ -7,8 +7,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
 )
@@ -17,13 +17,13 @@ import (
 // checkpoint, or a resume point recorded for it when that is later).
 type consumer struct {
 	scope  consumers.Scope
-	resume adaptor.Checkpoint
+	resume cursor.Checkpoint
 }
 
 // input is what decide decides on.
 type input struct {
 	now       time.Time
-	tail      adaptor.Checkpoint // the ledger's: how far the log was read
+	tail      cursor.Checkpoint // the ledger's: how far the log was read
 	consumers []consumer
 	vchannels map[string]*written
 	blocks    []block
@@ -40,7 +40,7 @@ const (
 type decision struct {
 	// target is where the log may be truncated: every hold is at or after
 	// it.
-	target adaptor.Checkpoint
+	target cursor.Checkpoint
 	// heldBy says who holds the log back at target ("" when nothing does:
 	// target is the tail).
 	heldBy string
@@ -62,10 +62,10 @@ func decide(in input) (decision, error) {
 		return decision{}, errors.New("retention: decide before the log was read")
 	}
 	// explicit: the earliest hold of a committed checkpoint.
-	var explicit adaptor.Checkpoint
+	var explicit cursor.Checkpoint
 	var explicitBy string
 	var explicitScopes []consumers.Scope
-	hold := func(at adaptor.Checkpoint, by string, sc consumers.Scope) error {
+	hold := func(at cursor.Checkpoint, by string, sc consumers.Scope) error {
 		if explicit.IsZero() {
 			explicit, explicitBy, explicitScopes = at, by, []consumers.Scope{sc}
 			return nil
@@ -159,10 +159,10 @@ func decide(in input) (decision, error) {
 // policyCut is where the policy lets the log go from, on the ledger's
 // blocks: the first block it keeps (the tail when it keeps none). False
 // when the policy caps nothing there.
-func policyCut(in input) (adaptor.Checkpoint, bool) {
+func policyCut(in input) (cursor.Checkpoint, bool) {
 	p := in.policy
 	if p.IsZero() || len(in.blocks) == 0 {
-		return adaptor.Checkpoint{}, false
+		return cursor.Checkpoint{}, false
 	}
 	drop := 0 // the blocks before this one go
 	if p.MaxAge > 0 {
@@ -182,31 +182,31 @@ func policyCut(in input) (adaptor.Checkpoint, bool) {
 	}
 	switch {
 	case drop == 0:
-		return adaptor.Checkpoint{}, false
+		return cursor.Checkpoint{}, false
 	case drop == len(in.blocks):
 		return in.tail, true
 	}
 	b := in.blocks[drop]
-	return adaptor.Checkpoint{Position: b.first, TimeTick: before(b.firstTT)}, true
+	return cursor.Checkpoint{Position: b.first, TimeTick: before(b.firstTT)}, true
 }
 
 // checkpointAt is a checkpoint at position at: with the timetick of the
 // block that starts there when one does, so that it reads back.
-func checkpointAt(at message.ID, in input) adaptor.Checkpoint {
+func checkpointAt(at message.ID, in input) cursor.Checkpoint {
 	if at.EQ(in.tail.Position) {
 		return in.tail
 	}
 	for _, b := range in.blocks {
 		if b.first.EQ(at) {
-			return adaptor.Checkpoint{Position: at, TimeTick: before(b.firstTT)}
+			return cursor.Checkpoint{Position: at, TimeTick: before(b.firstTT)}
 		}
 	}
 	for _, v := range in.vchannels {
 		if v.first.EQ(at) && v.firstTT > 0 {
-			return adaptor.Checkpoint{Position: at, TimeTick: before(v.firstTT)}
+			return cursor.Checkpoint{Position: at, TimeTick: before(v.firstTT)}
 		}
 	}
-	return adaptor.Checkpoint{Position: at, TimeTick: 1}
+	return cursor.Checkpoint{Position: at, TimeTick: 1}
 }
 
 // before is the timetick just below tt (a checkpoint after which the

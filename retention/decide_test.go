@@ -10,8 +10,10 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
+	"github.com/streamwal/streamwal/walimpls"
 )
 
 // The log of these cases: positions 1..100, timetick = position × 10 at
@@ -22,8 +24,8 @@ func id(seq int64) message.ID { return message.NewSeqID("test", seq) }
 
 func tt(seq int64) uint64 { return hlc.Compose(t0.Add(time.Duration(seq)*time.Millisecond), 0) }
 
-func at(seq int64) adaptor.Checkpoint {
-	return adaptor.Checkpoint{Position: id(seq), TimeTick: tt(seq)}
+func at(seq int64) cursor.Checkpoint {
+	return cursor.Checkpoint{Position: id(seq), TimeTick: tt(seq)}
 }
 
 // blocks of ten messages of 100 bytes each, positions from..to.
@@ -55,7 +57,7 @@ func TestDecide(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		in      func(in input) input
-		target  adaptor.Checkpoint
+		target  cursor.Checkpoint
 		heldBy  string
 		holding []consumers.Scope
 		moves   []string // consumers moved to the tail
@@ -63,7 +65,7 @@ func TestDecide(t *testing.T) {
 	}{{
 		name:   "no consumer keeps everything",
 		in:     func(in input) input { return in },
-		target: adaptor.Checkpoint{Position: id(1), TimeTick: tt(1) - 1}, heldBy: heldNoConsumer,
+		target: cursor.Checkpoint{Position: id(1), TimeTick: tt(1) - 1}, heldBy: heldNoConsumer,
 	}, {
 		name:   "the slowest channel consumer holds",
 		in:     func(in input) input { in.consumers = []consumer{chanC("flusher", 60), chanC("indexer", 30)}; return in },
@@ -104,14 +106,14 @@ func TestDecide(t *testing.T) {
 			in.vchannels = map[string]*written{"a": vch(1, 95), "b": vch(5, 40)}
 			return in
 		},
-		target: adaptor.Checkpoint{Position: id(5), TimeTick: tt(5) - 1}, heldBy: "vchannel b (no consumer)",
+		target: cursor.Checkpoint{Position: id(5), TimeTick: tt(5) - 1}, heldBy: "vchannel b (no consumer)",
 	}, {
 		name: "messages without a vchannel hold without a channel consumer",
 		in: func(in input) input {
 			in.consumers = []consumer{vchanC("i", "a", 90), vchanC("j", "b", 90)}
 			return in
 		},
-		target: adaptor.Checkpoint{Position: id(3), TimeTick: tt(3) - 1}, heldBy: "messages without a vchannel (no consumer of the channel)",
+		target: cursor.Checkpoint{Position: id(3), TimeTick: tt(3) - 1}, heldBy: "messages without a vchannel (no consumer of the channel)",
 	}, {
 		name:   "everything processed: the tail",
 		in:     func(in input) input { in.consumers = []consumer{chanC("f", 100)}; return in },
@@ -130,14 +132,14 @@ func TestDecide(t *testing.T) {
 			in.policy = Policy{MaxBytes: 3500}
 			return in
 		},
-		target: adaptor.Checkpoint{Position: id(71), TimeTick: tt(71) - 1}, heldBy: heldRetention, kept: id(1),
+		target: cursor.Checkpoint{Position: id(71), TimeTick: tt(71) - 1}, heldBy: heldRetention, kept: id(1),
 	}, {
 		name: "the policy's age drops what nobody committed on",
 		in: func(in input) input {
 			in.policy = Policy{MaxAge: time.Second - 50*time.Millisecond}
 			return in
 		},
-		target: adaptor.Checkpoint{Position: id(41), TimeTick: tt(41) - 1}, heldBy: heldRetention, kept: id(1),
+		target: cursor.Checkpoint{Position: id(41), TimeTick: tt(41) - 1}, heldBy: heldRetention, kept: id(1),
 	}, {
 		name: "the policy never passes a committed checkpoint",
 		in: func(in input) input {
@@ -154,7 +156,7 @@ func TestDecide(t *testing.T) {
 			in.vchannels = map[string]*written{"a": vch(1, 95), "b": vch(5, 40)}
 			return in
 		},
-		target: adaptor.Checkpoint{Position: id(51), TimeTick: tt(51) - 1}, heldBy: heldRetention, kept: id(5),
+		target: cursor.Checkpoint{Position: id(51), TimeTick: tt(51) - 1}, heldBy: heldRetention, kept: id(5),
 	}, {
 		name: "the policy dropping everything: the tail",
 		in: func(in input) input {
@@ -242,17 +244,18 @@ type failingWAL struct {
 	adaptor.WAL // nil: only ReadBatches is used
 	log         []message.Immutable
 	breakAfter  int // batches of one message each before a read breaks; <0: never
-	starts      []adaptor.DeliverSpec
+	starts      []cursor.Policy
 }
 
-func (w *failingWAL) ReadBatches(_ context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
-	spec := opt.DeliverPolicy.Spec()
-	w.starts = append(w.starts, spec)
+func (w *failingWAL) ReadBatches(_ context.Context, opt adaptor.ReadOption) (walimpls.BatchScanner, error) {
+	p := opt.DeliverPolicy
+	w.starts = append(w.starts, p)
+	cp, after := p.After()
 	s := &listScanner{batches: make(chan []message.Immutable, len(w.log)), done: make(chan struct{})}
 	sent := 0
 	for _, m := range w.log {
 		tt, _ := m.TimeTick()
-		if spec.Kind == adaptor.KindAfter && (m.ID().LT(spec.ID) || tt <= spec.TimeTick) {
+		if after && (m.ID().LT(cp.Position) || tt <= cp.TimeTick) {
 			continue
 		}
 		if w.breakAfter >= 0 && sent == w.breakAfter {
@@ -299,7 +302,8 @@ func TestLedgerGoesOnAfterABrokenRead(t *testing.T) {
 	require.True(t, l.caughtUp())
 	messages, _, _ := l.totals()
 	require.EqualValues(t, 10, messages, "every message once")
-	require.Equal(t, adaptor.KindAll, w.starts[0].Kind)
-	require.Equal(t, adaptor.KindAfter, w.starts[1].Kind)
-	require.True(t, w.starts[1].ID.EQ(id(4)), "the second read goes on after the fourth message")
+	require.True(t, w.starts[0].IsAll())
+	cp, after := w.starts[1].After()
+	require.True(t, after)
+	require.True(t, cp.Position.EQ(id(4)), "the second read goes on after the fourth message")
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/adaptor"
-	"github.com/streamwal/streamwal/chainread"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
 )
@@ -58,7 +58,7 @@ type ledger struct {
 	// (the next read goes on from there). tail is the last tail a read
 	// reached (zero before): the rule decides on what lies up to it, and
 	// only when at is tail (complete).
-	at, tail adaptor.Checkpoint
+	at, tail cursor.Checkpoint
 	complete bool
 	// from is where the first read starts when set (at zero): the
 	// channel's floor, before which its log is truncated or about to be
@@ -85,12 +85,12 @@ func (l *ledger) caughtUp() bool { return !l.tail.IsZero() && l.complete }
 
 // advance reads w from where the ledger stands up to tail. A read that
 // fails keeps what it noted: the next goes on after it.
-func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail adaptor.Checkpoint) error {
+func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail cursor.Checkpoint) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := adaptor.DeliverAfter(l.at)
+	start := cursor.After(l.at)
 	if l.at.IsZero() && !l.from.IsZero() {
-		start = adaptor.DeliverStartFrom(l.from)
+		start = cursor.StartFrom(l.from)
 	}
 	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
 		Name:          "retention",
@@ -118,7 +118,7 @@ func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail adaptor.Checkp
 					return nil
 				}
 				if l.note(m, tail) {
-					if cp, err := adaptor.CheckpointOf(m); err == nil {
+					if cp, err := cursor.CheckpointOf(m); err == nil {
 						l.at, l.complete = cp, false
 					}
 				}
@@ -131,16 +131,13 @@ func (l *ledger) advance(ctx context.Context, w adaptor.WAL, tail adaptor.Checkp
 
 // note records a data message read at or below the tail, and reports
 // whether it did.
-func (l *ledger) note(m message.Immutable, tail adaptor.Checkpoint) bool {
+func (l *ledger) note(m message.Immutable, tail cursor.Checkpoint) bool {
 	tt, ok := m.TimeTick()
 	if m.Kind() != message.KindData || !ok || tt > tail.TimeTick {
 		return false
 	}
 	id := m.ID()
-	seg, _, err := chainread.BackendID(id)
-	if err != nil {
-		seg = 0 // a backend's own ID: a channel without a chain
-	}
+	seg, _, _ := cursor.SplitID(id) // 0 for a backend's own ID: a channel without a chain
 	size := int64(m.Size())
 	if n := len(l.blocks); n == 0 || !l.fits(&l.blocks[n-1], seg, tt, size) {
 		l.blocks = append(l.blocks, block{segment: seg, first: id, firstTT: tt})
@@ -234,7 +231,7 @@ func (l *ledger) recount(ctx context.Context, w adaptor.WAL, upTo message.ID) er
 	defer cancel()
 	s, err := w.ReadBatches(ctx, adaptor.ReadOption{
 		Name:          "retention-recount",
-		DeliverPolicy: adaptor.DeliverStartFrom(upTo),
+		DeliverPolicy: cursor.StartFrom(upTo),
 		Filter:        adaptor.Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}},
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
 	"github.com/streamwal/streamwal/walimpls"
@@ -101,9 +102,9 @@ type state struct {
 	term      int64
 	ledger    *ledger
 	policy    Policy
-	truncated adaptor.Checkpoint // what this term truncated to; zero: nothing
-	segments  uint64             // the first kept segment's index, as last seen
-	dropped   [2]int64           // messages, bytes the policy dropped at this term
+	truncated cursor.Checkpoint // what this term truncated to; zero: nothing
+	segments  uint64            // the first kept segment's index, as last seen
+	dropped   [2]int64          // messages, bytes the policy dropped at this term
 	// fromOldest: a read from the floor met a truncated position; the
 	// ledger reads from the oldest retained message instead.
 	fromOldest bool
@@ -312,11 +313,11 @@ type Result struct {
 	Channel string
 	Term    int64
 	// Target is where the rule let the log go from, HeldBy why.
-	Target adaptor.Checkpoint
+	Target cursor.Checkpoint
 	HeldBy string
 	// Truncated is where the round truncated the log; zero when it did not
 	// (nothing new to release, or a consumer committed meanwhile).
-	Truncated adaptor.Checkpoint
+	Truncated cursor.Checkpoint
 	// Moved counts the idle vchannel consumers moved to the tail.
 	Moved int
 	// Dropped counts what the policy dropped that no consumer committed
@@ -515,33 +516,33 @@ func inputOf(read consumers.Channel, st *state, parse consumers.Parser, now time
 // before its own, so it may follow the consumer's checkpoint by timetick
 // and precede it by position, and a truncation at the checkpoint's
 // position would then take the position the consumer reads from.
-func resumeOf(c consumers.Checkpoint, parse consumers.Parser) (adaptor.Checkpoint, error) {
+func resumeOf(c consumers.Checkpoint, parse consumers.Parser) (cursor.Checkpoint, error) {
 	if c.Resume == "" {
 		own, err := parse(c.Checkpoint)
 		if err != nil {
-			return adaptor.Checkpoint{}, errors.Wrapf(err, "%s", c.Scope)
+			return cursor.Checkpoint{}, errors.Wrapf(err, "%s", c.Scope)
 		}
 		return own, nil
 	}
 	moved, err := parse(c.Resume)
 	if err != nil {
-		return adaptor.Checkpoint{}, errors.Wrapf(err, "%s: resume point", c.Scope)
+		return cursor.Checkpoint{}, errors.Wrapf(err, "%s: resume point", c.Scope)
 	}
 	return moved, nil
 }
 
 // safePoint is the earliest of target and every consumer's resume point in
 // again, a read made after the floor was recorded.
-func safePoint(target adaptor.Checkpoint, again consumers.Channel, parse consumers.Parser) (adaptor.Checkpoint, error) {
+func safePoint(target cursor.Checkpoint, again consumers.Channel, parse consumers.Parser) (cursor.Checkpoint, error) {
 	upTo := target
 	for _, c := range again.Consumers {
 		resume, err := resumeOf(c, parse)
 		if err != nil {
-			return adaptor.Checkpoint{}, err
+			return cursor.Checkpoint{}, err
 		}
 		n, err := resume.Position.Compare(upTo.Position)
 		if err != nil {
-			return adaptor.Checkpoint{}, errors.Wrapf(err, "%s", c.Scope)
+			return cursor.Checkpoint{}, errors.Wrapf(err, "%s", c.Scope)
 		}
 		if n < 0 {
 			upTo = resume

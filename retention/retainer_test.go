@@ -19,6 +19,7 @@ import (
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/meta"
@@ -111,7 +112,7 @@ func (e *env) write(w adaptor.WAL, vchannel, prefix string, n int) []adaptor.App
 }
 
 // read returns what a read of w from policy delivers, up to the tail now.
-func (e *env) read(w adaptor.WAL, policy adaptor.DeliverPolicy, vchannel string) ([]message.Immutable, error) {
+func (e *env) read(w adaptor.WAL, policy cursor.Policy, vchannel string) ([]message.Immutable, error) {
 	tail, err := w.Tail(e.ctx)
 	require.NoError(e.t, err)
 	opt := adaptor.ReadOption{DeliverPolicy: policy, Filter: adaptor.Filter{Kinds: []message.Kind{message.KindData, message.KindTimeTick}}}
@@ -144,18 +145,18 @@ func (e *env) read(w adaptor.WAL, policy adaptor.DeliverPolicy, vchannel string)
 
 // checkpointOf returns the checkpoint after the i-th message a full read
 // of w delivers.
-func (e *env) checkpoints(w adaptor.WAL) []adaptor.Checkpoint {
-	ms, err := e.read(w, adaptor.DeliverAll(), "")
+func (e *env) checkpoints(w adaptor.WAL) []cursor.Checkpoint {
+	ms, err := e.read(w, cursor.All(), "")
 	require.NoError(e.t, err)
-	out := make([]adaptor.Checkpoint, len(ms))
+	out := make([]cursor.Checkpoint, len(ms))
 	for i, m := range ms {
-		out[i], err = adaptor.CheckpointOf(m)
+		out[i], err = cursor.CheckpointOf(m)
 		require.NoError(e.t, err)
 	}
 	return out
 }
 
-func (e *env) commit(channel string, sc consumers.Scope, cp adaptor.Checkpoint, w adaptor.WAL) {
+func (e *env) commit(channel string, sc consumers.Scope, cp cursor.Checkpoint, w adaptor.WAL) {
 	_, err := e.store.Commit(e.ctx, channel, sc, cp, w.Channel().Term, w.ParseCheckpoint)
 	require.NoError(e.t, err)
 }
@@ -268,12 +269,12 @@ func TestTruncatesAtTheSlowest(t *testing.T) {
 	require.Equal(t, "consumer indexer", res.HeldBy)
 	require.Equal(t, cps[9].Marshal(), res.Truncated.Marshal())
 
-	got, err := e.read(w, adaptor.DeliverAll(), "")
+	got, err := e.read(w, cursor.All(), "")
 	require.NoError(t, err)
 	require.Equal(t, "m/10", string(got[0].Payload()), "the oldest retained message is the one after the slowest checkpoint")
-	_, err = e.read(w, adaptor.DeliverAfter(cps[3]), "")
+	_, err = e.read(w, cursor.After(cps[3]), "")
 	require.ErrorIs(t, err, walimpls.ErrPositionGone, "a checkpoint before the truncation is gone, never skipped silently")
-	got, err = e.read(w, adaptor.DeliverAfter(cps[9]), "")
+	got, err = e.read(w, cursor.After(cps[9]), "")
 	require.NoError(t, err)
 	require.Len(t, got, 20, "everything after the slowest checkpoint is kept")
 
@@ -322,7 +323,7 @@ func TestIdleVChannels(t *testing.T) {
 	resume, err := w.ParseCheckpoint(moved.ResumeAt())
 	require.NoError(t, err)
 	e.write(w, "quiet", "q-after", 2)
-	got, err := e.read(w, adaptor.DeliverAfter(resume), "quiet")
+	got, err := e.read(w, cursor.After(resume), "quiet")
 	require.NoError(t, err)
 	require.Equal(t, []string{"q-after/0", "q-after/1"}, payloads(got), "the idle consumer finds every message of its vchannel")
 
@@ -335,7 +336,7 @@ func TestIdleVChannels(t *testing.T) {
 	res, err = r.Round(e.ctx, "p")
 	require.NoError(t, err)
 	require.Equal(t, "vchannel orphan (no consumer)", res.HeldBy)
-	got, err = e.read(w, adaptor.DeliverAll(), "orphan")
+	got, err = e.read(w, cursor.All(), "orphan")
 	require.NoError(t, err)
 	require.Equal(t, []string{"o/0", "o/1"}, payloads(got))
 }
@@ -354,7 +355,7 @@ func TestCommitRacingTheFloor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cps[15].Marshal(), res.Target.Marshal(), "the rule decided on the first read")
 	require.Equal(t, cps[4].Marshal(), res.Truncated.Marshal(), "the truncation stopped at the late commit")
-	got, err := e.read(w, adaptor.DeliverAfter(cps[4]), "")
+	got, err := e.read(w, cursor.After(cps[4]), "")
 	require.NoError(t, err)
 	require.Len(t, got, 15)
 
@@ -398,7 +399,7 @@ func TestDropsSealedSegments(t *testing.T) {
 	st, _ = r.Stats("p")
 	require.Len(t, st.Segments, 1)
 	require.EqualValues(t, 1, st.Segments[0].Index)
-	got, err := e.read(w, adaptor.DeliverAfter(cps[7]), "")
+	got, err := e.read(w, cursor.After(cps[7]), "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"s1/3", "s1/4"}, payloads(got))
 	_, err = r.Round(e.ctx, "p") // the next round counts the dropped segment
@@ -447,7 +448,7 @@ func TestPolicy(t *testing.T) {
 	res, err = r.Round(e.ctx, "p")
 	require.NoError(t, err)
 	require.Equal(t, "consumer late", res.HeldBy, "a committed checkpoint holds whatever the cap")
-	got, err := e.read(w, adaptor.DeliverAfter(cps[2]), "")
+	got, err := e.read(w, cursor.After(cps[2]), "")
 	require.NoError(t, err)
 	require.Len(t, got, 7)
 }
@@ -466,7 +467,7 @@ func TestStaleOwner(t *testing.T) {
 	r := e.retainer(retention.Config{})
 	_, err = r.Round(e.ctx, "p")
 	require.ErrorIs(t, err, consumers.ErrStaleTerm)
-	got, err := e.read(w, adaptor.DeliverAll(), "")
+	got, err := e.read(w, cursor.All(), "")
 	require.NoError(t, err)
 	require.Len(t, got, 10, "nothing truncated")
 }
@@ -580,7 +581,7 @@ func TestFinishesAnInterruptedPrune(t *testing.T) {
 	_, err = e.store.Advance(e.ctx, read, 2, cps[7], nil, w.ParseCheckpoint)
 	require.NoError(t, err)
 	require.NoError(t, e.b.Entry("memory").Delete(e.ctx, "p"))
-	_, err = e.read(w, adaptor.DeliverAll(), "")
+	_, err = e.read(w, cursor.All(), "")
 	require.ErrorIs(t, err, walimpls.ErrPositionGone, "the half-done prune: a read from the oldest meets the deleted segment")
 
 	r := e.retainer(retention.Config{})
@@ -590,7 +591,7 @@ func TestFinishesAnInterruptedPrune(t *testing.T) {
 	c, err := e.chains.Get(e.ctx, "p")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, c.First(), "the prune finished")
-	got, err := e.read(w, adaptor.DeliverAll(), "")
+	got, err := e.read(w, cursor.All(), "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"s1/3", "s1/4"}, payloads(got))
 }
@@ -622,7 +623,7 @@ func TestMovedConsumerResumesAfterTruncation(t *testing.T) {
 		}
 		r, err := w.Append(e.ctx, msg)
 		require.NoError(t, err)
-		e.commit("p", m.sc, adaptor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}, w)
+		e.commit("p", m.sc, cursor.Checkpoint{Position: r.ID, TimeTick: r.TimeTick}, w)
 	}
 
 	r := e.retainer(retention.Config{})
@@ -637,7 +638,7 @@ func TestMovedConsumerResumesAfterTruncation(t *testing.T) {
 	moved, _ := ch.Find(quiet)
 	resume, err := w.ParseCheckpoint(moved.ResumeAt())
 	require.NoError(t, err)
-	got, err := e.read(w, adaptor.DeliverAfter(resume), "quiet")
+	got, err := e.read(w, cursor.After(resume), "quiet")
 	require.NoError(t, err, "a read from where the moved consumer resumes (%s; its own checkpoint %s; truncated at %s)",
 		moved.ResumeAt(), moved.Checkpoint, res.Truncated)
 	require.Equal(t, []string{"q-after/0", "q-after/1"}, payloads(got))
@@ -657,7 +658,7 @@ func TestRecountAfterATruncationInsideABlock(t *testing.T) {
 	res, err := r.Round(e.ctx, "p")
 	require.NoError(t, err)
 	require.False(t, res.Truncated.IsZero())
-	got, err := e.read(w, adaptor.DeliverAll(), "")
+	got, err := e.read(w, cursor.All(), "")
 	require.NoError(t, err)
 	st, _ := r.Stats("p")
 	require.EqualValues(t, len(got), st.Messages, "exactly what a read from the oldest delivers")

@@ -7,8 +7,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/scenario"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/hlc"
@@ -23,7 +23,7 @@ func TestScenarios(t *testing.T) {
 		s := &pruneScenario{
 			clock:     scenario.NewClock(),
 			ledger:    newLedger(Policy{}, blockBounds{messages: 10, bytes: 1 << 40}),
-			consumers: map[consumers.Scope]adaptor.Checkpoint{},
+			consumers: map[consumers.Scope]cursor.Checkpoint{},
 		}
 		return s.run
 	})
@@ -35,7 +35,7 @@ func TestScenarios(t *testing.T) {
 type pruneScenario struct {
 	clock     *scenario.Clock
 	ledger    *ledger
-	consumers map[consumers.Scope]adaptor.Checkpoint
+	consumers map[consumers.Scope]cursor.Checkpoint
 	policy    Policy
 	written   int64 // the last position written
 }
@@ -46,8 +46,8 @@ func scenarioTT(seq int64) uint64 {
 	return hlc.Compose(scenario.Epoch.Add(time.Duration(seq)*time.Millisecond), 0)
 }
 
-func scenarioAt(seq int64) adaptor.Checkpoint {
-	return adaptor.Checkpoint{Position: id(seq), TimeTick: scenarioTT(seq)}
+func scenarioAt(seq int64) cursor.Checkpoint {
+	return cursor.Checkpoint{Position: id(seq), TimeTick: scenarioTT(seq)}
 }
 
 func (s *pruneScenario) run(t *testing.T, d *datadriven.TestData) string {
@@ -226,7 +226,7 @@ func pos(p message.ID) string {
 
 // cp prints a checkpoint: N after message N was read, "before N" when
 // message N is the next to read.
-func cp(c adaptor.Checkpoint) string {
+func cp(c cursor.Checkpoint) string {
 	seq, err := message.SeqOf("test", c.Position)
 	switch {
 	case err != nil:

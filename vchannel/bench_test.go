@@ -244,7 +244,7 @@ func benchFanOut(b *testing.B, ws []adaptor.WAL, l benchLayout) (benchCost, int)
 
 // count reads n messages from s, as a consumer's loop does: a receive
 // each.
-func count(s adaptor.Scanner, n int) error {
+func count(s walimpls.Scanner, n int) error {
 	for i := 0; i < n; i++ {
 		if _, ok := <-s.Chan(); !ok {
 			<-s.Done()

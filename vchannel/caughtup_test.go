@@ -12,6 +12,7 @@ import (
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/vchannel"
 	"github.com/streamwal/streamwal/walimpls"
@@ -38,7 +39,7 @@ func caughtUp(t *testing.T, r *vchannel.Replayer, vc string) <-chan struct{} {
 // checking before each receive that the consumer is not told it caught up
 // yet, then waits (without reading more) for the signal, and returns what
 // it read.
-func readCatchingUp(t testing.TB, s adaptor.Scanner, up <-chan struct{}, vc string, n int) []message.Immutable {
+func readCatchingUp(t testing.TB, s walimpls.Scanner, up <-chan struct{}, vc string, n int) []message.Immutable {
 	t.Helper()
 	var got []message.Immutable
 	for len(got) < n {
@@ -180,7 +181,7 @@ func TestCaughtUpWaitsForTheTailAndTheReader(t *testing.T) {
 	// vc-past's consumer has processed all of its messages.
 	s, err := view(t, writer, "vc-past").Read(context.Background(), adaptor.ReadOption{})
 	require.NoError(t, err)
-	past, err := adaptor.CheckpointOf(recvN(t, s, n)[n-1])
+	past, err := cursor.CheckpointOf(recvN(t, s, n)[n-1])
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
@@ -192,7 +193,7 @@ func TestCaughtUpWaitsForTheTailAndTheReader(t *testing.T) {
 	res, err := view(t, writer, "vc-ahead").Append(ctx, msg(t, "after the tail"))
 	require.NoError(t, err)
 	require.Greater(t, res.TimeTick, tail.TimeTick)
-	ahead := adaptor.Checkpoint{Position: res.ID, TimeTick: res.TimeTick}
+	ahead := cursor.Checkpoint{Position: res.ID, TimeTick: res.TimeTick}
 
 	// A follower: the replay reads the log, where the gate holds the tail
 	// back.
@@ -390,7 +391,7 @@ func TestCaughtUpToAMessage(t *testing.T) {
 	_, err := view(t, w, "vc-probe").Append(ctx, msg(t, "probe"))
 	require.NoError(t, err)
 	r := replay(t, w, []vchannel.Consumer{{VChannel: "vc-b"}, {VChannel: "vc-probe"}},
-		vchannel.ReplayOptions{CatchUpTo: adaptor.Checkpoint{Position: to.ID, TimeTick: to.TimeTick}})
+		vchannel.ReplayOptions{CatchUpTo: cursor.Checkpoint{Position: to.ID, TimeTick: to.TimeTick}})
 	// The probe, appended after every message of vc-b, was received: the
 	// replay handed vc-b's stream all of them.
 	require.Equal(t, []string{"probe"}, payloads(t, "vc-probe", recvN(t, scanner(t, r, "vc-probe"), 1)))
@@ -423,7 +424,7 @@ func TestCaughtUpWithoutATail(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
 	defer cancel()
-	_, err := vchannel.Replay(ctx, ro, []vchannel.Consumer{{VChannel: "vc"}}, vchannel.ReplayOptions{CatchUpTo: adaptor.Checkpoint{Position: message.NewSeqID("pch", 1)}})
+	_, err := vchannel.Replay(ctx, ro, []vchannel.Consumer{{VChannel: "vc"}}, vchannel.ReplayOptions{CatchUpTo: cursor.Checkpoint{Position: message.NewSeqID("pch", 1)}})
 	require.ErrorIs(t, err, vchannel.ErrInvalidReplay)
 
 	// Fenced by a higher term: the old owner still replays its history,

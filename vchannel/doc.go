@@ -18,7 +18,7 @@
 //   - Read starts an adaptor scanner with Filter.VChannels set to the
 //     vchannel: it delivers this vchannel's data messages only, in strictly
 //     increasing timetick order, from the caller's DeliverPolicy, each
-//     carrying its resume position (adaptor.CheckpointOf works on it).
+//     carrying its resume position (cursor.CheckpointOf works on it).
 //     Control messages a caller asks for with Filter.Kinds (term-begins,
 //     watermarks) belong to the whole pchannel and are delivered as the
 //     adaptor delivers them.
@@ -39,15 +39,15 @@
 //
 // One adaptor scanner (the shared reader) starts at the earliest consumer
 // checkpoint: at the lowest of their positions, delivering timeticks above
-// the lowest of their timeticks (DeliverAfter); the two need not come
+// the lowest of their timeticks (cursor.After); the two need not come
 // from one checkpoint. The router hands each message to the stream of its
 // vchannel when its timetick is above that consumer's checkpoint. What each
 // consumer's scanner (Replayer.Scanner) delivers is therefore what a
-// scanner of its own started at DeliverAfter(its checkpoint) would deliver:
+// scanner of its own started at cursor.After(its checkpoint) would deliver:
 // its vchannel's data messages with a timetick above its checkpoint,
 // nothing lost, nothing twice, in strictly increasing timetick order, each
-// keeping its resume position so that CheckpointOf works on it. The zero
-// checkpoint means "from the start" (DeliverAll).
+// keeping its resume position so that cursor.CheckpointOf works on it. The zero
+// checkpoint means "from the start" (cursor.All).
 //
 // # Caught up
 //
@@ -116,7 +116,7 @@
 // attached stream runs dry (its reader waits for the router), the full
 // stream is detached: the router forgets it and goes on, and the stream,
 // once its reader took what it holds, continues on an adaptor scanner of
-// its own started at DeliverAfter(CheckpointOf(the last message it was
+// its own started at cursor.After(cursor.CheckpointOf(the last message it was
 // handed)), or at its own checkpoint when it was handed nothing. Its reader
 // sees one uninterrupted stream. A detached consumer stays detached, and
 // reads the pchannel a second time from where it was: Replayer.Detachments
@@ -138,7 +138,7 @@
 // When the shared scanner ends with an error (the WAL closed, a truncated
 // start position, a reorder buffer overflow), every attached stream
 // delivers what it holds and then ends with that error: Error after Done,
-// like an adaptor.Scanner. A detached stream ends with its own scanner's
+// like an walimpls.Scanner. A detached stream ends with its own scanner's
 // error. Closing the WAL therefore ends every stream with the error its
 // adaptor scanner reports for a closed WAL (walimpls.ErrClosed).
 //

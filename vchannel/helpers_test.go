@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/vchannel"
 	"github.com/streamwal/streamwal/walimpls"
@@ -119,7 +120,7 @@ func msg(t testing.TB, payload string) message.Message {
 func vcName(i int) string { return fmt.Sprintf("vc-%03d", i) }
 
 // recvN receives n messages from s, failing if it ends first.
-func recvN(t testing.TB, s adaptor.Scanner, n int) []message.Immutable {
+func recvN(t testing.TB, s walimpls.Scanner, n int) []message.Immutable {
 	t.Helper()
 	out := make([]message.Immutable, 0, n)
 	timer := time.NewTimer(watchdog)
@@ -139,7 +140,7 @@ func recvN(t testing.TB, s adaptor.Scanner, n int) []message.Immutable {
 }
 
 // drain receives until s ends and returns what it delivered and its error.
-func drain(t testing.TB, s adaptor.Scanner) ([]message.Immutable, error) {
+func drain(t testing.TB, s walimpls.Scanner) ([]message.Immutable, error) {
 	t.Helper()
 	var out []message.Immutable
 	timer := time.NewTimer(watchdog)
@@ -171,7 +172,7 @@ func payloads(t testing.TB, vc string, msgs []message.Immutable) []string {
 		require.True(t, ok)
 		require.Greater(t, tt, last, "message %d: timeticks must strictly increase", i)
 		last = tt
-		_, err := adaptor.CheckpointOf(m)
+		_, err := cursor.CheckpointOf(m)
 		require.NoError(t, err, "message %d", i)
 		out[i] = string(m.Payload())
 	}
@@ -180,7 +181,7 @@ func payloads(t testing.TB, vc string, msgs []message.Immutable) []string {
 
 // nothingBefore proves that s delivers nothing more of vc until a marker
 // appended now: the next message it delivers is the marker.
-func nothingBefore(t *testing.T, w adaptor.WAL, s adaptor.Scanner, vc string) {
+func nothingBefore(t *testing.T, w adaptor.WAL, s walimpls.Scanner, vc string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
 	defer cancel()

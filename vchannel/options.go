@@ -6,7 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -15,9 +15,9 @@ type Consumer struct {
 	// VChannel names the vchannel.
 	VChannel string
 	// After is the checkpoint of the last message the consumer processed
-	// (adaptor.CheckpointOf): it is delivered what comes after it. The zero
+	// (cursor.CheckpointOf): it is delivered what comes after it. The zero
 	// checkpoint replays from the start of the kept log.
-	After adaptor.Checkpoint
+	After cursor.Checkpoint
 	// BufferBytes is this consumer's budget (see ReplayOptions.BufferBytes);
 	// 0 takes ReplayOptions.BufferBytes.
 	BufferBytes int
@@ -52,7 +52,7 @@ type ReplayOptions struct {
 	// called". A read-only WAL has no tail to take (walimpls.ErrReadOnly):
 	// without CatchUpTo its replay has no point to catch up to, and
 	// CaughtUp reports false.
-	CatchUpTo adaptor.Checkpoint
+	CatchUpTo cursor.Checkpoint
 
 	// onDetach, when set, is called by the router right after it detached
 	// a vchannel (tests wait on it).
@@ -122,11 +122,11 @@ func validateConsumers(consumers []Consumer) error {
 // above the lowest of their timeticks; the zero checkpoint when one of them
 // starts from the beginning. Checkpoints whose positions do not compare
 // (another backend's) are an ErrInvalidReplay error.
-func earliest(consumers []Consumer) (adaptor.Checkpoint, error) {
-	var start adaptor.Checkpoint
+func earliest(consumers []Consumer) (cursor.Checkpoint, error) {
+	var start cursor.Checkpoint
 	for i, c := range consumers {
 		if c.After.IsZero() {
-			return adaptor.Checkpoint{}, nil
+			return cursor.Checkpoint{}, nil
 		}
 		if i == 0 {
 			start = c.After
@@ -134,7 +134,7 @@ func earliest(consumers []Consumer) (adaptor.Checkpoint, error) {
 		}
 		n, err := c.After.Position.Compare(start.Position)
 		if err != nil {
-			return adaptor.Checkpoint{}, &invalidReplayError{
+			return cursor.Checkpoint{}, &invalidReplayError{
 				what: fmt.Sprintf("consumer %q: checkpoint %s", c.VChannel, c.After), cause: err}
 		}
 		if n < 0 {

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -31,7 +32,7 @@ type Replayer struct {
 	streams  map[string]*stream // by vchannel; fixed after Replay
 	// tail is the point the consumers catch up to (CaughtUp); hasTail is
 	// false when there is none.
-	tail    adaptor.Checkpoint
+	tail    cursor.Checkpoint
 	hasTail bool
 
 	// ctx ends at Close: the router stops.
@@ -52,7 +53,7 @@ type Replayer struct {
 	attention chan struct{} // cap 1
 
 	// Owned by the router's goroutine.
-	shared   adaptor.Scanner
+	shared   walimpls.Scanner
 	attached map[string]*stream
 	// tailRead: the shared scanner delivered a watermark at or above the
 	// tail, so every attached stream was handed all its messages up to it.
@@ -101,7 +102,7 @@ func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts Repla
 	}
 	shared, err := w.Read(ctx, adaptor.ReadOption{
 		Name:          opts.Name,
-		DeliverPolicy: adaptor.DeliverAfter(start),
+		DeliverPolicy: cursor.After(start),
 		Filter:        filter,
 	})
 	if err != nil {
@@ -145,7 +146,7 @@ func Replay(ctx context.Context, w adaptor.WAL, consumers []Consumer, opts Repla
 // replayTail returns the point a replay's consumers catch up to: given,
 // or else w's tail now; none (false) on a WAL that writes no watermark: a
 // read-only one, or one fenced by a higher term.
-func replayTail(ctx context.Context, w adaptor.WAL, given adaptor.Checkpoint) (adaptor.Checkpoint, bool, error) {
+func replayTail(ctx context.Context, w adaptor.WAL, given cursor.Checkpoint) (cursor.Checkpoint, bool, error) {
 	if !given.IsZero() {
 		return given, true, nil
 	}
@@ -154,14 +155,14 @@ func replayTail(ctx context.Context, w adaptor.WAL, given adaptor.Checkpoint) (a
 	case err == nil:
 		return tail, true, nil
 	case errors.IsAny(err, walimpls.ErrReadOnly, walimpls.ErrFenced):
-		return adaptor.Checkpoint{}, false, nil
+		return cursor.Checkpoint{}, false, nil
 	}
-	return adaptor.Checkpoint{}, false, errors.Wrap(err, "take the tail")
+	return cursor.Checkpoint{}, false, errors.Wrap(err, "take the tail")
 }
 
 // Scanner returns the scanner of a consumer's vchannel, and false for a
 // vchannel this replay was not given.
-func (r *Replayer) Scanner(vchannel string) (adaptor.Scanner, bool) {
+func (r *Replayer) Scanner(vchannel string) (walimpls.Scanner, bool) {
 	s, ok := r.streams[vchannel]
 	if !ok {
 		return nil, false
@@ -191,7 +192,7 @@ func (r *Replayer) CaughtUp(vchannel string) (<-chan struct{}, bool) {
 
 // Tail returns the point the consumers catch up to (ReplayOptions.CatchUpTo
 // or the WAL's tail when Replay started), and false when there is none.
-func (r *Replayer) Tail() (adaptor.Checkpoint, bool) { return r.tail, r.hasTail }
+func (r *Replayer) Tail() (cursor.Checkpoint, bool) { return r.tail, r.hasTail }
 
 // Detachments counts the consumers that went on with a scanner of their
 // own: each reads the pchannel again from where it was detached.

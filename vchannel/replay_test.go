@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/vchannel"
 	"github.com/streamwal/streamwal/walimpls"
@@ -72,7 +73,7 @@ func replay(t *testing.T, w adaptor.WAL, consumers []vchannel.Consumer, opts vch
 	return r
 }
 
-func scanner(t *testing.T, r *vchannel.Replayer, vc string) adaptor.Scanner {
+func scanner(t *testing.T, r *vchannel.Replayer, vc string) walimpls.Scanner {
 	t.Helper()
 	s, ok := r.Scanner(vc)
 	require.True(t, ok, "no scanner for %s", vc)
@@ -127,7 +128,7 @@ func TestReplayFromCheckpoints(t *testing.T) {
 		for _, vc := range vcs {
 			c := vchannel.Consumer{VChannel: vc}
 			if n := after[vc]; n > 0 {
-				cp, err := adaptor.CheckpointOf(ref[vc][n-1])
+				cp, err := cursor.CheckpointOf(ref[vc][n-1])
 				require.NoError(t, err)
 				c.After = cp
 			}
@@ -152,7 +153,7 @@ func TestReplayFromCheckpoints(t *testing.T) {
 		require.NoError(t, err)
 		all := recvN(t, s, 21) // the marker too
 		require.NoError(t, s.Close())
-		cp, err := adaptor.CheckpointOf(all[14])
+		cp, err := cursor.CheckpointOf(all[14])
 		require.NoError(t, err)
 		r2 := replay(t, w, []vchannel.Consumer{{VChannel: vcs[2], After: cp}}, vchannel.ReplayOptions{})
 		got := recvN(t, scanner(t, r2, vcs[2]), 6)
@@ -564,7 +565,7 @@ func TestReplayRefusesBadInput(t *testing.T) {
 	require.NoError(t, err)
 	got := recvN(t, s, len(want["vc"]))
 	require.NoError(t, s.Close())
-	cp, err := adaptor.CheckpointOf(got[0])
+	cp, err := cursor.CheckpointOf(got[0])
 	require.NoError(t, err)
 
 	ctx := context.Background()
@@ -577,12 +578,12 @@ func TestReplayRefusesBadInput(t *testing.T) {
 		"twice":                    {[]vchannel.Consumer{{VChannel: "a"}, {VChannel: "a"}}, vchannel.ReplayOptions{}, vchannel.ErrInvalidReplay},
 		"bad name":                 {[]vchannel.Consumer{{VChannel: "a b"}}, vchannel.ReplayOptions{}, walimpls.ErrInvalidChannel},
 		"empty name":               {[]vchannel.Consumer{{VChannel: ""}}, vchannel.ReplayOptions{}, walimpls.ErrInvalidChannel},
-		"no position":              {[]vchannel.Consumer{{VChannel: "a", After: adaptor.Checkpoint{TimeTick: 5}}}, vchannel.ReplayOptions{}, vchannel.ErrInvalidReplay},
-		"no timetick":              {[]vchannel.Consumer{{VChannel: "a", After: adaptor.Checkpoint{Position: cp.Position}}}, vchannel.ReplayOptions{}, vchannel.ErrInvalidReplay},
+		"no position":              {[]vchannel.Consumer{{VChannel: "a", After: cursor.Checkpoint{TimeTick: 5}}}, vchannel.ReplayOptions{}, vchannel.ErrInvalidReplay},
+		"no timetick":              {[]vchannel.Consumer{{VChannel: "a", After: cursor.Checkpoint{Position: cp.Position}}}, vchannel.ReplayOptions{}, vchannel.ErrInvalidReplay},
 		"negative budget":          {[]vchannel.Consumer{{VChannel: "a"}}, vchannel.ReplayOptions{BufferBytes: -1}, vchannel.ErrInvalidReplay},
-		"another backend":          {[]vchannel.Consumer{{VChannel: "a", After: cp}, {VChannel: "b", After: adaptor.Checkpoint{Position: message.NewSeqID("elsewhere", 1), TimeTick: 1}}}, vchannel.ReplayOptions{}, vchannel.ErrInvalidReplay},
+		"another backend":          {[]vchannel.Consumer{{VChannel: "a", After: cp}, {VChannel: "b", After: cursor.Checkpoint{Position: message.NewSeqID("elsewhere", 1), TimeTick: 1}}}, vchannel.ReplayOptions{}, vchannel.ErrInvalidReplay},
 		"negative consumer budget": {[]vchannel.Consumer{{VChannel: "a", BufferBytes: -1}}, vchannel.ReplayOptions{}, vchannel.ErrInvalidReplay},
-		"another backend2":         {[]vchannel.Consumer{{VChannel: "a", After: adaptor.Checkpoint{Position: message.NewSeqID("elsewhere", 1), TimeTick: 1}}}, vchannel.ReplayOptions{}, walimpls.ErrInvalidPosition},
+		"another backend2":         {[]vchannel.Consumer{{VChannel: "a", After: cursor.Checkpoint{Position: message.NewSeqID("elsewhere", 1), TimeTick: 1}}}, vchannel.ReplayOptions{}, walimpls.ErrInvalidPosition},
 	} {
 		t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
 			_, err := vchannel.Replay(ctx, w, c.consumers, c.opts)

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/walimpls"
@@ -47,7 +48,7 @@ const (
 	notAttached
 )
 
-// stream is one consumer's scanner (adaptor.Scanner). The router hands a
+// stream is one consumer's scanner (walimpls.Scanner). The router hands a
 // message straight to a waiting reader when the stream holds nothing, and
 // queues it otherwise; the stream's goroutine (run) delivers the queue to
 // the reader and, once detached, reads a scanner of its own. The router
@@ -57,7 +58,7 @@ type stream struct {
 	*lifecycle.Run
 	r      *Replayer
 	vc     string
-	after  adaptor.Checkpoint
+	after  cursor.Checkpoint
 	budget int64
 	out    chan message.Immutable
 
@@ -96,7 +97,7 @@ type stream struct {
 	err     error // why the shared scanner ended, in state ended
 }
 
-var _ adaptor.Scanner = (*stream)(nil)
+var _ walimpls.Scanner = (*stream)(nil)
 
 func newStream(r *Replayer, c Consumer, defaultBudget int) *stream {
 	budget := c.BufferBytes
@@ -286,7 +287,7 @@ func (s *stream) deliver() error {
 				resume := s.after
 				if hasLast {
 					var err error
-					if resume, err = adaptor.CheckpointOf(last); err != nil {
+					if resume, err = cursor.CheckpointOf(last); err != nil {
 						// The adaptor gives every message it delivers a
 						// resume position; without one, nothing to resume.
 						return errors.Wrapf(err, "vchannel %s: resume after detaching", s.vc)
@@ -315,7 +316,7 @@ func (s *stream) deliver() error {
 // not caught up, the scanner also delivers watermarks, and the first one
 // at or above the tail, or a message above it, shows that the reader has
 // everything up to the tail.
-func (s *stream) follow(resume adaptor.Checkpoint) error {
+func (s *stream) follow(resume cursor.Checkpoint) error {
 	filter := adaptor.Filter{VChannels: []string{s.vc}}
 	watch := s.counting() // until caught up
 	if watch {
@@ -324,7 +325,7 @@ func (s *stream) follow(resume adaptor.Checkpoint) error {
 	watermarks := watch // delivered by sc, never to the reader
 	sc, err := s.r.w.Read(s.Context(), adaptor.ReadOption{
 		Name:          s.r.opts.Name + "/" + s.vc,
-		DeliverPolicy: adaptor.DeliverAfter(resume),
+		DeliverPolicy: cursor.After(resume),
 		Filter:        filter,
 	})
 	if err != nil {

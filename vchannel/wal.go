@@ -6,6 +6,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -94,7 +95,7 @@ func (v *WAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]adapto
 // from opt.DeliverPolicy. opt.Filter.VChannels may be empty or name this
 // vchannel only; any other is ErrWrongVChannel. Control kinds asked for in
 // opt.Filter.Kinds are the pchannel's (see the package documentation).
-func (v *WAL) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error) {
+func (v *WAL) Read(ctx context.Context, opt adaptor.ReadOption) (walimpls.Scanner, error) {
 	opt, err := v.readOption(opt)
 	if err != nil {
 		return nil, err
@@ -104,7 +105,7 @@ func (v *WAL) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner
 
 // ReadBatches is Read delivering several messages per receive
 // (adaptor.WAL.ReadBatches).
-func (v *WAL) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
+func (v *WAL) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (walimpls.BatchScanner, error) {
 	opt, err := v.readOption(opt)
 	if err != nil {
 		return nil, err
@@ -130,7 +131,7 @@ func (v *WAL) readOption(opt adaptor.ReadOption) (adaptor.ReadOption, error) {
 func (v *WAL) Sync(ctx context.Context) error { return v.w.Sync(ctx) }
 
 // ParseCheckpoint decodes a checkpoint string (adaptor.WAL.ParseCheckpoint).
-func (v *WAL) ParseCheckpoint(s string) (adaptor.Checkpoint, error) { return v.w.ParseCheckpoint(s) }
+func (v *WAL) ParseCheckpoint(s string) (cursor.Checkpoint, error) { return v.w.ParseCheckpoint(s) }
 
 // Available is the pchannel's: closed when it can no longer append.
 func (v *WAL) Available() <-chan struct{} { return v.w.Available() }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/vchannel"
 	"github.com/streamwal/streamwal/walimpls"
@@ -74,11 +75,11 @@ func TestViewStampsAppendsAndFiltersReads(t *testing.T) {
 		nothingBefore(t, w, sb, "vc-b")
 
 		// The caller's deliver policy holds: after a checkpoint, the rest.
-		cp, err := adaptor.CheckpointOf(got[1])
+		cp, err := cursor.CheckpointOf(got[1])
 		require.NoError(t, err)
 		parsed, err := a.ParseCheckpoint(cp.Marshal())
 		require.NoError(t, err)
-		rest, err := a.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAfter(parsed)})
+		rest, err := a.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.After(parsed)})
 		require.NoError(t, err)
 		defer rest.Close()
 		require.Equal(t, append(p[2:], "marker"), payloads(t, "vc-a", recvN(t, rest, 4)))

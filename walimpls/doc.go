@@ -98,10 +98,10 @@
 // # Positions
 //
 // A read starts at the first message whose ID is at or after the position
-// (StartFrom) or strictly after it (StartAfter). DeliverAll starts at the
-// first message still kept; DeliverLatest delivers exactly the messages
+// (StartFrom) or strictly after it (StartAfter). cursor.All starts at the
+// first message still kept; cursor.Latest delivers exactly the messages
 // appended after Read returned (an append that starts after Read returned
-// is delivered); DeliverTail(n) starts where at least the last n messages
+// is delivered); cursor.Tail(n) starts where at least the last n messages
 // stored when Read was called are delivered (all kept ones when fewer are
 // kept; a backend may start earlier, never later, and the start is never
 // gone). It lets a reader look at the end of a long log without reading
@@ -163,7 +163,7 @@
 //     after Delete is undefined (they may deliver what they read ahead,
 //     or end with an error).
 //   - A later Open of the name starts a new, empty channel: Last is the
-//     zero ID, DeliverAll delivers only messages appended after Delete,
+//     zero ID, cursor.All delivers only messages appended after Delete,
 //     and any term opens it (the deleted channel's terms went with it; its
 //     writers stay fenced whatever their term). IDs of the deleted channel
 //     mean nothing to the new one: a checkpoint taken before Delete must

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
-	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -82,19 +81,6 @@ func TestIsRetryable(t *testing.T) {
 		context.Canceled, context.DeadlineExceeded, &walimpls.FencedError{}} {
 		require.Falsef(t, walimpls.IsRetryable(errors.Wrap(err, "x")), "%v", err)
 	}
-}
-
-func TestDeliverPolicy(t *testing.T) {
-	require.True(t, walimpls.DeliverPolicy{}.IsAll(), "the zero policy is All")
-	require.True(t, walimpls.DeliverLatest().IsLatest())
-	id := message.NewSeqID("m", 3)
-	got, incl, ok := walimpls.DeliverStartFrom(id).StartID()
-	require.True(t, ok && incl && got.EQ(id))
-	_, incl, ok = walimpls.DeliverStartAfter(id).StartID()
-	require.True(t, ok && !incl)
-	_, _, ok = walimpls.DeliverAll().StartID()
-	require.False(t, ok)
-	require.Equal(t, "start-after(m:3)", walimpls.DeliverStartAfter(id).String())
 }
 
 func TestNotStored(t *testing.T) {

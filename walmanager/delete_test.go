@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -38,7 +39,7 @@ func userMessages(t *testing.T, m *walmanager.Manager, ch walmanager.Channel, wa
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, w.Sync(ctx))
-	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverAll()})
+	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	var got []string

@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
 )
 
 // fakeBackend is a WALOpener whose WALs count themselves: it records a
@@ -117,22 +119,22 @@ func (w *fakeWAL) AppendAsync(_ context.Context, _ message.Message, cb func(adap
 func (w *fakeWAL) AppendBatch(context.Context, []message.Message) ([]adaptor.AppendResult, error) {
 	return nil, errFakeWAL
 }
-func (w *fakeWAL) Read(context.Context, adaptor.ReadOption) (adaptor.Scanner, error) {
+func (w *fakeWAL) Read(context.Context, adaptor.ReadOption) (walimpls.Scanner, error) {
 	return nil, errFakeWAL
 }
-func (w *fakeWAL) ReadBatches(context.Context, adaptor.ReadOption) (adaptor.BatchScanner, error) {
+func (w *fakeWAL) ReadBatches(context.Context, adaptor.ReadOption) (walimpls.BatchScanner, error) {
 	return nil, errFakeWAL
 }
 func (w *fakeWAL) Sync(context.Context) error                 { return errFakeWAL }
 func (w *fakeWAL) Truncate(context.Context, message.ID) error { return errFakeWAL }
-func (w *fakeWAL) Tail(context.Context) (adaptor.Checkpoint, error) {
-	return adaptor.Checkpoint{}, errFakeWAL
+func (w *fakeWAL) Tail(context.Context) (cursor.Checkpoint, error) {
+	return cursor.Checkpoint{}, errFakeWAL
 }
 
 func (w *fakeWAL) ParseID(string) (message.ID, error) { return message.ID{}, errFakeWAL }
 
-func (w *fakeWAL) ParseCheckpoint(string) (adaptor.Checkpoint, error) {
-	return adaptor.Checkpoint{}, errFakeWAL
+func (w *fakeWAL) ParseCheckpoint(string) (cursor.Checkpoint, error) {
+	return cursor.Checkpoint{}, errFakeWAL
 }
 func (w *fakeWAL) Err() error {
 	select {

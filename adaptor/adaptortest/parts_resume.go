@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
@@ -64,9 +66,9 @@ func testResumeWithSplitMessages(t *testing.T, c walimplstest.Cluster) {
 
 	lost := 0
 	for i := range all {
-		cp, err := adaptor.CheckpointOf(all[i])
+		cp, err := cursor.CheckpointOf(all[i])
 		require.NoError(t, err)
-		r, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: adaptor.DeliverAfter(cp)})
+		r, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: cursor.After(cp)})
 		require.NoError(t, err)
 		rest := collectOrTimeout(r, total-i-1, 10*time.Second)
 		_ = r.Close()
@@ -83,7 +85,7 @@ func testResumeWithSplitMessages(t *testing.T, c walimplstest.Cluster) {
 }
 
 // collectOrTimeout reads up to n messages, for at most d of silence.
-func collectOrTimeout(s adaptor.Scanner, n int, d time.Duration) []message.Immutable {
+func collectOrTimeout(s walimpls.Scanner, n int, d time.Duration) []message.Immutable {
 	var out []message.Immutable
 	for len(out) < n {
 		select {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
@@ -61,7 +62,7 @@ func open(t *testing.T, o walimpls.Opener, name string, term int64, opts adaptor
 
 // collect reads s until it delivered n data messages, checking strictly
 // increasing timeticks on the way.
-func collect(t *testing.T, s adaptor.Scanner, n int, stall func(i int)) []message.Immutable {
+func collect(t *testing.T, s walimpls.Scanner, n int, stall func(i int)) []message.Immutable {
 	t.Helper()
 	out := make([]message.Immutable, 0, n)
 	timer := time.NewTimer(waitTimeout)
@@ -131,7 +132,7 @@ func testOrdering(t *testing.T, c walimplstest.Cluster) {
 func runTerm(t *testing.T, w adaptor.WAL, term int64, acked map[uint64][]byte, appenders, perWriter int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	scanners := make([]adaptor.Scanner, 3)
+	scanners := make([]walimpls.Scanner, 3)
 	for i := range scanners {
 		s, err := w.Read(ctx, adaptor.ReadOption{Name: "s" + strconv.Itoa(i)})
 		if err != nil {
@@ -195,7 +196,7 @@ func runTerm(t *testing.T, w adaptor.WAL, term int64, acked map[uint64][]byte, a
 	return w.Close()
 }
 
-func checkDelivered(t *testing.T, s adaptor.Scanner, want int, acked map[uint64][]byte, stall func(int)) (err error) {
+func checkDelivered(t *testing.T, s walimpls.Scanner, want int, acked map[uint64][]byte, stall func(int)) (err error) {
 	timer := time.NewTimer(waitTimeout)
 	defer timer.Stop()
 	var last uint64
@@ -269,7 +270,7 @@ func testResume(t *testing.T, c walimplstest.Cluster) {
 		lastTT, _ := last.TimeTick()
 		pos, err := adaptor.LastConfirmed(last)
 		require.NoError(t, err)
-		s, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: adaptor.DeliverStartFrom(pos),
+		s, err := w.Read(ctx, adaptor.ReadOption{Name: "resumed", DeliverPolicy: cursor.StartFrom(pos),
 			Filter: adaptor.Filter{TimeTickAbove: lastTT}})
 		require.NoError(t, err)
 		rest := collect(t, s, total-cut, nil)
@@ -286,7 +287,7 @@ func testResume(t *testing.T, c walimplstest.Cluster) {
 
 	// From a timetick: exactly the messages at or above it.
 	tt, _ := all[150].TimeTick()
-	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: adaptor.DeliverFromTimeTick(tt)})
+	s, err := w.Read(ctx, adaptor.ReadOption{DeliverPolicy: cursor.FromTimeTick(tt)})
 	require.NoError(t, err)
 	rest := collect(t, s, total-150, nil)
 	require.Equal(t, string(all[150].Payload()), string(rest[0].Payload()))

@@ -40,9 +40,11 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/s3dev"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
 )
 
@@ -272,7 +274,7 @@ type channelResult struct {
 // once, in timetick order, and truncates the channel behind it. When ctx
 // ends first it returns what was done, without an error.
 func runChannel(ctx context.Context, w adaptor.WAL, p params, b *bench) (channelResult, error) {
-	scanner, err := w.Read(ctx, adaptor.ReadOption{Name: "walbench", DeliverPolicy: adaptor.DeliverLatest()})
+	scanner, err := w.Read(ctx, adaptor.ReadOption{Name: "walbench", DeliverPolicy: cursor.Latest()})
 	if err != nil {
 		if ctx.Err() != nil {
 			return channelResult{}, nil
@@ -384,7 +386,7 @@ func runChannel(ctx context.Context, w adaptor.WAL, p params, b *bench) (channel
 // checking that timeticks strictly increase; it returns them. It stops
 // without an error when ctx ends, and with one when the scanner ends or
 // stalls for stallTimeout once the count is known.
-func consume(ctx context.Context, scanner adaptor.Scanner, want <-chan int, b *bench) ([]uint64, error) {
+func consume(ctx context.Context, scanner walimpls.Scanner, want <-chan int, b *bench) ([]uint64, error) {
 	var (
 		tts   []uint64
 		prev  uint64

@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/consumers"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/backendstest"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/message"
@@ -321,16 +321,16 @@ func TestCheckpointsDropNeedsAdmin(t *testing.T) {
 	defer func() { _ = kv.Close() }()
 	store, err := consumers.NewStore(kv, consumers.Options{})
 	require.NoError(t, err)
-	parse := func(s string) (adaptor.Checkpoint, error) {
+	parse := func(s string) (cursor.Checkpoint, error) {
 		tt, id, _ := strings.Cut(s, "@")
 		n, err := strconv.ParseUint(tt, 10, 64)
 		if err != nil {
-			return adaptor.Checkpoint{}, err
+			return cursor.Checkpoint{}, err
 		}
 		pos, err := message.UnmarshalSeqID("memory", id)
-		return adaptor.Checkpoint{Position: pos, TimeTick: n}, err
+		return cursor.Checkpoint{Position: pos, TimeTick: n}, err
 	}
-	_, err = store.Commit(ctx, "c0", consumers.Scope{Consumer: "old"}, adaptor.Checkpoint{Position: message.NewSeqID("memory", 5), TimeTick: 10}, 1, parse)
+	_, err = store.Commit(ctx, "c0", consumers.Scope{Consumer: "old"}, cursor.Checkpoint{Position: message.NewSeqID("memory", 5), TimeTick: 10}, 1, parse)
 	require.NoError(t, err)
 	h.view.Close()
 	_, err = root.AuthEnable(ctx)

@@ -30,6 +30,7 @@ import (
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/etcdtest"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/utility/backoff"
@@ -381,7 +382,7 @@ func segmentOf(t *testing.T, id string) uint64 {
 	if _, pos, ok := strings.Cut(id, "@"); ok {
 		id = pos
 	}
-	p, err := chain.ParsePosition(id)
+	p, err := cursor.ParsePosition(id)
 	require.NoError(t, err, "position %q", id)
 	return p.Segment
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/s3dev"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -49,7 +50,7 @@ func TestStore(t *testing.T) {
 	require.NoError(t, err)
 	r, err := o.Open(ctx, walimpls.Channel{Name: "orders", Term: 1, Mode: walimpls.ReadOnly})
 	require.NoError(t, err)
-	sc, err := r.Read(ctx, walimpls.ReadOption{Name: "t", DeliverPolicy: walimpls.DeliverAll()})
+	sc, err := r.Read(ctx, walimpls.ReadOption{Name: "t", DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	got := <-sc.Chan()
 	require.NotNil(t, got)

@@ -8,7 +8,9 @@ import (
 	"context"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
+	"github.com/streamwal/streamwal/walimpls"
 	mock "github.com/stretchr/testify/mock"
 )
 
@@ -413,22 +415,22 @@ func (_c *MockWAL_Err_Call) RunAndReturn(run func() error) *MockWAL_Err_Call {
 }
 
 // ParseCheckpoint provides a mock function for the type MockWAL
-func (_mock *MockWAL) ParseCheckpoint(s string) (adaptor.Checkpoint, error) {
+func (_mock *MockWAL) ParseCheckpoint(s string) (cursor.Checkpoint, error) {
 	ret := _mock.Called(s)
 
 	if len(ret) == 0 {
 		panic("no return value specified for ParseCheckpoint")
 	}
 
-	var r0 adaptor.Checkpoint
+	var r0 cursor.Checkpoint
 	var r1 error
-	if returnFunc, ok := ret.Get(0).(func(string) (adaptor.Checkpoint, error)); ok {
+	if returnFunc, ok := ret.Get(0).(func(string) (cursor.Checkpoint, error)); ok {
 		return returnFunc(s)
 	}
-	if returnFunc, ok := ret.Get(0).(func(string) adaptor.Checkpoint); ok {
+	if returnFunc, ok := ret.Get(0).(func(string) cursor.Checkpoint); ok {
 		r0 = returnFunc(s)
 	} else {
-		r0 = ret.Get(0).(adaptor.Checkpoint)
+		r0 = ret.Get(0).(cursor.Checkpoint)
 	}
 	if returnFunc, ok := ret.Get(1).(func(string) error); ok {
 		r1 = returnFunc(s)
@@ -462,12 +464,12 @@ func (_c *MockWAL_ParseCheckpoint_Call) Run(run func(s string)) *MockWAL_ParseCh
 	return _c
 }
 
-func (_c *MockWAL_ParseCheckpoint_Call) Return(checkpoint adaptor.Checkpoint, err error) *MockWAL_ParseCheckpoint_Call {
+func (_c *MockWAL_ParseCheckpoint_Call) Return(checkpoint cursor.Checkpoint, err error) *MockWAL_ParseCheckpoint_Call {
 	_c.Call.Return(checkpoint, err)
 	return _c
 }
 
-func (_c *MockWAL_ParseCheckpoint_Call) RunAndReturn(run func(s string) (adaptor.Checkpoint, error)) *MockWAL_ParseCheckpoint_Call {
+func (_c *MockWAL_ParseCheckpoint_Call) RunAndReturn(run func(s string) (cursor.Checkpoint, error)) *MockWAL_ParseCheckpoint_Call {
 	_c.Call.Return(run)
 	return _c
 }
@@ -533,23 +535,23 @@ func (_c *MockWAL_ParseID_Call) RunAndReturn(run func(s string) (message.ID, err
 }
 
 // Read provides a mock function for the type MockWAL
-func (_mock *MockWAL) Read(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error) {
+func (_mock *MockWAL) Read(ctx context.Context, opt adaptor.ReadOption) (walimpls.Scanner, error) {
 	ret := _mock.Called(ctx, opt)
 
 	if len(ret) == 0 {
 		panic("no return value specified for Read")
 	}
 
-	var r0 adaptor.Scanner
+	var r0 walimpls.Scanner
 	var r1 error
-	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) (adaptor.Scanner, error)); ok {
+	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) (walimpls.Scanner, error)); ok {
 		return returnFunc(ctx, opt)
 	}
-	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) adaptor.Scanner); ok {
+	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) walimpls.Scanner); ok {
 		r0 = returnFunc(ctx, opt)
 	} else {
 		if ret.Get(0) != nil {
-			r0 = ret.Get(0).(adaptor.Scanner)
+			r0 = ret.Get(0).(walimpls.Scanner)
 		}
 	}
 	if returnFunc, ok := ret.Get(1).(func(context.Context, adaptor.ReadOption) error); ok {
@@ -590,34 +592,34 @@ func (_c *MockWAL_Read_Call) Run(run func(ctx context.Context, opt adaptor.ReadO
 	return _c
 }
 
-func (_c *MockWAL_Read_Call) Return(scanner adaptor.Scanner, err error) *MockWAL_Read_Call {
+func (_c *MockWAL_Read_Call) Return(scanner walimpls.Scanner, err error) *MockWAL_Read_Call {
 	_c.Call.Return(scanner, err)
 	return _c
 }
 
-func (_c *MockWAL_Read_Call) RunAndReturn(run func(ctx context.Context, opt adaptor.ReadOption) (adaptor.Scanner, error)) *MockWAL_Read_Call {
+func (_c *MockWAL_Read_Call) RunAndReturn(run func(ctx context.Context, opt adaptor.ReadOption) (walimpls.Scanner, error)) *MockWAL_Read_Call {
 	_c.Call.Return(run)
 	return _c
 }
 
 // ReadBatches provides a mock function for the type MockWAL
-func (_mock *MockWAL) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error) {
+func (_mock *MockWAL) ReadBatches(ctx context.Context, opt adaptor.ReadOption) (walimpls.BatchScanner, error) {
 	ret := _mock.Called(ctx, opt)
 
 	if len(ret) == 0 {
 		panic("no return value specified for ReadBatches")
 	}
 
-	var r0 adaptor.BatchScanner
+	var r0 walimpls.BatchScanner
 	var r1 error
-	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) (adaptor.BatchScanner, error)); ok {
+	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) (walimpls.BatchScanner, error)); ok {
 		return returnFunc(ctx, opt)
 	}
-	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) adaptor.BatchScanner); ok {
+	if returnFunc, ok := ret.Get(0).(func(context.Context, adaptor.ReadOption) walimpls.BatchScanner); ok {
 		r0 = returnFunc(ctx, opt)
 	} else {
 		if ret.Get(0) != nil {
-			r0 = ret.Get(0).(adaptor.BatchScanner)
+			r0 = ret.Get(0).(walimpls.BatchScanner)
 		}
 	}
 	if returnFunc, ok := ret.Get(1).(func(context.Context, adaptor.ReadOption) error); ok {
@@ -658,12 +660,12 @@ func (_c *MockWAL_ReadBatches_Call) Run(run func(ctx context.Context, opt adapto
 	return _c
 }
 
-func (_c *MockWAL_ReadBatches_Call) Return(batchScanner adaptor.BatchScanner, err error) *MockWAL_ReadBatches_Call {
+func (_c *MockWAL_ReadBatches_Call) Return(batchScanner walimpls.BatchScanner, err error) *MockWAL_ReadBatches_Call {
 	_c.Call.Return(batchScanner, err)
 	return _c
 }
 
-func (_c *MockWAL_ReadBatches_Call) RunAndReturn(run func(ctx context.Context, opt adaptor.ReadOption) (adaptor.BatchScanner, error)) *MockWAL_ReadBatches_Call {
+func (_c *MockWAL_ReadBatches_Call) RunAndReturn(run func(ctx context.Context, opt adaptor.ReadOption) (walimpls.BatchScanner, error)) *MockWAL_ReadBatches_Call {
 	_c.Call.Return(run)
 	return _c
 }
@@ -720,22 +722,22 @@ func (_c *MockWAL_Sync_Call) RunAndReturn(run func(ctx context.Context) error) *
 }
 
 // Tail provides a mock function for the type MockWAL
-func (_mock *MockWAL) Tail(ctx context.Context) (adaptor.Checkpoint, error) {
+func (_mock *MockWAL) Tail(ctx context.Context) (cursor.Checkpoint, error) {
 	ret := _mock.Called(ctx)
 
 	if len(ret) == 0 {
 		panic("no return value specified for Tail")
 	}
 
-	var r0 adaptor.Checkpoint
+	var r0 cursor.Checkpoint
 	var r1 error
-	if returnFunc, ok := ret.Get(0).(func(context.Context) (adaptor.Checkpoint, error)); ok {
+	if returnFunc, ok := ret.Get(0).(func(context.Context) (cursor.Checkpoint, error)); ok {
 		return returnFunc(ctx)
 	}
-	if returnFunc, ok := ret.Get(0).(func(context.Context) adaptor.Checkpoint); ok {
+	if returnFunc, ok := ret.Get(0).(func(context.Context) cursor.Checkpoint); ok {
 		r0 = returnFunc(ctx)
 	} else {
-		r0 = ret.Get(0).(adaptor.Checkpoint)
+		r0 = ret.Get(0).(cursor.Checkpoint)
 	}
 	if returnFunc, ok := ret.Get(1).(func(context.Context) error); ok {
 		r1 = returnFunc(ctx)
@@ -769,12 +771,12 @@ func (_c *MockWAL_Tail_Call) Run(run func(ctx context.Context)) *MockWAL_Tail_Ca
 	return _c
 }
 
-func (_c *MockWAL_Tail_Call) Return(checkpoint adaptor.Checkpoint, err error) *MockWAL_Tail_Call {
+func (_c *MockWAL_Tail_Call) Return(checkpoint cursor.Checkpoint, err error) *MockWAL_Tail_Call {
 	_c.Call.Return(checkpoint, err)
 	return _c
 }
 
-func (_c *MockWAL_Tail_Call) RunAndReturn(run func(ctx context.Context) (adaptor.Checkpoint, error)) *MockWAL_Tail_Call {
+func (_c *MockWAL_Tail_Call) RunAndReturn(run func(ctx context.Context) (cursor.Checkpoint, error)) *MockWAL_Tail_Call {
 	_c.Call.Return(run)
 	return _c
 }

@@ -1,5 +1,5 @@
 // Package lifecycle gives the goroutine behind a scanner the stop, done and
-// error contract that walimpls.Scanner and adaptor.Scanner promise, so that
+// error contract that walimpls.Scanner and walimpls.Scanner promise, so that
 // every backend keeps it the same way:
 //
 //   - Close stops the goroutine and waits for it; it is idempotent.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -155,7 +156,7 @@ func testAsyncPipeline(t *testing.T, e *env) {
 		}
 		wantMsgs = append(wantMsgs, batches[i]...)
 	}
-	checkSequence(t, wantIDs, wantMsgs, e.recv(e.read(w, walimpls.DeliverAll()), len(wantIDs)))
+	checkSequence(t, wantIDs, wantMsgs, e.recv(e.read(w, cursor.All()), len(wantIDs)))
 
 	// Batches in flight as the WAL closes.
 	name := channelName("pipeline-close")
@@ -197,7 +198,7 @@ func testAsyncPipeline(t *testing.T, e *env) {
 	require.NoError(t, err)
 	var read []message.Immutable
 	if !end.IsZero() {
-		s := e.read(r, walimpls.DeliverAll())
+		s := e.read(r, cursor.All())
 		for len(read) == 0 || read[len(read)-1].ID().LT(end) {
 			read = append(read, e.recv(s, 1)...)
 		}

@@ -57,7 +57,7 @@
 //	                     never below an append acknowledged before the call
 //	DeliverPolicies      StartFrom inclusive, StartAfter exclusive, Latest,
 //	                     All = StartFrom(first)
-//	DeliverTail          Tail(n) delivers a suffix ending at the last message
+//	cursor.Tail          Tail(n) delivers a suffix ending at the last message
 //	                     with at least min(n, kept) messages, never a gone
 //	                     one, then tails; n < 1 is ErrInvalidPosition
 //	LatestStartsAtRead   an append right after Read(Latest) is delivered

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -273,7 +274,7 @@ func (e *env) tryRead(w walimpls.WALImpl, opt walimpls.ReadOption) (walimpls.Sca
 }
 
 // read opens a scanner and closes it at the end of the part.
-func (e *env) read(w walimpls.WALImpl, p walimpls.DeliverPolicy) walimpls.Scanner {
+func (e *env) read(w walimpls.WALImpl, p cursor.Policy) walimpls.Scanner {
 	e.t.Helper()
 	s, err := e.tryRead(w, walimpls.ReadOption{DeliverPolicy: p})
 	require.NoError(e.t, err, "read %s", p)
@@ -388,7 +389,7 @@ func checkSequence(t *testing.T, wantIDs []message.ID, wantMsgs []message.Messag
 
 // expectGone checks that reading from p is ErrPositionGone, from Read or from
 // the scanner before it delivers anything.
-func (e *env) expectGone(w walimpls.WALImpl, p walimpls.DeliverPolicy) {
+func (e *env) expectGone(w walimpls.WALImpl, p cursor.Policy) {
 	e.t.Helper()
 	s, err := e.tryRead(w, walimpls.ReadOption{Name: "gone", DeliverPolicy: p})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -49,7 +50,7 @@ func AppendOK(t testing.TB, w walimpls.WALImpl, m message.Message) message.ID {
 }
 
 // ReadN reads n messages from a fresh scanner, which it closes.
-func ReadN(t testing.TB, w walimpls.WALImpl, p walimpls.DeliverPolicy, n int, timeout time.Duration) []message.Immutable {
+func ReadN(t testing.TB, w walimpls.WALImpl, p cursor.Policy, n int, timeout time.Duration) []message.Immutable {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

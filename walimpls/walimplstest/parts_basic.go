@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -55,11 +56,11 @@ func testLifecycle(t *testing.T, e *env) {
 	require.NoError(t, err, "append after a refused one")
 	ids = append(ids, id)
 	want = append(want, ok)
-	checkSequence(t, ids, want, e.recv(e.read(w, walimpls.DeliverAll()), 2))
+	checkSequence(t, ids, want, e.recv(e.read(w, cursor.All()), 2))
 
 	foreign := message.NewSeqID("walimplstest-foreign", 1)
 	for _, pos := range []message.ID{foreign, {}} {
-		_, err := e.tryRead(w, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(pos)})
+		_, err := e.tryRead(w, walimpls.ReadOption{DeliverPolicy: cursor.StartFrom(pos)})
 		require.ErrorIsf(t, err, walimpls.ErrInvalidPosition, "read from %s", pos)
 		require.ErrorIsf(t, e.truncate(w, pos), walimpls.ErrInvalidPosition, "truncate to %s", pos)
 	}
@@ -70,7 +71,7 @@ func testLifecycle(t *testing.T, e *env) {
 
 	// The same owner may reopen its channel, and finds what it wrote.
 	w2 := e.open(o, ch.Name, ch.Term, walimpls.ReadWrite)
-	checkSequence(t, ids, want, e.recv(e.read(w2, walimpls.DeliverAll()), 2))
+	checkSequence(t, ids, want, e.recv(e.read(w2, cursor.All()), 2))
 	require.NoError(t, w2.Close())
 
 	require.NoError(t, o.Close())
@@ -100,7 +101,7 @@ func testOpenerClose(t *testing.T, e *env) {
 	name := channelName("oclose")
 	w := e.open(o, name, 1, walimpls.ReadWrite)
 	ids := e.appendAll(w, simpleMessages(t, "oc", 3))
-	s := e.read(w, walimpls.DeliverLatest())
+	s := e.read(w, cursor.Latest())
 	ro := e.open(o, name, 0, walimpls.ReadOnly)
 
 	require.NoError(t, e.do("Opener.Close", func(context.Context) error { return o.Close() }))
@@ -115,7 +116,7 @@ func testOpenerClose(t *testing.T, e *env) {
 	w2 := e.open(other, name, 2, walimpls.ReadWrite)
 	more := simpleMessages(t, "oc2", 2)
 	ids = append(ids, e.appendAll(w2, more)...)
-	got := e.recv(e.read(w2, walimpls.DeliverAll()), 5)
+	got := e.recv(e.read(w2, cursor.All()), 5)
 	for i := range got {
 		require.Truef(t, got[i].ID().EQ(ids[i]), "message %d: want %s, got %s", i, ids[i], got[i].ID())
 	}
@@ -132,7 +133,7 @@ func testChannelNames(t *testing.T, e *env) {
 	require.Equal(t, long, w.Channel().Name)
 	msgs := simpleMessages(t, "long", 2)
 	ids := e.appendAll(w, msgs)
-	checkSequence(t, ids, msgs, e.recv(e.read(w, walimpls.DeliverAll()), 2))
+	checkSequence(t, ids, msgs, e.recv(e.read(w, cursor.All()), 2))
 
 	names := []string{base + "-Case", base + "-case", base + "-CASE"}
 	wals := make([]walimpls.WALImpl, len(names))
@@ -149,7 +150,7 @@ func testChannelNames(t *testing.T, e *env) {
 		}
 	}
 	for i := range names {
-		s := e.read(wals[i], walimpls.DeliverAll())
+		s := e.read(wals[i], cursor.All())
 		checkSequence(t, all[i], sent[i], e.recv(s, 3))
 		e.quiet(s)
 	}
@@ -187,7 +188,7 @@ func testSizeLimit(t *testing.T, e *env) {
 	exactPayload := sizedMessage(t, limit, limit-64)
 	id2, err := e.appendOne(w, exactPayload)
 	require.NoError(t, err, "a message of exactly the declared limit, mostly payload")
-	got := e.recv(e.read(w, walimpls.DeliverAll()), 2)
+	got := e.recv(e.read(w, cursor.All()), 2)
 	checkSequence(t, []message.ID{id, id2}, []message.Message{exact, exactPayload}, got)
 }
 
@@ -230,13 +231,13 @@ func testReadOnly(t *testing.T, e *env) {
 	require.NoError(t, err, "Last of a read-only WAL")
 	require.Truef(t, last.EQ(ids[2]), "Last of a read-only WAL: want %s, got %s", ids[2], last)
 
-	s := e.read(ro, walimpls.DeliverAll())
+	s := e.read(ro, cursor.All())
 	checkSequence(t, ids, msgs[:3], e.recv(s, 3))
 	ids = append(ids, e.appendAll(w, msgs[3:])...)
 	checkSequence(t, ids[3:], msgs[3:], e.recv(s, 3))
 	e.quiet(s)
 	// Nothing the read-only WAL tried is in the log.
-	checkSequence(t, ids, msgs, e.recv(e.read(w, walimpls.DeliverAll()), 6))
+	checkSequence(t, ids, msgs, e.recv(e.read(w, cursor.All()), 6))
 }
 
 func testContext(t *testing.T, e *env) {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -88,7 +89,7 @@ func testAppendBatch(t *testing.T, e *env) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	got := e.recv(e.read(w, walimpls.DeliverAll()), len(acked))
+	got := e.recv(e.read(w, cursor.All()), len(acked))
 	for i, m := range got {
 		want, ok := acked[m.ID().Marshal()]
 		require.Truef(t, ok, "delivered %s which no batch stored", m.ID())
@@ -114,7 +115,7 @@ func testAppendBatch(t *testing.T, e *env) {
 		require.NoError(t, err)
 		require.Truef(t, after.EQ(before), "a refused batch stored something: Last moved from %s to %s", before, after)
 	}
-	s := e.read(w, walimpls.DeliverLatest())
+	s := e.read(w, cursor.Latest())
 	next := []message.Message{mustMessage(t, []byte("after-1"), nil), mustMessage(t, []byte("after-2"), nil)}
 	ids, err = within(e, "AppendBatch", func(ctx context.Context) ([]message.ID, error) { return w.AppendBatch(ctx, next) })
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -99,7 +100,7 @@ func (e *env) writerMessages(t *testing.T, g int) []message.Message {
 func testConcurrentAppendRead(t *testing.T, e *env) {
 	o := e.opener()
 	w := e.open(o, channelName("concurrent"), 1, walimpls.ReadWrite)
-	before := []walimpls.Scanner{e.read(w, walimpls.DeliverAll()), e.read(w, walimpls.DeliverAll())}
+	before := []walimpls.Scanner{e.read(w, cursor.All()), e.read(w, cursor.All())}
 
 	var (
 		mu       sync.Mutex
@@ -149,7 +150,7 @@ func testConcurrentAppendRead(t *testing.T, e *env) {
 	}
 	require.Len(t, acked, appenders*messagesPerWriter)
 
-	after := e.read(w, walimpls.DeliverAll())
+	after := e.read(w, cursor.All())
 	for ri, s := range append(before, after) {
 		got := e.recv(s, len(acked))
 		seen := map[string]bool{}
@@ -227,7 +228,7 @@ func testIDOrder(t *testing.T, e *env) {
 	}
 
 	// The order read back is the order of the IDs.
-	checkSequence(t, ids, msgs, e.recv(e.read(w, walimpls.DeliverAll()), len(ids)))
+	checkSequence(t, ids, msgs, e.recv(e.read(w, cursor.All()), len(ids)))
 }
 
 // testCanonicalIDs checks that UnmarshalID accepts only what Marshal
@@ -302,7 +303,7 @@ func testLast(t *testing.T, e *env) {
 	id, err := e.last(w)
 	require.NoError(t, err)
 	require.Truef(t, id.EQ(ids[4]), "Last after truncating to the last message: want %s, got %s", ids[4], id)
-	s := e.read(w, walimpls.DeliverStartFrom(id))
+	s := e.read(w, cursor.StartFrom(id))
 	checkSequence(t, ids[4:], msgs[4:], e.recv(s, 1))
 	e.quiet(s)
 
@@ -374,7 +375,7 @@ func testLast(t *testing.T, e *env) {
 	require.NoError(t, lastErr)
 	final, err := e.last(w)
 	require.NoError(t, err)
-	all := e.recv(e.read(w, walimpls.DeliverAll()), 1+4*50)
+	all := e.recv(e.read(w, cursor.All()), 1+4*50)
 	require.Truef(t, all[len(all)-1].ID().EQ(final), "Last after the appenders: want %s, got %s", all[len(all)-1].ID(), final)
 	stored := map[string]bool{}
 	for _, m := range all {
@@ -391,21 +392,21 @@ func testDeliverPolicies(t *testing.T, e *env) {
 	msgs := simpleMessages(t, "pol", 13)
 	ids := e.appendAll(w, msgs[:10])
 
-	all := e.recv(e.read(w, walimpls.DeliverAll()), 10)
+	all := e.recv(e.read(w, cursor.All()), 10)
 	checkSequence(t, ids, msgs[:10], all)
-	first := e.read(w, walimpls.DeliverStartFrom(ids[0]))
+	first := e.read(w, cursor.StartFrom(ids[0]))
 	checkSequence(t, ids, msgs[:10], e.recv(first, 10))
 	e.quiet(first)
 
-	from := e.read(w, walimpls.DeliverStartFrom(ids[5]))
+	from := e.read(w, cursor.StartFrom(ids[5]))
 	checkSequence(t, ids[5:], msgs[5:10], e.recv(from, 5))
 	e.quiet(from)
-	after := e.read(w, walimpls.DeliverStartAfter(ids[5]))
+	after := e.read(w, cursor.StartAfter(ids[5]))
 	checkSequence(t, ids[6:], msgs[6:10], e.recv(after, 4))
 	e.quiet(after)
-	last := e.read(w, walimpls.DeliverStartAfter(ids[9]))
+	last := e.read(w, cursor.StartAfter(ids[9]))
 
-	latest := e.read(w, walimpls.DeliverLatest())
+	latest := e.read(w, cursor.Latest())
 	e.quiet(latest)
 	ids = append(ids, e.appendAll(w, msgs[10:])...)
 	checkSequence(t, ids[10:], msgs[10:], e.recv(latest, 3))
@@ -413,14 +414,14 @@ func testDeliverPolicies(t *testing.T, e *env) {
 	checkSequence(t, ids[10:], msgs[10:], e.recv(last, 3))
 }
 
-// testLatestStartsAtRead checks that DeliverLatest's position is taken when
+// testLatestStartsAtRead checks that cursor.Latest's position is taken when
 // Read returns: an append made right after delivers, with no pause between.
 func testLatestStartsAtRead(t *testing.T, e *env) {
 	o := e.opener()
 	w := e.open(o, channelName("latest"), 1, walimpls.ReadWrite)
 	e.appendAll(w, simpleMessages(t, "before", 3))
 	for round := range 5 {
-		s := e.read(w, walimpls.DeliverLatest())
+		s := e.read(w, cursor.Latest())
 		m := mustMessage(t, []byte(fmt.Sprintf("right-after-read-%d", round)), nil)
 		id := e.appendAll(w, []message.Message{m})[0]
 		got := e.recv(s, 1)
@@ -435,8 +436,8 @@ func testLatestStartsAtRead(t *testing.T, e *env) {
 func testIdleTail(t *testing.T, e *env) {
 	o := e.opener()
 	w := e.open(o, channelName("idle"), 1, walimpls.ReadWrite)
-	s := e.read(w, walimpls.DeliverLatest())
-	from := e.read(w, walimpls.DeliverAll())
+	s := e.read(w, cursor.Latest())
+	from := e.read(w, cursor.All())
 	for round := range 4 {
 		e.quiet(s) // idle: nothing pending, the scanner waits
 		m := mustMessage(t, []byte(fmt.Sprintf("idle-%d", round)), nil)
@@ -492,7 +493,7 @@ func testParallelChannels(t *testing.T, e *env) {
 		require.NoError(t, err)
 	}
 	for i := range names {
-		s := e.read(wals[i], walimpls.DeliverAll())
+		s := e.read(wals[i], cursor.All())
 		checkSequence(t, ids[i], msgs[i], e.recv(s, n))
 		e.quiet(s)
 		last, err := e.last(wals[i])
@@ -539,5 +540,5 @@ func testCallerBuffers(t *testing.T, e *env) {
 		g.props["k"] = "overwritten"
 		g.props["added"] = "after the append returned"
 	}
-	checkSequence(t, ids, want, e.recv(e.read(w, walimpls.DeliverAll()), len(want)))
+	checkSequence(t, ids, want, e.recv(e.read(w, cursor.All()), len(want)))
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -28,9 +29,9 @@ func testDelete(t *testing.T, e *env) {
 	keptIDs := e.appendAll(kept, keptMsgs)
 
 	ro := e.open(o, name, 0, walimpls.ReadOnly)
-	tailing := e.read(ro, walimpls.DeliverAll())
+	tailing := e.read(ro, cursor.All())
 	checkSequence(t, oldIDs, old, e.recv(tailing, len(old)))
-	writerScan := e.read(w, walimpls.DeliverAll())
+	writerScan := e.read(w, cursor.All())
 	checkSequence(t, oldIDs, old, e.recv(writerScan, len(old)))
 
 	require.NoError(t, e.do("Delete", func(ctx context.Context) error { return o.Delete(ctx, name) }), "Delete")
@@ -60,7 +61,7 @@ func testDelete(t *testing.T, e *env) {
 	last, err := e.last(fresh)
 	require.NoError(t, err)
 	require.Truef(t, last.IsZero(), "Last of a channel opened after Delete is %s, not the zero ID", last)
-	s := e.read(fresh, walimpls.DeliverAll())
+	s := e.read(fresh, cursor.All())
 	e.quiet(s)
 	newMsgs := simpleMessages(t, "new", 2)
 	newIDs := e.appendAll(fresh, newMsgs)
@@ -69,11 +70,11 @@ func testDelete(t *testing.T, e *env) {
 	// The deleted channel's writer stays fenced, and writes nothing into
 	// the new channel.
 	e.expectDeletedWriter(w, oldIDs[len(oldIDs)-1], true)
-	checkSequence(t, newIDs, newMsgs, e.recv(e.read(fresh, walimpls.DeliverAll()), len(newMsgs)))
+	checkSequence(t, newIDs, newMsgs, e.recv(e.read(fresh, cursor.All()), len(newMsgs)))
 	e.quiet(s)
 
 	// The neighbour kept everything.
-	checkSequence(t, keptIDs, keptMsgs, e.recv(e.read(kept, walimpls.DeliverAll()), len(keptMsgs)))
+	checkSequence(t, keptIDs, keptMsgs, e.recv(e.read(kept, cursor.All()), len(keptMsgs)))
 	_, err = e.appendOne(kept, mustMessage(t, []byte("still-mine"), nil))
 	require.NoError(t, err, "a channel sharing a prefix with the deleted one still takes appends")
 
@@ -105,7 +106,7 @@ func testDeleteFencesOtherNodes(t *testing.T, e *env) {
 	id, err := e.appendOne(wb, bMore)
 	require.NoError(t, err, "the new channel's writer is not disturbed by the deleted channel's")
 	checkSequence(t, append(bIDs, id), append(bMsgs, bMore),
-		e.recv(e.read(wb, walimpls.DeliverAll()), len(bMsgs)+1))
+		e.recv(e.read(wb, cursor.All()), len(bMsgs)+1))
 }
 
 // expectDeletedWriter checks that w, a writer of a deleted channel, can

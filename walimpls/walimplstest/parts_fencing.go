@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -163,7 +164,7 @@ func (e *env) checkTakeover(termA, termB int64) {
 	// B; nothing of A comes after B's first. The fenced Truncate removed
 	// nothing.
 	reader := e.open(e.opener(), name, 0, walimpls.ReadOnly)
-	s := e.read(reader, walimpls.DeliverAll())
+	s := e.read(reader, cursor.All())
 	mu.Lock()
 	want := map[string]bool{}
 	for _, id := range ackedA {
@@ -234,7 +235,7 @@ func testRefusedOpen(t *testing.T, e *env) {
 	last, err := e.last(wa)
 	require.NoError(t, err)
 	require.Truef(t, last.EQ(ids[3]), "Last after refused opens: want %s, got %s", ids[3], last)
-	s := e.read(wa, walimpls.DeliverAll())
+	s := e.read(wa, cursor.All())
 	checkSequence(t, ids, msgs, e.recv(s, 4))
 	e.quiet(s)
 }

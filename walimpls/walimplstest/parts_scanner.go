@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -18,7 +19,7 @@ func testScannerContract(t *testing.T, e *env) {
 	e.appendAll(w, simpleMessages(t, "scan", 5))
 
 	// Close unblocks a consumer waiting on an idle tail.
-	s := e.read(w, walimpls.DeliverLatest())
+	s := e.read(w, cursor.Latest())
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -38,7 +39,7 @@ func testScannerContract(t *testing.T, e *env) {
 	e.closeScanner(s) // a second Close
 
 	// Close in the middle of a backlog.
-	s = e.read(w, walimpls.DeliverAll())
+	s = e.read(w, cursor.All())
 	e.recv(s, 1)
 	e.closeScanner(s)
 	e.waitClosed(s)
@@ -62,7 +63,7 @@ func testScannerContract(t *testing.T, e *env) {
 	require.NoError(t, err, "goroutines left behind by closed scanners")
 
 	// Closing the WAL ends its scanners.
-	s = e.read(w, walimpls.DeliverLatest())
+	s = e.read(w, cursor.Latest())
 	require.NoError(t, e.do("WAL.Close", func(context.Context) error { return w.Close() }))
 	e.waitClosed(s)
 	if err := s.Error(); err != nil {
@@ -79,9 +80,9 @@ func scanRound(t *testing.T, e *env, w walimpls.WALImpl, n int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := walimpls.DeliverAll()
+			p := cursor.All()
 			if i%2 == 1 {
-				p = walimpls.DeliverLatest()
+				p = cursor.Latest()
 			}
 			ctx, cancel := e.call()
 			s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: p})
@@ -117,7 +118,7 @@ func testScannerOutlivesReadContext(t *testing.T, e *env) {
 	msgs := simpleMessages(t, "rc", 4)
 	ids := e.appendAll(w, msgs[:2])
 	var scanners []walimpls.Scanner
-	for _, p := range []walimpls.DeliverPolicy{walimpls.DeliverAll(), walimpls.DeliverLatest(), walimpls.DeliverStartAfter(ids[1])} {
+	for _, p := range []cursor.Policy{cursor.All(), cursor.Latest(), cursor.StartAfter(ids[1])} {
 		ctx, cancel := context.WithCancel(e.ctx)
 		s, err := within(e, "Read", func(context.Context) (walimpls.Scanner, error) {
 			return w.Read(ctx, walimpls.ReadOption{DeliverPolicy: p})

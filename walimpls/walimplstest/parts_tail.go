@@ -7,16 +7,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// tailMessages is how many messages the DeliverTail part stores: enough for
+// tailMessages is how many messages the cursor.Tail part stores: enough for
 // a start near the end to differ from the first message, few enough to stay
 // fast over the wire.
 const tailMessages = 50
 
-// testDeliverTail checks DeliverTail(n): it delivers a contiguous suffix of
+// testDeliverTail checks cursor.Tail(n): it delivers a contiguous suffix of
 // the log, in ID order and ending at the last message, holding at least the
 // last n messages stored when Read was called (all of them when fewer are
 // kept), and then tails like any scanner. A backend may start earlier than
@@ -30,7 +31,7 @@ func testDeliverTail(t *testing.T, e *env) {
 	// An empty channel: nothing old to deliver, and an append after Read
 	// is delivered (the scanner starts at or before the end, and tails).
 	e.expectInvalidTail(w)
-	empty := []walimpls.Scanner{e.read(w, walimpls.DeliverTail(1)), e.read(w, walimpls.DeliverTail(5))}
+	empty := []walimpls.Scanner{e.read(w, cursor.Tail(1)), e.read(w, cursor.Tail(5))}
 	for _, s := range empty {
 		e.quiet(s)
 	}
@@ -66,7 +67,7 @@ func testDeliverTail(t *testing.T, e *env) {
 	k := log.len()
 	var tails []walimpls.Scanner
 	for _, n := range []int{1, 5, k - 1, k, k + 10} {
-		s := e.read(w, walimpls.DeliverTail(n))
+		s := e.read(w, cursor.Tail(n))
 		e.checkTail(s, log, 0, n)
 		tails = append(tails, s)
 	}
@@ -84,7 +85,7 @@ func testDeliverTail(t *testing.T, e *env) {
 	kept := log.len() - first
 	tails = tails[:0]
 	for _, n := range []int{k, kept + 1, kept, kept - 1, 3, 1} {
-		s, err := e.tryRead(w, walimpls.ReadOption{Name: "tail-after-truncate", DeliverPolicy: walimpls.DeliverTail(n)})
+		s, err := e.tryRead(w, walimpls.ReadOption{Name: "tail-after-truncate", DeliverPolicy: cursor.Tail(n)})
 		require.NoErrorf(t, err, "DeliverTail(%d) after a truncation: the start must be the first message kept, never a gone position", n)
 		e.checkTail(s, log, first, n)
 		tails = append(tails, s)
@@ -96,7 +97,7 @@ func testDeliverTail(t *testing.T, e *env) {
 	require.NoError(t, e.truncate(w, log.ids[lastIdx]))
 	tails = tails[:0]
 	for _, n := range []int{1, 2, k} {
-		s, err := e.tryRead(w, walimpls.ReadOption{Name: "tail-after-truncate-to-last", DeliverPolicy: walimpls.DeliverTail(n)})
+		s, err := e.tryRead(w, walimpls.ReadOption{Name: "tail-after-truncate-to-last", DeliverPolicy: cursor.Tail(n)})
 		require.NoErrorf(t, err, "DeliverTail(%d) after a truncation to the last message", n)
 		e.checkTail(s, log, lastIdx, n)
 		tails = append(tails, s)
@@ -105,7 +106,7 @@ func testDeliverTail(t *testing.T, e *env) {
 	e.checkTailsGoOn(w, log, tails, "after a truncation to the last message")
 }
 
-// tailLog is what the DeliverTail part stored, in ID order.
+// tailLog is what the cursor.Tail part stored, in ID order.
 type tailLog struct {
 	ids  []message.ID
 	msgs []message.Message
@@ -121,7 +122,7 @@ func (l *tailLog) add(ids []message.ID, msgs []message.Message) {
 func (l *tailLog) len() int         { return len(l.ids) }
 func (l *tailLog) last() message.ID { return l.ids[len(l.ids)-1] }
 
-// checkTail reads what a DeliverTail(n) scanner delivers of the messages
+// checkTail reads what a cursor.Tail(n) scanner delivers of the messages
 // stored before its Read, whose first kept one is log.ids[first]: a
 // contiguous run of them in ID order, from the first message it delivers to
 // the last message stored, holding at least min(n, kept) messages, none of
@@ -149,7 +150,7 @@ func (e *env) checkTail(s walimpls.Scanner, log *tailLog, first, n int) {
 
 // checkTailsGoOn appends one message and one batch and checks that every
 // scanner, having delivered the log up to its end, delivers them next: a
-// DeliverTail scanner tails like any other, and delivered nothing else in
+// cursor.Tail scanner tails like any other, and delivered nothing else in
 // between.
 func (e *env) checkTailsGoOn(w walimpls.WALImpl, log *tailLog, tails []walimpls.Scanner, when string) {
 	t := e.t
@@ -170,7 +171,7 @@ func (e *env) checkTailsGoOn(w walimpls.WALImpl, log *tailLog, tails []walimpls.
 	}
 }
 
-// expectInvalidTail checks that DeliverTail(n) with n < 1 is refused by Read
+// expectInvalidTail checks that cursor.Tail(n) with n < 1 is refused by Read
 // with ErrInvalidPosition, and stores nothing.
 func (e *env) expectInvalidTail(w walimpls.WALImpl) {
 	t := e.t
@@ -178,7 +179,7 @@ func (e *env) expectInvalidTail(w walimpls.WALImpl) {
 	before, err := e.last(w)
 	require.NoError(t, err)
 	for _, n := range []int{0, -1} {
-		s, err := e.tryRead(w, walimpls.ReadOption{Name: "tail-invalid", DeliverPolicy: walimpls.DeliverTail(n)})
+		s, err := e.tryRead(w, walimpls.ReadOption{Name: "tail-invalid", DeliverPolicy: cursor.Tail(n)})
 		require.ErrorIsf(t, err, walimpls.ErrInvalidPosition, "read DeliverTail(%d)", n)
 		require.Nil(t, s)
 	}

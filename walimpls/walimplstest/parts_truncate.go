@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -21,27 +22,27 @@ func testTruncate(t *testing.T, e *env) {
 	// A live scanner positioned below the truncation point, not yet
 	// consuming: after the truncation it may still deliver what it had, but
 	// never skip over the gap.
-	live := e.read(w, walimpls.DeliverStartFrom(ids[1]))
+	live := e.read(w, cursor.StartFrom(ids[1]))
 
 	require.NoError(t, e.truncate(w, ids[5]))
-	e.expectGone(w, walimpls.DeliverStartFrom(ids[0]))
-	e.expectGone(w, walimpls.DeliverStartFrom(ids[4]))
-	e.expectGone(w, walimpls.DeliverStartAfter(ids[3]))
+	e.expectGone(w, cursor.StartFrom(ids[0]))
+	e.expectGone(w, cursor.StartFrom(ids[4]))
+	e.expectGone(w, cursor.StartAfter(ids[3]))
 
-	from := e.read(w, walimpls.DeliverStartFrom(ids[5]))
+	from := e.read(w, cursor.StartFrom(ids[5]))
 	checkSequence(t, ids[5:], msgs[5:10], e.recv(from, 5))
-	all := e.read(w, walimpls.DeliverAll())
+	all := e.read(w, cursor.All())
 	checkSequence(t, ids[5:], msgs[5:10], e.recv(all, 5))
-	after := e.read(w, walimpls.DeliverStartAfter(ids[5]))
+	after := e.read(w, cursor.StartAfter(ids[5]))
 	checkSequence(t, ids[6:], msgs[6:10], e.recv(after, 4))
 	// StartAfter(the last removed message) starts at the first one kept.
-	afterRemoved := e.read(w, walimpls.DeliverStartAfter(ids[4]))
+	afterRemoved := e.read(w, cursor.StartAfter(ids[4]))
 	checkSequence(t, ids[5:], msgs[5:10], e.recv(afterRemoved, 5))
 
 	// Truncating again to the same or an earlier point changes nothing.
 	require.NoError(t, e.truncate(w, ids[5]), "truncate twice to the same point")
 	require.NoError(t, e.truncate(w, ids[2]), "truncate below the current point")
-	checkSequence(t, ids[5:], msgs[5:10], e.recv(e.read(w, walimpls.DeliverAll()), 5))
+	checkSequence(t, ids[5:], msgs[5:10], e.recv(e.read(w, cursor.All()), 5))
 
 	// Appends go on after a truncation, with larger IDs.
 	ids = append(ids, e.appendAll(w, msgs[10:])...)
@@ -101,7 +102,7 @@ func testTruncateBoundaries(t *testing.T, e *env) {
 	}
 	for _, id := range beyond {
 		require.ErrorIsf(t, e.truncate(a, id), walimpls.ErrInvalidPosition, "truncate to %s, past the last message %s", id, idsA[4])
-		checkSequence(t, idsA, msgs[:5], e.recv(e.read(a, walimpls.DeliverAll()), 5))
+		checkSequence(t, idsA, msgs[:5], e.recv(e.read(a, cursor.All()), 5))
 		last, err := e.last(a)
 		require.NoError(t, err)
 		require.Truef(t, last.EQ(idsA[4]), "Last after a refused truncation: want %s, got %s", idsA[4], last)
@@ -109,17 +110,17 @@ func testTruncateBoundaries(t *testing.T, e *env) {
 
 	// Truncating to exactly the last message keeps it.
 	require.NoError(t, e.truncate(a, idsA[4]), "truncate to the last message")
-	s := e.read(a, walimpls.DeliverAll())
+	s := e.read(a, cursor.All())
 	checkSequence(t, idsA[4:], msgs[4:5], e.recv(s, 1))
 	e.quiet(s)
-	e.expectGone(a, walimpls.DeliverStartFrom(idsA[3]))
-	e.expectGone(a, walimpls.DeliverStartAfter(idsA[2]))
-	checkSequence(t, idsA[4:], msgs[4:5], e.recv(e.read(a, walimpls.DeliverStartAfter(idsA[3])), 1))
+	e.expectGone(a, cursor.StartFrom(idsA[3]))
+	e.expectGone(a, cursor.StartAfter(idsA[2]))
+	checkSequence(t, idsA[4:], msgs[4:5], e.recv(e.read(a, cursor.StartAfter(idsA[3])), 1))
 	for _, id := range beyond {
 		require.ErrorIsf(t, e.truncate(a, id), walimpls.ErrInvalidPosition, "truncate to %s after truncating to the last message", id)
 	}
 	// A's neighbour was never touched.
-	checkSequence(t, idsB, msgs, e.recv(e.read(b, walimpls.DeliverAll()), 6))
+	checkSequence(t, idsB, msgs, e.recv(e.read(b, cursor.All()), 6))
 }
 
 const (
@@ -150,7 +151,7 @@ func testTruncateOvertakesScanner(t *testing.T, e *env) {
 	}
 	ids := e.appendAll(w, msgs)
 
-	s, err := e.tryRead(w, walimpls.ReadOption{Name: "overtaken", DeliverPolicy: walimpls.DeliverStartFrom(ids[0]), ReadAheadBytes: size})
+	s, err := e.tryRead(w, walimpls.ReadOption{Name: "overtaken", DeliverPolicy: cursor.StartFrom(ids[0]), ReadAheadBytes: size})
 	require.NoError(t, err)
 	// Precondition: the scanner runs and is positioned at its start.
 	first := e.recv(s, 1)
@@ -196,12 +197,12 @@ func testFuturePosition(t *testing.T, e *env) {
 	if !ids[2].LT(future) {
 		t.Skipf("no future position: the last id of a 20-message channel (%s) is not beyond a 3-message one's (%s)", future, ids[2])
 	}
-	fromFuture := e.read(short, walimpls.DeliverStartFrom(future))
-	afterFuture := e.read(short, walimpls.DeliverStartAfter(future))
+	fromFuture := e.read(short, cursor.StartFrom(future))
+	afterFuture := e.read(short, cursor.StartAfter(future))
 	e.quiet(fromFuture)
 	e.quiet(afterFuture)
 	require.ErrorIs(t, e.truncate(short, future), walimpls.ErrInvalidPosition, "truncate beyond the end")
-	checkSequence(t, ids, msgs, e.recv(e.read(short, walimpls.DeliverAll()), 3))
+	checkSequence(t, ids, msgs, e.recv(e.read(short, cursor.All()), 3))
 
 	// Append until the channel reaches the position: the scanners deliver
 	// nothing below it.

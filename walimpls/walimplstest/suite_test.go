@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -691,9 +692,9 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 				id = message.NewID(r.IDValue)
 			}
 			if incl {
-				opt.DeliverPolicy = walimpls.DeliverStartFrom(id)
+				opt.DeliverPolicy = cursor.StartFrom(id)
 			} else {
-				opt.DeliverPolicy = walimpls.DeliverStartAfter(id)
+				opt.DeliverPolicy = cursor.StartAfter(id)
 			}
 		}
 	case "skip-truncated":
@@ -703,7 +704,7 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 		if err == nil || !errors.Is(err, walimpls.ErrPositionGone) {
 			return w.wrapScanner(ctx, opt, s, err)
 		}
-		opt.DeliverPolicy = walimpls.DeliverAll()
+		opt.DeliverPolicy = cursor.All()
 	case "unbounded-read-ahead":
 		opt.ReadAheadBytes = 1 << 30
 	case "tail-starts-late", "tail-ignores-truncation":
@@ -713,12 +714,12 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 	case "tail-from-latest":
 		// Reads "the end" as "after the end".
 		if n, ok := p.Tail(); ok && n >= 1 {
-			opt.DeliverPolicy = walimpls.DeliverLatest()
+			opt.DeliverPolicy = cursor.Latest()
 		}
 	case "tail-accepts-zero":
 		// Takes n < 1 as 1 instead of refusing it.
 		if n, ok := p.Tail(); ok && n < 1 {
-			opt.DeliverPolicy = walimpls.DeliverTail(1)
+			opt.DeliverPolicy = cursor.Tail(1)
 		}
 	case "tail-not-tailing":
 		// Delivers the tail stored at Read and ends, like a bounded read.
@@ -740,7 +741,7 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 		// A start beyond the end is taken as "the end".
 		if id, _, ok := p.StartID(); ok {
 			if last, err := w.WALImpl.Last(ctx); err == nil && !last.IsZero() && last.LT(id) {
-				opt.DeliverPolicy = walimpls.DeliverLatest()
+				opt.DeliverPolicy = cursor.Latest()
 			}
 		}
 	}
@@ -774,7 +775,7 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 	return w.wrapScanner(ctx, opt, s, err)
 }
 
-// brokenTail resolves DeliverTail(n) from Last, as a backend that counts
+// brokenTail resolves cursor.Tail(n) from Last, as a backend that counts
 // positions back from the end would, and gets it wrong on purpose:
 //
 //   - tail-ignores-truncation starts exactly n messages back from the
@@ -783,7 +784,7 @@ func (w *brokenWAL) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls
 //     holds more than n, so the tail misses its oldest message.
 //
 // Where the breakage does not apply it returns p unchanged.
-func (w *brokenWAL) brokenTail(ctx context.Context, n int, p walimpls.DeliverPolicy) walimpls.DeliverPolicy {
+func (w *brokenWAL) brokenTail(ctx context.Context, n int, p cursor.Policy) cursor.Policy {
 	last, err := w.WALImpl.Last(ctx)
 	if err != nil || last.IsZero() {
 		return p
@@ -794,18 +795,18 @@ func (w *brokenWAL) brokenTail(ctx context.Context, n int, p walimpls.DeliverPol
 	}
 	start := max(0, lastSeq+1-int64(n)) // memory's first sequence is 0
 	if w.broken == "tail-ignores-truncation" {
-		return walimpls.DeliverStartFrom(message.NewSeqID(memory.Name, start))
+		return cursor.StartFrom(message.NewSeqID(memory.Name, start))
 	}
 	if start == 0 {
 		return p // the log holds n messages or fewer
 	}
 	// The log holds more than n when the message before start is kept.
-	probe, err := w.WALImpl.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(message.NewSeqID(memory.Name, start-1))})
+	probe, err := w.WALImpl.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.StartFrom(message.NewSeqID(memory.Name, start-1))})
 	if err != nil {
 		return p
 	}
 	_ = probe.Close()
-	return walimpls.DeliverStartFrom(message.NewSeqID(memory.Name, start+1))
+	return cursor.StartFrom(message.NewSeqID(memory.Name, start+1))
 }
 
 func (w *brokenWAL) wrapScanner(ctx context.Context, opt walimpls.ReadOption, s walimpls.Scanner, err error) (walimpls.Scanner, error) {
@@ -927,7 +928,7 @@ func (s *brokenScanner) run() {
 			<-inner.Done()
 			if s.w.broken == "overtaken-skips" && errors.Is(inner.Error(), walimpls.ErrPositionGone) {
 				// Carries on from the first message still kept.
-				next, err := s.w.WALImpl.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+				next, err := s.w.WALImpl.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 				if err == nil {
 					s.mu.Lock()
 					s.inner = next

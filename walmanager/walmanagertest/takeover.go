@@ -369,7 +369,7 @@ type seen struct {
 type logReader struct {
 	node string
 	wal  adaptor.WAL
-	scan adaptor.Scanner
+	scan walimpls.Scanner
 	done chan struct{}
 	got  []seen
 	err  error

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -142,7 +143,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		got := readN(t, w, walimpls.DeliverAll(), len(acked))
+		got := readN(t, w, cursor.All(), len(acked))
 		seen := map[string]bool{}
 		for _, m := range got {
 			p := string(m.Payload())
@@ -150,7 +151,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 			assert.False(t, seen[p], "%s read twice", p)
 			seen[p] = true
 		}
-		s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(got[len(got)-1].ID())})
+		s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(got[len(got)-1].ID())})
 		require.NoError(t, err)
 		defer s.Close()
 		nothingMore(t, s, 100*time.Millisecond)
@@ -179,7 +180,7 @@ func TestAppendBatchAboveGroupLimits(t *testing.T) {
 	require.Len(t, ids, len(msgs))
 	assert.Equal(t, int64(1), tw.endTxnWrites.Load()-before, "transactions the batch took")
 	requireContiguous(t, ids)
-	got := readN(t, w, walimpls.DeliverStartAfter(warm), len(msgs))
+	got := readN(t, w, cursor.StartAfter(warm), len(msgs))
 	for i, m := range got {
 		require.True(t, ids[i].EQ(m.ID()), "message %d: read %s, acknowledged %s", i, m.ID(), ids[i])
 		require.Equal(t, string(msgs[i].Payload()), string(m.Payload()))
@@ -211,7 +212,7 @@ func TestAppendBatchTooLarge(t *testing.T) {
 		assert.Contains(t, err.Error(), "message 1 of 3")
 		requireSameID(t, warm, last(t, w))
 		after := appendOK(t, w, msg(t, "after", nil))
-		got := readN(t, w, walimpls.DeliverAll(), 2)
+		got := readN(t, w, cursor.All(), 2)
 		assert.Equal(t, []string{"warm", "after"}, payloads(got))
 		assert.True(t, after.EQ(got[1].ID()))
 	})
@@ -274,7 +275,7 @@ func TestAppendBatchRefusals(t *testing.T) {
 			assert.Nil(t, ids)
 		}
 		requireSameID(t, stored, last(t, ro))
-		got := readN(t, ro, walimpls.DeliverAll(), 1)
+		got := readN(t, ro, cursor.All(), 1)
 		assert.Equal(t, []string{"stored"}, payloads(got))
 	})
 }
@@ -327,10 +328,10 @@ func TestAppendBatchAtomicProduceFailure(t *testing.T) {
 	assert.Equal(t, 1, h.Hits())
 
 	after := appendOK(t, w, msg(t, "after", nil))
-	got := readN(t, w, walimpls.DeliverAll(), 2)
+	got := readN(t, w, cursor.All(), 2)
 	assert.Equal(t, []string{"warm", "after"}, payloads(got))
 	assert.True(t, after.EQ(got[1].ID()))
-	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(after)})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(after)})
 	require.NoError(t, err)
 	defer s.Close()
 	nothingMore(t, s, 100*time.Millisecond)
@@ -388,10 +389,10 @@ func TestAppendBatchFencedMidBatch(t *testing.T) {
 	assert.Nil(t, res.ids)
 
 	b1 := appendOK(t, wb, msg(t, "b1", nil))
-	got := readN(t, wb, walimpls.DeliverAll(), 2)
+	got := readN(t, wb, cursor.All(), 2)
 	assert.Equal(t, []string{"warm", "b1"}, payloads(got))
 	assert.True(t, b1.EQ(got[1].ID()))
-	s, err := wb.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(b1)})
+	s, err := wb.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(b1)})
 	require.NoError(t, err)
 	defer s.Close()
 	nothingMore(t, s, 100*time.Millisecond)
@@ -437,7 +438,7 @@ func TestAppendBatchPrefixWithoutTransactions(t *testing.T) {
 	assert.Contains(t, err.Error(), "message 2 of 6")
 
 	after := appendOK(t, w, msg(t, "after", nil))
-	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(warm)})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(warm)})
 	require.NoError(t, err)
 	defer s.Close()
 	got := collect(t, s, 2, 10*time.Second)
@@ -502,7 +503,7 @@ func TestAppendBatchBrokerTooLarge(t *testing.T) {
 			assert.Nil(t, ids)
 		}
 		after := appendOK(t, w, msg(t, "after", nil))
-		s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(warm)})
+		s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(warm)})
 		require.NoError(t, err)
 		defer s.Close()
 		var read []string

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
@@ -184,7 +185,7 @@ func BenchmarkScan(b *testing.B) {
 	b.Run("wal", func(b *testing.B) {
 		start := time.Now()
 		for range b.N {
-			s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+			s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.All()})
 			require.NoError(b, err)
 			for range records {
 				<-s.Chan()

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -119,9 +120,9 @@ func TestDeleteFencesWriterInFlight(t *testing.T) {
 
 				appendOK(t, wb, msg(t, "b1", nil))
 				appendOK(t, wb, msg(t, "b2", nil))
-				got := readN(t, wb, walimpls.DeliverAll(), 2)
+				got := readN(t, wb, cursor.All(), 2)
 				assert.Equal(t, []string{"b1", "b2"}, payloads(got))
-				s, err := wb.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(got[1].ID())})
+				s, err := wb.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(got[1].ID())})
 				require.NoError(t, err)
 				defer s.Close()
 				nothingMore(t, s, 200*time.Millisecond)
@@ -172,7 +173,7 @@ func TestDeleteReopenElsewhere(t *testing.T) {
 	wa := open(t, a, name, 4, walimpls.ReadWrite)
 	appendOK(t, wa, msg(t, "old", nil))
 	ro := open(t, a, name, 0, walimpls.ReadOnly)
-	remote, err := ro.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	remote, err := ro.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer remote.Close()
 	assert.Equal(t, []string{"old"}, payloads(collect(t, remote, 1, 10*time.Second)))
@@ -190,7 +191,7 @@ func TestDeleteReopenElsewhere(t *testing.T) {
 	t.Logf("open, append and Last on the re-created topic took %s", took)
 	assert.Less(t, took, 4*time.Second, "waited on franz-go's metadata cache")
 	assert.True(t, id.EQ(last))
-	assert.Equal(t, []string{"new"}, payloads(readN(t, wa2, walimpls.DeliverAll(), 1)))
+	assert.Equal(t, []string{"new"}, payloads(readN(t, wa2, cursor.All(), 1)))
 
 	// The deleted channel's writer and reader of this opener learn it.
 	_, err = wa.Append(ctx, msg(t, "stale", nil))
@@ -249,7 +250,7 @@ func TestDeleteRefused(t *testing.T) {
 	require.NoError(t, b.Delete(ctx, name))
 	wb := open(t, b, name, 0, walimpls.ReadWrite)
 	appendOK(t, wb, msg(t, "new", nil))
-	assert.Equal(t, []string{"new"}, payloads(readN(t, wb, walimpls.DeliverAll(), 1)))
+	assert.Equal(t, []string{"new"}, payloads(readN(t, wb, cursor.All(), 1)))
 }
 
 // TestDeleteOpenDuringDeletion opens the channel on another opener while a
@@ -301,7 +302,7 @@ func TestDeleteOpenDuringDeletion(t *testing.T) {
 	require.NoError(t, <-opened)
 	defer w2.Close()
 	appendOK(t, w2, msg(t, "new", nil))
-	got := payloads(readN(t, w2, walimpls.DeliverAll(), 1))
+	got := payloads(readN(t, w2, cursor.All(), 1))
 	assert.Equal(t, []string{"new"}, got)
 	assert.False(t, slices.Contains(got, "old"))
 }

@@ -292,7 +292,7 @@
 //
 // A scanner consumes partition 0 directly (no consumer group, no committed
 // offsets) with its own franz-go client, read_committed, and fetches of at
-// most ReadAheadBytes. DeliverAll starts at the log start, DeliverLatest at
+// most ReadAheadBytes. cursor.All starts at the log start, cursor.Latest at
 // the last stable offset when Read is called, StartFrom at the offset and
 // StartAfter at the offset plus one. The client never resets an offset on
 // its own (NoResetOffset): OFFSET_OUT_OF_RANGE below the log start ends the
@@ -300,7 +300,7 @@
 // position beyond the end is waited for. A batch scanner (ReadBatches)
 // hands over the records of each fetch as one slice.
 //
-// DeliverTail(n) cannot start at the last stable offset minus n: offsets
+// cursor.Tail(n) cannot start at the last stable offset minus n: offsets
 // are not message counts (a commit marker follows every transaction, aborted
 // records take offsets and are never delivered). Read counts instead, with
 // read_committed fetches of the scanner's client, the messages in windows of

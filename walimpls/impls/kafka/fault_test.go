@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -67,7 +68,7 @@ func appendConcurrently(t *testing.T, w walimpls.WALImpl, k, n int, tag string) 
 // acknowledged messages, each once.
 func checkExactlyOnce(t *testing.T, w walimpls.WALImpl, acked map[int64]string) {
 	t.Helper()
-	got := readN(t, w, walimpls.DeliverAll(), len(acked))
+	got := readN(t, w, cursor.All(), len(acked))
 	seen := map[string]int{}
 	for _, m := range got {
 		p := string(m.Payload())
@@ -77,7 +78,7 @@ func checkExactlyOnce(t *testing.T, w walimpls.WALImpl, acked map[int64]string) 
 	for _, p := range acked {
 		assert.Equal(t, 1, seen[p], "copies of %s", p)
 	}
-	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(got[len(got)-1].ID())})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(got[len(got)-1].ID())})
 	require.NoError(t, err)
 	defer s.Close()
 	nothingMore(t, s, 200*time.Millisecond)
@@ -99,7 +100,7 @@ func TestFaultNotLeaderOnProduce(t *testing.T) {
 		assert.Equal(t, 3, h.Hits())
 		assert.Less(t, took, time.Second, "recovery from NOT_LEADER")
 		t.Logf("three NOT_LEADER answers cost %s", took.Round(time.Millisecond))
-		got := readN(t, w, walimpls.DeliverAll(), 2)
+		got := readN(t, w, cursor.All(), 2)
 		assert.Equal(t, []string{"warm", "after-not-leader"}, payloads(got))
 		assert.True(t, id.EQ(got[1].ID()))
 	})
@@ -190,7 +191,7 @@ func TestFaultTooLarge(t *testing.T) {
 	// timeout: read_committed readers are not held up by it. (On the
 	// KIP-890 part 2 path they were, about one run in seven under load;
 	// see pre890p2Versions.)
-	s, err := w2.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	s, err := w2.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	got := collect(t, s, 1, DefaultTransactionTimeout/2)
@@ -207,7 +208,7 @@ func TestDeleteRecordsUnderLiveReader(t *testing.T) {
 		ids = append(ids, appendOK(t, w, msg(t, strconv.Itoa(i), nil)))
 	}
 	// A slow reader: one batch per fetch, and nobody takes from Chan yet.
-	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "slow", DeliverPolicy: walimpls.DeliverAll(), ReadAheadBytes: 1})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "slow", DeliverPolicy: cursor.All(), ReadAheadBytes: 1})
 	require.NoError(t, err)
 	defer s.Close()
 	first := collect(t, s, 1, 5*time.Second)[0]
@@ -250,7 +251,7 @@ func TestReacquireAfterStaleOpen(t *testing.T) {
 	require.NotErrorIs(t, err, walimpls.ErrFenced)
 	assert.True(t, walimpls.IsRetryable(err))
 	after := appendOK(t, w, msg(t, "after", nil))
-	got := readN(t, w, walimpls.DeliverAll(), 2)
+	got := readN(t, w, cursor.All(), 2)
 	assert.Equal(t, []string{"before", "after"}, payloads(got))
 	assert.True(t, after.EQ(got[1].ID()))
 }
@@ -275,13 +276,13 @@ func TestLowerTermOpenWithoutTransactions(t *testing.T) {
 	same := open(t, b, "lower", 3, walimpls.ReadWrite)
 	s1 := appendOK(t, same, msg(t, "s1", nil))
 	l2 := appendOK(t, low, msg(t, "l2", nil))
-	got := readN(t, high, walimpls.DeliverAll(), 5)
+	got := readN(t, high, cursor.All(), 5)
 	assert.Equal(t, []string{"h1", "l1", "h2", "s1", "l2"}, payloads(got))
 	for i, id := range []message.ID{h1, l1, h2, s1, l2} {
 		assert.True(t, id.EQ(got[i].ID()), "message %d", i)
 	}
 	require.NoError(t, low.Truncate(context.Background(), h2))
-	got = readN(t, high, walimpls.DeliverAll(), 3)
+	got = readN(t, high, cursor.All(), 3)
 	assert.Equal(t, []string{"h2", "s1", "l2"}, payloads(got))
 	requireSameID(t, l2, last(t, low))
 }
@@ -326,7 +327,7 @@ func TestRestart(t *testing.T) {
 	}
 	// Everything acknowledged is there once; the append that timed out
 	// while the broker was down may or may not be.
-	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	found := map[string]int{}
@@ -358,7 +359,7 @@ func TestFaultOutOfOrderSequenceRetried(t *testing.T) {
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: o.cfg.topicName("oooseq"), Err: kerr.OutOfOrderSequenceNumber, Count: 1})
 	id := appendOK(t, w, msg(t, "after", nil))
 	assert.Equal(t, 1, h.Hits())
-	got := readN(t, w, walimpls.DeliverAll(), 2)
+	got := readN(t, w, cursor.All(), 2)
 	assert.Equal(t, []string{"warm", "after"}, payloads(got))
 	assert.True(t, id.EQ(got[1].ID()))
 }

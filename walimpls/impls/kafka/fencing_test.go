@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -49,7 +50,7 @@ func TestFencedTruncate(t *testing.T) {
 			var fe *walimpls.FencedError
 			require.True(t, errors.As(err, &fe), "%v", err)
 			assert.Equal(t, walimpls.FencedError{Channel: "fenced-truncate", Term: 1, CurrentTerm: tc.winTerm}, *fe)
-			got := readN(t, wb, walimpls.DeliverAll(), len(ids))
+			got := readN(t, wb, cursor.All(), len(ids))
 			assert.Equal(t, []string{"0", "1", "2", "3"}, payloads(got))
 
 			// Sticky: a no-op truncate and an append fail the same way,
@@ -61,13 +62,13 @@ func TestFencedTruncate(t *testing.T) {
 
 			// A fenced WAL still reads.
 			requireSameID(t, ids[3], last(t, wa))
-			got = readN(t, wa, walimpls.DeliverAll(), len(ids))
+			got = readN(t, wa, cursor.All(), len(ids))
 			assert.Equal(t, []string{"0", "1", "2", "3"}, payloads(got))
 
 			// The winner truncates.
 			after := appendOK(t, wb, msg(t, "b", nil))
 			require.NoError(t, wb.Truncate(context.Background(), ids[3]))
-			got = readN(t, wb, walimpls.DeliverAll(), 2)
+			got = readN(t, wb, cursor.All(), 2)
 			assert.Equal(t, []string{"3", "b"}, payloads(got))
 			requireSameID(t, after, last(t, wb))
 		})
@@ -182,7 +183,7 @@ func TestSameTermLaterOpenWins(t *testing.T) {
 	// Read up to the winner's last acknowledged append: every
 	// acknowledged append once, nothing else but appends whose outcome
 	// was unknown.
-	s, err := wb.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	s, err := wb.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	seen := map[string]int{}
@@ -235,9 +236,9 @@ func TestNotStoredMarks(t *testing.T) {
 		require.ErrorIs(t, err, walimpls.ErrClosed)
 		assert.True(t, walimpls.NotStored(err), "append after Close: %v", err)
 
-		got := readN(t, ro, walimpls.DeliverAll(), 1)
+		got := readN(t, ro, cursor.All(), 1)
 		assert.Equal(t, []string{"one"}, payloads(got))
-		s, err := ro.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(got[0].ID())})
+		s, err := ro.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(got[0].ID())})
 		require.NoError(t, err)
 		defer s.Close()
 		nothingMore(t, s, 200*time.Millisecond)

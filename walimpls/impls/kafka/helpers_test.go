@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
@@ -66,7 +67,7 @@ func open(t testing.TB, o walimpls.Opener, name string, term int64, mode walimpl
 	return walimplstest.Open(t, o, name, term, mode, 10*time.Second)
 }
 
-func readN(t testing.TB, w walimpls.WALImpl, p walimpls.DeliverPolicy, n int) []message.Immutable {
+func readN(t testing.TB, w walimpls.WALImpl, p cursor.Policy, n int) []message.Immutable {
 	t.Helper()
 	return walimplstest.ReadN(t, w, p, n, 10*time.Second)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -38,7 +39,7 @@ func TestAppendRead(t *testing.T) {
 	for i := 1; i < len(ids); i++ {
 		assert.True(t, ids[i-1].LT(ids[i]), "%s < %s", ids[i-1], ids[i])
 	}
-	got := readN(t, w, walimpls.DeliverAll(), len(ms))
+	got := readN(t, w, cursor.All(), len(ms))
 	for i, m := range got {
 		assert.True(t, ids[i].EQ(m.ID()), "id %d: %s vs %s", i, ids[i], m.ID())
 		assert.True(t, bytes.Equal(ms[i].Payload(), m.Payload()), "payload %d", i)
@@ -47,14 +48,14 @@ func TestAppendRead(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, back.EQ(m.ID()))
 	}
-	got = readN(t, w, walimpls.DeliverStartAfter(ids[1]), 2)
+	got = readN(t, w, cursor.StartAfter(ids[1]), 2)
 	assert.True(t, got[0].ID().EQ(ids[2]))
-	got = readN(t, w, walimpls.DeliverStartFrom(ids[1]), 3)
+	got = readN(t, w, cursor.StartFrom(ids[1]), 3)
 	assert.True(t, got[0].ID().EQ(ids[1]))
 
 	// Latest: only later appends.
 	ctx := context.Background()
-	s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverLatest()})
+	s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	defer s.Close()
 	later := appendOK(t, w, msg(t, "later", nil))
@@ -99,7 +100,7 @@ func TestConcurrentAppends(t *testing.T) {
 	}
 	wg.Wait()
 	require.Len(t, ids, workers*per)
-	got := readN(t, w, walimpls.DeliverAll(), workers*per)
+	got := readN(t, w, cursor.All(), workers*per)
 	for _, m := range got {
 		assert.Equal(t, ids[seq(t, m.ID())], string(m.Payload()))
 	}
@@ -127,7 +128,7 @@ func TestFencing(t *testing.T) {
 	_, err = a.Open(context.Background(), walimpls.Channel{Name: "fence", Term: 1})
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	appendOK(t, wb, msg(t, "b2", nil))
-	got := readN(t, wb, walimpls.DeliverAll(), 3)
+	got := readN(t, wb, cursor.All(), 3)
 	assert.Equal(t, []string{"a1", "b1", "b2"}, payloads(got))
 
 	// Same term reopen after close is allowed.

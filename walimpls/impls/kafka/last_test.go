@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -66,7 +67,7 @@ func TestLast(t *testing.T) {
 		require.NoError(t, w.Truncate(context.Background(), ids[4]))
 		requireSameID(t, ids[4], last(t, w))
 		requireSameID(t, ids[4], last(t, ro))
-		got := readN(t, ro, walimpls.DeliverAll(), 1)
+		got := readN(t, ro, cursor.All(), 1)
 		requireSameID(t, ids[4], got[0].ID())
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -120,7 +121,7 @@ func TestLastAbortedTail(t *testing.T) {
 	// A committed record of another producer is a message too.
 	f := openForeignTxn(t, cfg, topic, 2)
 	f.end(t, true)
-	got := readN(t, w, walimpls.DeliverStartAfter(want), 2)
+	got := readN(t, w, cursor.StartAfter(want), 2)
 	requireSameID(t, got[1].ID(), last(t, w))
 }
 
@@ -246,7 +247,7 @@ func TestLastUnderConcurrentAppends(t *testing.T) {
 		wg.Wait()
 		require.NotEmpty(t, lasts)
 		for _, id := range lasts[max(0, len(lasts)-3):] {
-			got := readN(t, w, walimpls.DeliverStartFrom(id), 1)
+			got := readN(t, w, cursor.StartFrom(id), 1)
 			requireSameID(t, id, got[0].ID())
 		}
 	})
@@ -324,11 +325,11 @@ func TestTruncateAcrossAbortedRecords(t *testing.T) {
 	require.Greater(t, seq(t, kept)-seq(t, ids[2]), int64(10), "precondition: aborted records between the last removed and the kept message")
 
 	require.NoError(t, w.Truncate(context.Background(), kept))
-	got := readN(t, w, walimpls.DeliverStartAfter(ids[2]), 1)
+	got := readN(t, w, cursor.StartAfter(ids[2]), 1)
 	requireSameID(t, kept, got[0].ID())
-	got = readN(t, w, walimpls.DeliverAll(), 1)
+	got = readN(t, w, cursor.All(), 1)
 	requireSameID(t, kept, got[0].ID())
-	for _, p := range []walimpls.DeliverPolicy{walimpls.DeliverStartFrom(ids[2]), walimpls.DeliverStartAfter(ids[1])} {
+	for _, p := range []cursor.Policy{cursor.StartFrom(ids[2]), cursor.StartAfter(ids[1])} {
 		_, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: p})
 		require.ErrorIs(t, err, walimpls.ErrPositionGone, "%s", p)
 	}
@@ -336,7 +337,7 @@ func TestTruncateAcrossAbortedRecords(t *testing.T) {
 	// record below it, removes nothing.
 	require.NoError(t, w.Truncate(context.Background(), kept))
 	require.NoError(t, w.Truncate(context.Background(), message.NewSeqID(Name, seq(t, kept)-1)))
-	got = readN(t, w, walimpls.DeliverStartAfter(ids[2]), 1)
+	got = readN(t, w, cursor.StartAfter(ids[2]), 1)
 	requireSameID(t, kept, got[0].ID())
 	requireSameID(t, kept, last(t, w))
 }

@@ -119,7 +119,7 @@ type scanner struct {
 
 	// owned by run
 	next      int64
-	all       bool // DeliverAll: nothing delivered yet may follow the log start
+	all       bool // cursor.All: nothing delivered yet may follow the log start
 	delivered bool
 	offsets   []int64 // of the fetch being delivered
 }
@@ -212,7 +212,7 @@ func (s *scanner) topicGone() bool {
 }
 
 // outOfRange decides what an OFFSET_OUT_OF_RANGE means: next was truncated
-// (ErrPositionGone, or the new log start for a DeliverAll scanner that has
+// (ErrPositionGone, or the new log start for a cursor.All scanner that has
 // delivered nothing yet), or next is beyond the end (wait for it).
 func (s *scanner) outOfRange() error {
 	pace := backoff.Config{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond, NoJitter: true}

@@ -7,7 +7,7 @@ import (
 	"github.com/cockroachdb/errors"
 )
 
-// Finding where a DeliverTail(n) scanner starts (see the package
+// Finding where a cursor.Tail(n) scanner starts (see the package
 // documentation, "Reads").
 const (
 	// tailOffsetsPerMessage sizes the first window: a message appended
@@ -22,7 +22,7 @@ const (
 	tailGrowth = 2
 )
 
-// tailStart returns the offset a DeliverTail(n) scanner s starts at: at
+// tailStart returns the offset a cursor.Tail(n) scanner s starts at: at
 // least n committed messages lie between it and end, the last stable offset
 // Read listed, or it is the log start, from which every message kept is
 // delivered. Counting below end is enough: every message below it was
@@ -111,7 +111,7 @@ func (s *scanner) countMessages(ctx context.Context, from, hi int64) (int64, err
 }
 
 // mulSat returns a*b for non-negative a and b, or math.MaxInt64 when that
-// overflows: a DeliverTail(math.MaxInt) is valid and means the whole log.
+// overflows: a cursor.Tail(math.MaxInt) is valid and means the whole log.
 func mulSat(a, b int64) int64 {
 	if b != 0 && a > math.MaxInt64/b {
 		return math.MaxInt64

@@ -11,17 +11,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// readTail reads a DeliverTail(n) scanner up to and including the message
+// readTail reads a cursor.Tail(n) scanner up to and including the message
 // last, and returns what it delivered.
 func readTail(t *testing.T, w walimpls.WALImpl, n int, last message.ID) []message.Immutable {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := w.Read(ctx, walimpls.ReadOption{Name: t.Name(), DeliverPolicy: walimpls.DeliverTail(n)})
+	s, err := w.Read(ctx, walimpls.ReadOption{Name: t.Name(), DeliverPolicy: cursor.Tail(n)})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	var got []message.Immutable
@@ -59,7 +60,7 @@ func appendMany(t *testing.T, w walimpls.WALImpl, tag string, n int) []message.I
 	return ids
 }
 
-// TestDeliverTail pins DeliverTail on a log of single appends, with
+// TestDeliverTail pins cursor.Tail on a log of single appends, with
 // transactions (two offsets per message) and without (one): the scanner
 // delivers a suffix of the log holding at least n messages, every message
 // when n is the log's length or more (math.MaxInt included), and for a
@@ -97,7 +98,7 @@ func TestDeliverTail(t *testing.T) {
 		requireSuffix(t, ids, readTail(t, ro, 4, last))
 
 		for _, n := range []int{0, -1, math.MinInt} {
-			_, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverTail(n)})
+			_, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Tail(n)})
 			require.ErrorIs(t, err, walimpls.ErrInvalidPosition, "tail(%d)", n)
 		}
 	})
@@ -111,7 +112,7 @@ func TestDeliverTailEmpty(t *testing.T) {
 	c := newCluster(t)
 	o := newOpener(t, testConfig(c))
 	w := open(t, o, "tail-empty", 1, walimpls.ReadWrite)
-	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverTail(3)})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Tail(3)})
 	require.NoError(t, err)
 	defer s.Close()
 	id := appendOK(t, w, msg(t, "first", nil))
@@ -234,7 +235,7 @@ func TestDeliverTailTruncationOvertakesSearch(t *testing.T) {
 	go func() {
 		// 15 of 20 one-message transactions: the first window is 30 of
 		// the 40 offsets, above the first 5 messages.
-		s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverTail(15)})
+		s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Tail(15)})
 		done <- result{s, err}
 	}()
 	select {

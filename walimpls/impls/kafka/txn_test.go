@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -37,7 +38,7 @@ func TestFreshWritersCommit(t *testing.T) {
 	w := open(t, o, name, terms+1, walimpls.ReadOnly)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	var got []message.ID

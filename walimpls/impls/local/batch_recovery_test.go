@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -72,7 +73,7 @@ func TestRecoveryBatchCutShort(t *testing.T) {
 
 			s = openStore(t, cfg)
 			require.Zero(t, s.Recovery().DroppedBytes)
-			got := readN(t, openWAL(t, s, "c", 1), walimpls.DeliverAll(), 5)
+			got := readN(t, openWAL(t, s, "c", 1), cursor.All(), 5)
 			require.Equal(t, map[string]bool{"a": true, "after": true}, checkBatches(t, got, c.name))
 			last, err = openReadOnly(t, s, "c").Last(ctx)
 			require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -197,7 +198,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 	check := func(o walimpls.Opener) {
 		t.Helper()
 		for _, name := range chans {
-			got := readN(t, openWAL(t, o, name, 2), walimpls.DeliverAll(), acked[name])
+			got := readN(t, openWAL(t, o, name, 2), cursor.All(), acked[name])
 			require.Len(t, checkBatches(t, got, name), 25, name)
 			checkBatchPayloads(t, got, name)
 		}
@@ -267,7 +268,7 @@ func TestAppendBatchSegmentLimit(t *testing.T) {
 	c, err := batch("c", 8) // about 60 KiB: fits in an empty segment
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), segOf(c[0]))
-	got := readN(t, w, walimpls.DeliverAll(), 22)
+	got := readN(t, w, cursor.All(), 22)
 	require.Len(t, checkBatches(t, got, "read"), 3)
 	checkBatchPayloads(t, got, "read")
 }
@@ -335,7 +336,7 @@ func TestAppendBatchRefusals(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, walimpls.NotStored(err), "framed before the context ended: the outcome is unknown")
 	close(g.release)
-	got := readN(t, w, walimpls.DeliverAll(), 7)
+	got := readN(t, w, cursor.All(), 7)
 	require.Equal(t, map[string]bool{"first": true, "in-flight": true}, checkBatches(t, got, "read"))
 
 	// A failed sync: unknown for the batch in that round, NotStored for

@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -193,7 +194,7 @@ func BenchmarkScan(b *testing.B) {
 	b.Run("scanner", func(b *testing.B) {
 		b.SetBytes(total)
 		for b.Loop() {
-			sc, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+			sc, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.All()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -245,7 +246,7 @@ loop:
 // readUntil reads the channel from the start through the message last.
 func readUntil(t *testing.T, w walimpls.WALImpl, last message.ID) []message.Immutable {
 	t.Helper()
-	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "crash-check", DeliverPolicy: walimpls.DeliverAll()})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "crash-check", DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	var out []message.Immutable

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -132,7 +133,7 @@ func TestDeleteLetsScannersFinishTheirReadAhead(t *testing.T) {
 	s := openStore(t, testConfig(t.TempDir()))
 	w := openWAL(t, s, "c", 1)
 	ids := appendN(t, w, "m", 10)
-	sc, err := w.Read(ctx, walimpls.ReadOption{Name: "ahead", DeliverPolicy: walimpls.DeliverAll(), ReadAheadBytes: 1 << 20})
+	sc, err := w.Read(ctx, walimpls.ReadOption{Name: "ahead", DeliverPolicy: cursor.All(), ReadAheadBytes: 1 << 20})
 	require.NoError(t, err)
 	defer sc.Close()
 	// The ten messages were published before Read: the scanner decoded all
@@ -155,7 +156,7 @@ func TestDeleteLetsScannersFinishTheirReadAhead(t *testing.T) {
 	for i, m := range got {
 		require.True(t, m.ID().EQ(ids[i]))
 	}
-	_, err = w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	_, err = w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)
 	requireDeletedFence(t, w.Truncate(ctx, ids[5]), "truncate after delete")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -66,7 +67,7 @@ func TestDiskHardWatermark(t *testing.T) {
 	_, err = w.Append(ctx, msg(t, "stale"))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.NoError(t, w2.Truncate(ctx, stored))
-	got, err := readAvailable(t, w2, walimpls.DeliverAll())
+	got, err := readAvailable(t, w2, cursor.All())
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.True(t, got[0].ID().EQ(stored))

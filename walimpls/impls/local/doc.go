@@ -306,7 +306,7 @@
 // # Reading
 //
 // A scanner finds its messages in the channel's index and reads their
-// frames with pread, never through the journal. A DeliverTail(n) read
+// frames with pread, never through the journal. A cursor.Tail(n) read
 // starts at the n-th last entry of the index (the first kept when fewer
 // are): one lookup, whatever the channel's length, so reading the end of
 // a long channel reads no more than its end. Its goroutine reads up to

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errorfs"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -146,7 +147,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 			// nothing corrupt is delivered.
 			s = openStore(t, testConfig(dir))
 			w = openWAL(t, s, "c", 1)
-			got, err := readAvailable(t, w, walimpls.DeliverAll())
+			got, err := readAvailable(t, w, cursor.All())
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, len(got), len(acked))
 			for i, id := range acked {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -171,7 +172,7 @@ func TestFencingIsDecidedAtFraming(t *testing.T) {
 		require.True(t, walimpls.NotStored(err))
 	}
 	require.Equal(t, before, s.j.framedLastSeq(w1.ch), "nothing framed")
-	got := readN(t, w1, walimpls.DeliverAll(), 3)
+	got := readN(t, w1, cursor.All(), 3)
 	require.True(t, got[0].ID().EQ(ids[0]), "nothing truncated")
 }
 
@@ -207,7 +208,7 @@ func TestFencedTruncateRemovesNothing(t *testing.T) {
 			last, err := w1.Last(ctx)
 			require.NoError(t, err)
 			require.True(t, last.EQ(ids[9]))
-			got := readN(t, w1, walimpls.DeliverAll(), 10)
+			got := readN(t, w1, cursor.All(), 10)
 			require.True(t, got[0].ID().EQ(ids[0]))
 
 			// The later owner truncates; the stale one still cannot.
@@ -217,7 +218,7 @@ func TestFencedTruncateRemovesNothing(t *testing.T) {
 
 			s = openStore(t, cfg)
 			ro := openReadOnly(t, s, "c")
-			got = readN(t, ro, walimpls.DeliverAll(), 8)
+			got = readN(t, ro, cursor.All(), 8)
 			require.True(t, got[0].ID().EQ(ids[2]), "only the later owner's truncation is stored")
 		})
 	}
@@ -262,7 +263,7 @@ func TestAppendNotStored(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, walimpls.NotStored(err), "framed before the context ended: the outcome is unknown")
 	close(g.release)
-	got := readN(t, w, walimpls.DeliverAll(), 1)
+	got := readN(t, w, cursor.All(), 1)
 	require.Equal(t, "in flight", string(got[0].Payload()))
 
 	// A failed sync: unknown for the append in that round, NotStored for

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -63,7 +64,7 @@ func appendN(t *testing.T, w walimpls.WALImpl, tag string, n int) []message.ID {
 }
 
 // readN reads exactly n messages from policy p and closes the scanner.
-func readN(t *testing.T, w walimpls.WALImpl, p walimpls.DeliverPolicy, n int) []message.Immutable {
+func readN(t *testing.T, w walimpls.WALImpl, p cursor.Policy, n int) []message.Immutable {
 	t.Helper()
 	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "test", DeliverPolicy: p})
 	require.NoError(t, err)
@@ -94,7 +95,7 @@ func segmentRoom(s *Store) (seg uint64, room int64) {
 // when it is called (Last): everything stored before the call, without
 // waiting for the scanner to fall idle. It returns early, with the
 // scanner's error, when the scanner ends.
-func readAvailable(t *testing.T, w walimpls.WALImpl, p walimpls.DeliverPolicy) ([]message.Immutable, error) {
+func readAvailable(t *testing.T, w walimpls.WALImpl, p cursor.Policy) ([]message.Immutable, error) {
 	t.Helper()
 	last, err := w.Last(context.Background())
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -41,7 +42,7 @@ func requireChannel(t *testing.T, cfg Config, ids []message.ID, term int64) {
 	_, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: term - 1})
 	require.ErrorIs(t, err, walimpls.ErrFenced, "the channel's term was forgotten")
 	w := openWAL(t, s, "c", term)
-	got := readN(t, w, walimpls.DeliverAll(), len(ids))
+	got := readN(t, w, cursor.All(), len(ids))
 	for i, m := range got {
 		require.True(t, m.ID().EQ(ids[i]), "message %d: %s, want %s", i, m.ID(), ids[i])
 		require.Equal(t, "m-"+itoa(i), string(m.Payload()))

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -377,7 +378,7 @@ func TestPowerLossWhileFreeingSeveralSegments(t *testing.T) {
 		ids = append(ids, appendBig(t, w, len(ids)))
 	}
 	keep := ids[len(ids)-1] // the first message of segment 5
-	got, err := readAvailable(t, w, walimpls.DeliverStartFrom(keep))
+	got, err := readAvailable(t, w, cursor.StartFrom(keep))
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 

@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -77,7 +78,7 @@ func reopenRead(t *testing.T, cfg Config, opts ...walimpls.Option) (*Store, []me
 	t.Helper()
 	s := openStore(t, cfg, opts...)
 	w := openWAL(t, s, "c", 1)
-	got, err := readAvailable(t, w, walimpls.DeliverAll())
+	got, err := readAvailable(t, w, cursor.All())
 	require.NoError(t, err)
 	// Appends go on after recovery, above every surviving ID.
 	id := appendN(t, w, "after", 1)[0]

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -36,16 +37,16 @@ func TestReopenKeepsMessagesTermsAndTruncation(t *testing.T) {
 	require.Equal(t, int64(3), fe.CurrentTerm)
 
 	a = openWAL(t, s, "a", 3)
-	got := readN(t, a, walimpls.DeliverAll(), 40)
+	got := readN(t, a, cursor.All(), 40)
 	for i, m := range got {
 		require.True(t, m.ID().EQ(idsA[10+i]))
 		require.Equal(t, msg(t, "a-"+strconv.Itoa(10+i)).Payload(), m.Payload())
 	}
-	_, err = a.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(idsA[9])})
+	_, err = a.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartFrom(idsA[9])})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone, "the truncation point survives a reopen")
 
 	b = openWAL(t, s, "b", 1)
-	got = readN(t, b, walimpls.DeliverAll(), 50)
+	got = readN(t, b, cursor.All(), 50)
 	require.True(t, got[49].ID().EQ(idsB[49]))
 
 	// IDs go on increasing after the reopen.
@@ -110,7 +111,7 @@ func TestTruncationDeletesSegments(t *testing.T) {
 		require.NoError(t, err)
 		idsB = append(idsB, id)
 	}
-	got := readN(t, a, walimpls.DeliverAll(), 1)
+	got := readN(t, a, cursor.All(), 1)
 	require.True(t, got[0].ID().EQ(idsA[99]))
 
 	// Beyond the last message is an error that removes nothing.
@@ -122,10 +123,10 @@ func TestTruncationDeletesSegments(t *testing.T) {
 	require.NoError(t, s.Close())
 	s = openStore(t, cfg)
 	a = openWAL(t, s, "a", 1)
-	got = readN(t, a, walimpls.DeliverAll(), 1)
+	got = readN(t, a, cursor.All(), 1)
 	require.True(t, got[0].ID().EQ(idsA[99]))
 	b = openWAL(t, s, "b", 1)
-	got = readN(t, b, walimpls.DeliverAll(), 31)
+	got = readN(t, b, cursor.All(), 31)
 	require.True(t, got[30].ID().EQ(idsB[len(idsB)-1]))
 	require.Zero(t, s.Recovery().DroppedBytes)
 }
@@ -230,7 +231,7 @@ func TestScannerFallsBehindTruncation(t *testing.T) {
 	s := openStore(t, testConfig(t.TempDir()))
 	w := openWAL(t, s, "c", 1)
 	ids := appendN(t, w, "x", 20)
-	sc, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll(), ReadAheadBytes: 1})
+	sc, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.All(), ReadAheadBytes: 1})
 	require.NoError(t, err)
 	defer sc.Close()
 	m := <-sc.Chan()
@@ -246,7 +247,7 @@ func TestScannerFallsBehindTruncation(t *testing.T) {
 func TestTailingScannerWakesOnAppend(t *testing.T) {
 	s := openStore(t, testConfig(t.TempDir()))
 	w := openWAL(t, s, "c", 1)
-	sc, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverLatest()})
+	sc, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Latest()})
 	require.NoError(t, err)
 	defer sc.Close()
 	for i := 0; i < 5; i++ {
@@ -260,7 +261,7 @@ func TestTailingScannerWakesOnAppend(t *testing.T) {
 	}
 }
 
-// TestDeliverTailStartsExactlyNFromTheEnd checks local's DeliverTail beyond
+// TestDeliverTailStartsExactlyNFromTheEnd checks local's cursor.Tail beyond
 // what the suite asks (which allows an earlier start): the start is exactly
 // the n-th last message of the channel, counted in the channel's index and
 // not in sequence numbers, which the channels of a store share; the first
@@ -295,11 +296,11 @@ func TestDeliverTailStartsExactlyNFromTheEnd(t *testing.T) {
 		kept := len(idsA) - first
 		for _, n := range []int{1, 2, 17, kept - 1, kept, kept + 1, 1 << 30} {
 			want := idsA[max(first, len(idsA)-n)]
-			got := readN(t, w, walimpls.DeliverTail(n), 1)
+			got := readN(t, w, cursor.Tail(n), 1)
 			require.Truef(t, got[0].ID().EQ(want), "%s: DeliverTail(%d) starts at %s, want %s", when, n, got[0].ID(), want)
 		}
 		for _, n := range []int{0, -1} {
-			_, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverTail(n)})
+			_, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Tail(n)})
 			require.ErrorIsf(t, err, walimpls.ErrInvalidPosition, "%s: DeliverTail(%d)", when, n)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -72,7 +73,7 @@ func TestStressAppendTruncateScan(t *testing.T) {
 			go func() { // scanner: consecutive i, or gone
 				defer wg.Done()
 				for attempt := 0; ; attempt++ {
-					sc, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll(), ReadAheadBytes: 4096})
+					sc, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.All(), ReadAheadBytes: 4096})
 					if err != nil {
 						errs <- err
 						return

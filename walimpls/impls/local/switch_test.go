@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -52,7 +53,7 @@ func appendBig(t *testing.T, w walimpls.WALImpl, i int) message.ID {
 // exactly the messages ids, written by appendBig.
 func requireAll(t *testing.T, w walimpls.WALImpl, ids []message.ID) {
 	t.Helper()
-	got := readN(t, w, walimpls.DeliverAll(), len(ids))
+	got := readN(t, w, cursor.All(), len(ids))
 	for i, m := range got {
 		require.True(t, m.ID().EQ(ids[i]), "message %d: %s, want %s", i, m.ID(), ids[i])
 		require.Equal(t, bigPayload(i), string(m.Payload()))

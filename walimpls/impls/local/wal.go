@@ -364,7 +364,7 @@ func (w *wal) read(ctx context.Context, opt walimpls.ReadOption, batches bool) (
 	return sc, nil
 }
 
-// tailStart returns where a DeliverTail(n) read starts: the n-th last
+// tailStart returns where a cursor.Tail(n) read starts: the n-th last
 // published message, found in the index in constant time, so that reading
 // the end of a long channel costs the same as reading the end of a short
 // one; the first message kept when fewer are kept. With SyncNone, messages
@@ -375,7 +375,7 @@ func (ch *channel) tailStart(n int) uint64 {
 	defer ch.mu.RUnlock()
 	if n >= len(ch.entries) {
 		// Every entry is at or after keep, and keep is never gone: like
-		// DeliverAll.
+		// cursor.All.
 		return ch.keep.Load()
 	}
 	return ch.entries[len(ch.entries)-n].seq

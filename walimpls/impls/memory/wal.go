@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/utility/lifecycle"
 	"github.com/streamwal/streamwal/utility/serial"
@@ -214,7 +215,7 @@ func (w *wal) read(ctx context.Context, opt walimpls.ReadOption, batches bool) (
 }
 
 // startSeq resolves a deliver policy to the first sequence to deliver.
-func (w *wal) startSeq(p walimpls.DeliverPolicy) (int64, error) {
+func (w *wal) startSeq(p cursor.Policy) (int64, error) {
 	l := w.log
 	l.mu.Lock()
 	defer l.mu.Unlock()

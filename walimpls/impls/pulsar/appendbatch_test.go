@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -116,7 +117,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 				return
 			}
 
-			got := readN(t, w, walimpls.DeliverAll(), len(acked))
+			got := readN(t, w, cursor.All(), len(acked))
 			seen := map[string]bool{}
 			for i := 0; i < len(got); {
 				p := string(got[i].Payload())
@@ -148,7 +149,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 				ledgers[id.ledger] = true
 			}
 			t.Logf("%d messages in %d ledgers", len(got), len(ledgers))
-			s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(got[len(got)-1].ID())})
+			s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(got[len(got)-1].ID())})
 			require.NoError(t, err)
 			defer s.Close()
 			nothingMore(t, s, 200*time.Millisecond)
@@ -214,7 +215,7 @@ func TestAppendBatchRefusals(t *testing.T) {
 		require.ErrorIs(t, err, walimpls.ErrClosed)
 		require.True(t, walimpls.NotStored(err), "closed: %v", err)
 	}
-	got := readN(t, ro, walimpls.DeliverAll(), 2)
+	got := readN(t, ro, cursor.All(), 2)
 	require.Equal(t, []string{"ok-0", "ok-1"}, payloads(got))
 	require.True(t, first[1].EQ(got[1].ID()))
 }
@@ -240,7 +241,7 @@ func TestAppendBatchClientRefusal(t *testing.T) {
 	require.Len(t, ids, 1, "the message before the refused one was stored: %v", err)
 
 	next := appendOK(t, w, msg(t, "next", nil))
-	got := readN(t, w, walimpls.DeliverAll(), 2)
+	got := readN(t, w, cursor.All(), 2)
 	require.Equal(t, []string{"before", "next"}, payloads(got))
 	require.True(t, ids[0].EQ(got[0].ID()))
 	require.True(t, next.EQ(got[1].ID()))
@@ -275,14 +276,14 @@ func TestAppendBatchStalled(t *testing.T) {
 		want = append(want, string(m.Payload()))
 	}
 	want = append(want, "after")
-	got := readN(t, w, walimpls.DeliverAll(), len(want))
+	got := readN(t, w, cursor.All(), len(want))
 	require.Equal(t, want, payloads(got), "the stored messages of the batch are the reported prefix")
 	require.True(t, warm.EQ(got[0].ID()))
 	for i, id := range ids {
 		require.Truef(t, id.EQ(got[1+i].ID()), "message %d reported at %s, read at %s", i, id, got[1+i].ID())
 	}
 	require.True(t, after.EQ(got[len(got)-1].ID()))
-	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(after)})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(after)})
 	require.NoError(t, err)
 	defer s.Close()
 	nothingMore(t, s, 200*time.Millisecond)
@@ -349,7 +350,7 @@ func TestAppendBatchFencedMidway(t *testing.T) {
 
 	last, err := w2.Last(context.Background())
 	require.NoError(t, err)
-	s, err := w2.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	s, err := w2.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	var got []message.Immutable

@@ -11,6 +11,7 @@ import (
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -200,7 +201,7 @@ func BenchmarkScan(b *testing.B) {
 		b.SetBytes(benchRecord * records)
 		start := time.Now()
 		for range b.N {
-			s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+			s, err := w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.All()})
 			require.NoError(b, err)
 			for range records {
 				<-s.Chan()

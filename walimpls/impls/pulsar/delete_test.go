@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -58,7 +59,7 @@ func requireOnly(t *testing.T, o walimpls.Opener, name string, want []string) {
 	t.Helper()
 	ro := open(t, o, name, 0, walimpls.ReadOnly)
 	defer ro.Close()
-	s, err := ro.Read(deleteCtx(t), walimpls.ReadOption{Name: "check", DeliverPolicy: walimpls.DeliverAll()})
+	s, err := ro.Read(deleteCtx(t), walimpls.ReadOption{Name: "check", DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	require.Equal(t, want, payloads(collect(t, s, len(want), 15*time.Second)))
@@ -149,7 +150,7 @@ func TestDeleteEndsRemoteReaders(t *testing.T) {
 	w := open(t, nodeB, name, 1, walimpls.ReadWrite)
 	appendOK(t, w, msg(t, "m0", nil))
 	ro := open(t, nodeA, name, 0, walimpls.ReadOnly)
-	s, err := ro.Read(deleteCtx(t), walimpls.ReadOption{Name: "tail", DeliverPolicy: walimpls.DeliverAll()})
+	s, err := ro.Read(deleteCtx(t), walimpls.ReadOption{Name: "tail", DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	require.Equal(t, []string{"m0"}, payloads(collect(t, s, 1, 15*time.Second)))
@@ -165,7 +166,7 @@ func TestDeleteEndsRemoteReaders(t *testing.T) {
 	require.NoError(t, nodeB.Delete(deleteCtx(t), name))
 	require.True(t, ended, "the remote scanner ended when its watcher saw the deletion record")
 	require.ErrorIs(t, s.Error(), walimpls.ErrPositionGone)
-	_, err = ro.Read(deleteCtx(t), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverAll()})
+	_, err = ro.Read(deleteCtx(t), walimpls.ReadOption{DeliverPolicy: cursor.All()})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)
 	_, err = ro.Last(deleteCtx(t))
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)

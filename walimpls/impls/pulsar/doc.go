@@ -206,9 +206,9 @@
 // A scanner is a pulsar Reader (a non-durable subscription) on the opener's
 // shared client, with a receiver queue of ReadAheadBytes/4 KiB messages
 // (10 to 1000). The client hands messages over one at a time, so the
-// backend offers no batch scanner (walimpls.BatchReader). DeliverAll starts at the recorded truncation point
+// backend offers no batch scanner (walimpls.BatchReader). cursor.All starts at the recorded truncation point
 // (inclusive), or at the earliest message; StartFrom(id) is inclusive,
-// StartAfter(id) exclusive; DeliverLatest starts at the topic's end and
+// StartAfter(id) exclusive; cursor.Latest starts at the topic's end and
 // counts the last message stored when Read returns as delivered. A start
 // below the truncation point is ErrPositionGone from Read; so is a start
 // whose entries the broker deleted (the broker refuses the reader). A
@@ -218,7 +218,7 @@
 // size in messages): the broker may keep such entries until retention
 // runs, but they are never delivered after the truncation is known.
 //
-// DeliverTail(n) asks the broker for the last message id first (as Last
+// cursor.Tail(n) asks the broker for the last message id first (as Last
 // does), then takes the truncation point, and starts without reading
 // anything: GET_LAST_MESSAGE_ID names the last message by its batch index,
 // so the last entry holds that index + 1 messages, and every entry before
@@ -231,7 +231,7 @@
 // than that (the topic was reloaded or rolled its ledger shortly before the
 // last appends), the ledgers before it cannot be found from the client:
 // ledger ids are not consecutive, and the protocol names no ledger's last
-// entry. The scanner then starts where DeliverAll does, which delivers
+// entry. The scanner then starts where cursor.All does, which delivers
 // every message kept and costs a read of the whole log. A start that would
 // lie below the truncation point starts at it instead (never at a removed
 // position). Appends made between the request and the reader's creation
@@ -250,7 +250,7 @@
 // ErrPositionGone if the broker deleted what lies between. Duplicates (a
 // reconnected reader restarting too early) are dropped. Before the first
 // delivery the scanner expects the start position itself (StartFrom,
-// Tail), its successor (StartAfter, Latest) or an entry 0 (DeliverAll from
+// Tail), its successor (StartAfter, Latest) or an entry 0 (cursor.All from
 // the earliest), and verifies anything else the same way.
 //
 // # Truncate and Last
@@ -429,7 +429,7 @@
 //
 // # Known limits
 //
-//   - DeliverTail(n) reads the whole kept log when the ledger of the last
+//   - cursor.Tail(n) reads the whole kept log when the ledger of the last
 //     message has fewer than about n entries (see Reads): right after a
 //     topic reload or a ledger rollover followed by only a few appends.
 //   - The meta topic grows by one small record per ReadWrite open and per

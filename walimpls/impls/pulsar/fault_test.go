@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -60,7 +61,7 @@ func appendConcurrently(t *testing.T, w walimpls.WALImpl, k, n int, tag string) 
 // acknowledged message once, at its acknowledged id, in id order.
 func checkExactlyOnce(t *testing.T, w walimpls.WALImpl, acked map[string]message.ID) {
 	t.Helper()
-	got := readN(t, w, walimpls.DeliverAll(), len(acked))
+	got := readN(t, w, cursor.All(), len(acked))
 	seen := map[string]int{}
 	for i, m := range got {
 		p := string(m.Payload())
@@ -75,7 +76,7 @@ func checkExactlyOnce(t *testing.T, w walimpls.WALImpl, acked map[string]message
 	for p := range acked {
 		assert.Equal(t, 1, seen[p], "copies of %s", p)
 	}
-	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartAfter(got[len(got)-1].ID())})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.StartAfter(got[len(got)-1].ID())})
 	require.NoError(t, err)
 	defer s.Close()
 	nothingMore(t, s, 200*time.Millisecond)
@@ -114,7 +115,7 @@ func TestFaultSendError(t *testing.T) {
 	during(t, 20*time.Millisecond, 3, func() error { return b.InjectSendError(topic, 1) }, func() {
 		acked = appendConcurrently(t, w, 8, 30, "e")
 	})
-	acked["warm"] = readN(t, w, walimpls.DeliverAll(), 1)[0].ID()
+	acked["warm"] = readN(t, w, cursor.All(), 1)[0].ID()
 	checkExactlyOnce(t, w, acked)
 }
 
@@ -147,7 +148,7 @@ func TestScannerSurvivesUnload(t *testing.T) {
 	o := newOpener(t, cfg)
 	w := open(t, o, "tail", 1, walimpls.ReadWrite)
 	topic := topicOf(cfg, "tail")
-	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "tail", DeliverPolicy: walimpls.DeliverAll()})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "tail", DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	defer s.Close()
 	var ids []message.ID
@@ -206,7 +207,7 @@ func TestTakeOverStaleProducer(t *testing.T) {
 		st, err := b.Stats(topic)
 		return err == nil && st.FencedProducers >= 1 && st.Producers == 1
 	}, 10*time.Second, time.Millisecond, "the stale producer's comeback is refused")
-	got := readN(t, w, walimpls.DeliverAll(), 3)
+	got := readN(t, w, cursor.All(), 3)
 	require.Equal(t, []string{"stale-1", "stale-2", "owner"}, payloads(got))
 	require.True(t, id.EQ(got[2].ID()))
 }
@@ -227,7 +228,7 @@ func TestLowerTermRefused(t *testing.T) {
 	_, err = owner.Append(context.Background(), msg(t, "c", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	appendOK(t, same, msg(t, "d", nil))
-	require.Equal(t, []string{"a", "b", "d"}, payloads(readN(t, same, walimpls.DeliverAll(), 3)))
+	require.Equal(t, []string{"a", "b", "d"}, payloads(readN(t, same, cursor.All(), 3)))
 }
 
 func TestTruncateAndRetention(t *testing.T) {
@@ -244,21 +245,21 @@ func TestTruncateAndRetention(t *testing.T) {
 	st, err := b.Stats(topic)
 	require.NoError(t, err)
 	require.Equal(t, 10, st.Entries, "the broker keeps entries until retention runs")
-	_, err = w.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(ids[2])})
+	_, err = w.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.StartFrom(ids[2])})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone, "the recorded truncation point")
 
 	// Another node learns the truncation point from the meta topic.
 	ro := open(t, newOpener(t, cfg), "trunc", 0, walimpls.ReadOnly)
-	_, err = ro.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(ids[2])})
+	_, err = ro.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.StartFrom(ids[2])})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)
-	require.Equal(t, []string{"5", "6"}, payloads(readN(t, ro, walimpls.DeliverAll(), 2)))
+	require.Equal(t, []string{"5", "6"}, payloads(readN(t, ro, cursor.All(), 2)))
 
 	// Retention deletes what the durable cursor acknowledged: the entries
 	// before the one holding ids[5].
 	n, err := b.ApplyRetention(topic)
 	require.NoError(t, err)
 	require.Equal(t, 5, n)
-	require.Equal(t, []string{"5", "6"}, payloads(readN(t, w, walimpls.DeliverAll(), 2)))
+	require.Equal(t, []string{"5", "6"}, payloads(readN(t, w, cursor.All(), 2)))
 
 	// Entries deleted by the broker beyond the recorded point (a
 	// namespace retention policy, here TrimTopic) are ErrPositionGone too,
@@ -266,13 +267,13 @@ func TestTruncateAndRetention(t *testing.T) {
 	p, _ := idOf(ids[8])
 	_, err = b.TrimTopic(topic, pulsartest.Position{Ledger: p.ledger, Entry: p.entry})
 	require.NoError(t, err)
-	_, err = ro.Read(ctx, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverStartFrom(ids[6])})
+	_, err = ro.Read(ctx, walimpls.ReadOption{DeliverPolicy: cursor.StartFrom(ids[6])})
 	require.ErrorIs(t, err, walimpls.ErrPositionGone)
 
 	// Beyond the end: ErrInvalidPosition, nothing recorded.
 	future := message.NewID(msgID{ledger: p.ledger, entry: p.entry + 100, batch: -1})
 	require.ErrorIs(t, w.Truncate(ctx, future), walimpls.ErrInvalidPosition)
-	require.Equal(t, []string{"8", "9"}, payloads(readN(t, w, walimpls.DeliverStartFrom(ids[8]), 2)))
+	require.Equal(t, []string{"8", "9"}, payloads(readN(t, w, cursor.StartFrom(ids[8]), 2)))
 }
 
 func TestTooLarge(t *testing.T) {
@@ -300,7 +301,7 @@ func TestTooLarge(t *testing.T) {
 	_, err = w2.Append(context.Background(), message.Restore(make([]byte, brokerLimit+10), nil))
 	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 	ok := appendOK(t, w2, msg(t, "small", nil))
-	got := readN(t, w2, walimpls.DeliverAll(), 1)
+	got := readN(t, w2, cursor.All(), 1)
 	assert.True(t, ok.EQ(got[0].ID()))
 }
 
@@ -323,7 +324,7 @@ func TestScannerGapAfterReconnect(t *testing.T) {
 	for i := range 40 {
 		ids = append(ids, appendOK(t, w, msg(t, fmt.Sprint(i), nil)))
 	}
-	for _, p := range []walimpls.DeliverPolicy{walimpls.DeliverAll(), walimpls.DeliverStartAfter(ids[0])} {
+	for _, p := range []cursor.Policy{cursor.All(), cursor.StartAfter(ids[0])} {
 		s, err := w.Read(context.Background(), walimpls.ReadOption{Name: "gap", DeliverPolicy: p, ReadAheadBytes: 1})
 		require.NoError(t, err)
 		first := 0
@@ -406,7 +407,7 @@ func TestReacquireAfterStolenTopic(t *testing.T) {
 		st, err := b.Stats(topic)
 		return err == nil && st.FencedProducers >= 2 && st.Producers == 1
 	}, 10*time.Second, time.Millisecond, "the thief's comeback is refused")
-	got := readN(t, w, walimpls.DeliverAll(), 2)
+	got := readN(t, w, cursor.All(), 2)
 	require.Equal(t, []string{"before", "after"}, payloads(got))
 	require.True(t, after.EQ(got[1].ID()))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -200,7 +201,7 @@ func TestRacingOpens(t *testing.T) {
 	log := &ackLog{ids: map[string]message.ID{}}
 	first := open(t, newOpener(t, cfg), name, 1, walimpls.ReadWrite)
 	ro := open(t, newOpener(t, cfg), name, 0, walimpls.ReadOnly)
-	s, err := ro.Read(context.Background(), walimpls.ReadOption{Name: "tail", DeliverPolicy: walimpls.DeliverAll()})
+	s, err := ro.Read(context.Background(), walimpls.ReadOption{Name: "tail", DeliverPolicy: cursor.All()})
 	require.NoError(t, err)
 	tl := startTail(s)
 
@@ -432,7 +433,7 @@ func TestSameTermLaterOpenFences(t *testing.T) {
 	require.True(t, last.EQ(ids[1]))
 
 	ids = append(ids, appendOK(t, b, msg(t, "b0", nil)))
-	got := readN(t, b, walimpls.DeliverAll(), 3)
+	got := readN(t, b, cursor.All(), 3)
 	require.Equal(t, []string{"a0", "a1", "b0"}, payloads(got))
 	for i := range got {
 		require.True(t, got[i].ID().EQ(ids[i]))
@@ -496,7 +497,7 @@ func TestFencedTruncateBeforeWatcher(t *testing.T) {
 			require.ErrorIs(t, err, walimpls.ErrFenced)
 			require.True(t, walimpls.NotStored(err))
 
-			got := readN(t, winner, walimpls.DeliverStartFrom(ids[0]), 5)
+			got := readN(t, winner, cursor.StartFrom(ids[0]), 5)
 			require.Equal(t, []string{"0", "1", "2", "3", "4"}, payloads(got))
 		})
 	}
@@ -625,7 +626,7 @@ func TestFencedWhileWaiting(t *testing.T) {
 	require.Zero(t, lowCalls.Load())
 	id := appendOK(t, high, msg(t, "high", nil))
 	require.EqualValues(t, 1, high.(*wal).wr.acquired.Load())
-	got := readN(t, high, walimpls.DeliverAll(), 1)
+	got := readN(t, high, cursor.All(), 1)
 	require.True(t, id.EQ(got[0].ID()))
 	waitFor(t, 10*time.Second, "the withdrawn producer is gone", func() bool {
 		st, err := b.Stats(topic)

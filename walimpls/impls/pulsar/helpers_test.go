@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
@@ -81,7 +82,7 @@ func open(t testing.TB, o walimpls.Opener, name string, term int64, mode walimpl
 	return walimplstest.Open(t, o, name, term, mode, 20*time.Second)
 }
 
-func readN(t testing.TB, w walimpls.WALImpl, p walimpls.DeliverPolicy, n int) []message.Immutable {
+func readN(t testing.TB, w walimpls.WALImpl, p cursor.Policy, n int) []message.Immutable {
 	t.Helper()
 	return walimplstest.ReadN(t, w, p, n, 15*time.Second)
 }

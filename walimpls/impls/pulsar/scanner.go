@@ -23,8 +23,8 @@ const outBuffer = 256
 
 // start is where a scanner's reader starts when it has delivered nothing.
 type start struct {
-	earliest  bool  // DeliverAll with no truncation point known
-	latest    bool  // DeliverLatest
+	earliest  bool  // cursor.All with no truncation point known
+	latest    bool  // cursor.Latest
 	id        msgID // otherwise
 	inclusive bool
 }
@@ -133,7 +133,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 	return s, nil
 }
 
-// tailStart returns where a DeliverTail(n) scanner starts, given the last
+// tailStart returns where a cursor.Tail(n) scanner starts, given the last
 // message stored (hasLast false when there is none) and the truncation
 // point. GET_LAST_MESSAGE_ID names the last message by its batch index, so
 // the last entry holds batch+1 messages (a message sent without batching is
@@ -144,7 +144,7 @@ func (w *wal) Read(ctx context.Context, opt walimpls.ReadOption) (walimpls.Scann
 // exact start, found without a read. When the ledger of the last message
 // has fewer entries, the client protocol cannot tell where the ledgers
 // before it end (their ids are not consecutive), and the scanner starts
-// where DeliverAll does. A start below the truncation point moves up to
+// where cursor.All does. A start below the truncation point moves up to
 // it: the first message kept is at or before the exact start, or fewer
 // than n messages are kept and it delivers them all.
 func tailStart(n int, last msgID, hasLast bool, trunc msgID, hasTrunc bool) start {

@@ -9,18 +9,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// readTail reads a DeliverTail(n) scanner up to and including the message
+// readTail reads a cursor.Tail(n) scanner up to and including the message
 // last, and returns what it delivered.
 func readTail(t *testing.T, w walimpls.WALImpl, n int, last message.ID) []message.Immutable {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	s, err := w.Read(ctx, walimpls.ReadOption{Name: t.Name(), DeliverPolicy: walimpls.DeliverTail(n)})
+	s, err := w.Read(ctx, walimpls.ReadOption{Name: t.Name(), DeliverPolicy: cursor.Tail(n)})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	var got []message.Immutable
@@ -61,7 +62,7 @@ func appendMany(t *testing.T, w walimpls.WALImpl, tag string, n int) []message.I
 }
 
 // TestTailStart pins the start positions: exact batch indexes within the
-// last entry, whole entries back from it, and the DeliverAll start when
+// last entry, whole entries back from it, and the cursor.All start when
 // the ledger is too short or the start would be truncated.
 func TestTailStart(t *testing.T) {
 	id := func(l, e int64, b int32) msgID { return msgID{ledger: l, entry: e, batch: b} }
@@ -116,12 +117,12 @@ func TestDeliverTail(t *testing.T) {
 	require.Len(t, readTail(t, ro, 4, last), 4)
 
 	for _, n := range []int{0, -1, math.MinInt} {
-		_, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverTail(n)})
+		_, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Tail(n)})
 		require.ErrorIs(t, err, walimpls.ErrInvalidPosition, "tail(%d)", n)
 	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := w.Read(cancelled, walimpls.ReadOption{DeliverPolicy: walimpls.DeliverTail(1)})
+	_, err := w.Read(cancelled, walimpls.ReadOption{DeliverPolicy: cursor.Tail(1)})
 	require.ErrorIs(t, err, context.Canceled)
 }
 
@@ -152,7 +153,7 @@ func TestDeliverTailBatchEntries(t *testing.T) {
 
 // TestDeliverTailAfterUnload: an unload moves the topic to a new ledger.
 // A tail that the new ledger's entries cover starts in it; a longer one
-// cannot find where the earlier ledger ends, and starts where DeliverAll
+// cannot find where the earlier ledger ends, and starts where cursor.All
 // does (the documented limit).
 func TestDeliverTailAfterUnload(t *testing.T) {
 	b, cfg := startBroker(t, pulsartest.Config{})
@@ -207,7 +208,7 @@ func TestDeliverTailTruncated(t *testing.T) {
 func TestDeliverTailEmpty(t *testing.T) {
 	_, cfg := startBroker(t, pulsartest.Config{})
 	w := open(t, newOpener(t, cfg), "tail-empty", 1, walimpls.ReadWrite)
-	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverTail(3)})
+	s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Tail(3)})
 	require.NoError(t, err)
 	defer s.Close()
 	id := appendOK(t, w, msg(t, "first", nil))

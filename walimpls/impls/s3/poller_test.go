@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -36,7 +37,7 @@ func TestOwnFlushesReachScannersWithoutGet(t *testing.T) {
 	appendOK(t, w, "before")
 	var scanners []walimpls.Scanner
 	for range 3 {
-		s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverLatest()})
+		s, err := w.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Latest()})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		scanners = append(scanners, s)
@@ -73,7 +74,7 @@ func TestSharedPoller(t *testing.T) {
 	const n = 5
 	var scanners []walimpls.Scanner
 	for range n {
-		s, err := r.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: walimpls.DeliverLatest()})
+		s, err := r.Read(context.Background(), walimpls.ReadOption{DeliverPolicy: cursor.Latest()})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		scanners = append(scanners, s)

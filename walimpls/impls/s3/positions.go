@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
 )
@@ -41,7 +42,7 @@ func (o *Opener) tailOf(ctx context.Context, name string, m *manifest, e epochEn
 }
 
 // startOf resolves a deliver policy against a fresh manifest.
-func (w *wal) startOf(ctx context.Context, p walimpls.DeliverPolicy) (start, *manifest, error) {
+func (w *wal) startOf(ctx context.Context, p cursor.Policy) (start, *manifest, error) {
 	m, _, err := w.manifestNow(ctx)
 	if err != nil {
 		return start{}, nil, errors.Wrapf(err, "s3: read %s from %s", w.ch, p)

@@ -24,6 +24,7 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/s3test"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
@@ -683,7 +684,7 @@ func startTail(t *testing.T, w walimpls.WALImpl, resume bool) *tail {
 			opt := walimpls.ReadOption{Name: "tail"}
 			r.mu.Lock()
 			if len(r.got) > 0 {
-				opt.DeliverPolicy = walimpls.DeliverStartAfter(r.last)
+				opt.DeliverPolicy = cursor.StartAfter(r.last)
 			}
 			r.mu.Unlock()
 			err := r.scan(w, opt, stop)

@@ -1,4 +1,4 @@
-package chain
+package cursor
 
 import (
 	"strconv"
@@ -23,8 +23,7 @@ type Position struct {
 // IsZero reports whether p is the zero Position.
 func (p Position) IsZero() bool { return p.Segment == 0 && p.ID == "" }
 
-// String returns the one string of p (see the package documentation's
-// grammar): a bare ID for segment 0, "s<segment>/<id>" otherwise.
+// String returns the one string of p (see the grammar in doc.go): a bare ID for segment 0, "s<segment>/<id>" otherwise.
 // ParsePosition decodes it. A position with an empty ID in a segment other
 // than 0 has no valid string; its String does not parse.
 func (p Position) String() string {
@@ -41,7 +40,7 @@ func (p Position) Validate() error {
 	if p.IsZero() {
 		return nil
 	}
-	return validateID("chain position", p.ID)
+	return ValidateID("chain position", p.ID)
 }
 
 // ParsePosition decodes Position.String's form; "" is the zero Position.
@@ -52,7 +51,7 @@ func ParsePosition(s string) (Position, error) {
 		return Position{}, nil
 	}
 	if !strings.HasPrefix(s, "s") {
-		if err := validateID("chain position", s); err != nil {
+		if err := ValidateID("chain position", s); err != nil {
 			return Position{}, err
 		}
 		return Position{ID: s}, nil
@@ -65,7 +64,7 @@ func ParsePosition(s string) (Position, error) {
 	if err != nil || strconv.FormatUint(seg, 10) != segText {
 		return Position{}, errors.Wrapf(message.ErrCorruptID, "chain position %q: segment %q is not a decimal index", s, segText)
 	}
-	if err := validateID("chain position "+strconv.Quote(s), id); err != nil {
+	if err := ValidateID("chain position "+strconv.Quote(s), id); err != nil {
 		return Position{}, err
 	}
 	p := Position{Segment: seg, ID: id}
@@ -75,10 +74,11 @@ func ParsePosition(s string) (Position, error) {
 	return p, nil
 }
 
-// validateID reports a message.ErrCorruptID error for an ID no position
-// may hold: empty, longer than MaxIDLen, or with a byte outside printable
-// ASCII (space excluded).
-func validateID(what, id string) error {
+// ValidateID reports an error matching message.ErrCorruptID for a backend
+// ID no position may hold: empty, longer than MaxIDLen, or with a byte
+// outside printable ASCII (space excluded). what names the ID in the
+// error.
+func ValidateID(what, id string) error {
 	switch {
 	case id == "":
 		return errors.Wrapf(message.ErrCorruptID, "%s: empty id", what)

@@ -1,4 +1,4 @@
-package adaptor
+package cursor
 
 import (
 	"strconv"
@@ -9,26 +9,33 @@ import (
 	"github.com/streamwal/streamwal/message"
 )
 
-// ErrCorruptCheckpoint is returned for a checkpoint string that does not
-// decode.
-var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+// Sentinel errors, checked with errors.Is.
+var (
+	// ErrCorruptCheckpoint is returned for a checkpoint string that does
+	// not decode.
+	ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+	// ErrNoResumePosition is returned by CheckpointOf for a message that no
+	// scanner of the adaptor or of a chain delivered.
+	ErrNoResumePosition = errors.New("message carries no resume position")
+)
 
 // Checkpoint is where a consumer resumes reading a channel: the resume
-// position of the last message it processed (LastConfirmed) and that
-// message's timetick. A scanner started with DeliverAfter(c) delivers
-// exactly the messages after it: nothing lost, nothing again. The zero
-// Checkpoint means "nothing processed yet".
+// position of the last message it processed (its LastConfirmed, a backend
+// ID or a chain ID) and that message's timetick. A scanner started with
+// After(c) delivers exactly the messages after it: nothing lost, nothing
+// again. The zero Checkpoint means "nothing processed yet".
 type Checkpoint struct {
 	Position message.ID
 	TimeTick uint64
 }
 
-// CheckpointOf returns the checkpoint after m, a message an adaptor scanner
-// delivered.
+// CheckpointOf returns the checkpoint after m, a message a scanner of the
+// adaptor or of a chain delivered: its resume position (LastConfirmed: a
+// backend ID, or a chain ID) and its timetick.
 func CheckpointOf(m message.Immutable) (Checkpoint, error) {
-	pos, err := LastConfirmed(m)
-	if err != nil {
-		return Checkpoint{}, err
+	pos := m.LastConfirmed()
+	if pos.IsZero() {
+		return Checkpoint{}, errors.Wrapf(ErrNoResumePosition, "message %s", m.ID())
 	}
 	tt, ok := m.TimeTick()
 	if !ok {
@@ -42,7 +49,7 @@ func (c Checkpoint) IsZero() bool { return c.Position.IsZero() && c.TimeTick == 
 
 // Marshal returns the checkpoint as one string, "<timetick>@<position>"
 // with the position in its backend's own form; the zero checkpoint is "".
-// WAL.ParseCheckpoint decodes it.
+// adaptor.WAL.ParseCheckpoint decodes it.
 func (c Checkpoint) Marshal() string {
 	if c.IsZero() {
 		return ""
@@ -89,8 +96,11 @@ func (c Checkpoint) Compare(o Checkpoint) (int, error) {
 	return 0, nil
 }
 
-// parseCheckpoint decodes Marshal's form with the backend's ID decoder.
-func parseCheckpoint(s string, unmarshalID func(string) (message.ID, error)) (Checkpoint, error) {
+// ParseCheckpoint decodes Marshal's form, the position with parseID (a
+// backend's UnmarshalID, or ParsePosition's for a chain). "" is the zero
+// Checkpoint; a string that does not decode is ErrCorruptCheckpoint, and
+// also matches parseID's error when the position is what does not.
+func ParseCheckpoint(s string, parseID func(string) (message.ID, error)) (Checkpoint, error) {
 	if s == "" {
 		return Checkpoint{}, nil
 	}
@@ -102,22 +112,24 @@ func parseCheckpoint(s string, unmarshalID func(string) (message.ID, error)) (Ch
 	if err != nil || strconv.FormatUint(tt, 10) != ttText || tt == 0 {
 		return Checkpoint{}, errors.Wrapf(ErrCorruptCheckpoint, "%q: timetick %q", s, ttText)
 	}
-	id, err := unmarshalID(idText)
+	id, err := parseID(idText)
+	if err == nil && id.IsZero() {
+		err = errors.Wrap(message.ErrCorruptID, "an empty position")
+	}
 	if err != nil {
 		return Checkpoint{}, &corruptCheckpointError{text: s, cause: err}
 	}
 	return Checkpoint{Position: id, TimeTick: tt}, nil
 }
 
-// DeliverAfter starts right after a checkpoint: at its position, delivering
-// only messages with a higher timetick. The zero checkpoint is DeliverAll.
-func DeliverAfter(c Checkpoint) DeliverPolicy {
-	if c.IsZero() {
-		return DeliverAll()
-	}
-	p := DeliverStartFrom(c.Position)
-	p.afterTT = c.TimeTick
-	return p
+// ParseChainCheckpoint is ParseCheckpoint of a chain's checkpoint without
+// its backends: the position is a chain position (a bare backend ID is
+// segment 0) whose backend ID IDOf keeps undecoded.
+func ParseChainCheckpoint(s string) (Checkpoint, error) {
+	return ParseCheckpoint(s, func(text string) (message.ID, error) {
+		p, err := ParsePosition(text)
+		return IDOf(p), err
+	})
 }
 
 // corruptCheckpointError is a checkpoint whose position does not decode: it
@@ -132,14 +144,3 @@ func (e *corruptCheckpointError) Error() string {
 }
 func (e *corruptCheckpointError) Unwrap() error        { return e.cause }
 func (e *corruptCheckpointError) Is(target error) bool { return target == ErrCorruptCheckpoint }
-
-// CaughtUp reports whether m, a message a scanner delivered, shows that the
-// scanner has delivered everything acknowledged before tail was taken
-// (WAL.Tail): a watermark at or above tail's timetick.
-func CaughtUp(m message.Immutable, tail Checkpoint) bool {
-	if m.Kind() != message.KindTimeTick {
-		return false
-	}
-	tt, ok := m.TimeTick()
-	return ok && tt >= tail.TimeTick
-}
