@@ -44,6 +44,7 @@ lint: vet fmt-check staticcheck tidy-check mocks-check generate-check
 
 vet:
 	$(GO) vet $(PKGS)
+	cd bench && $(GO) vet ./...
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; \
