@@ -27,7 +27,10 @@ type loseAnswers struct {
 
 func (l loseAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := l.next.RoundTrip(req)
-	if err != nil || !strings.HasSuffix(req.URL.Path, "/Append") {
+	// Only an answer that the message is stored is lost: a refusal (the
+	// node has not opened the channel yet, say) reaches the client, which
+	// tries again.
+	if err != nil || !strings.HasSuffix(req.URL.Path, "/Append") || resp.StatusCode != http.StatusOK {
 		return resp, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body) // the node answered: the message is stored

@@ -104,7 +104,10 @@ func TestReadFollowsMigrationOnTheNode(t *testing.T) {
 // buffers) while the migration happens.
 func TestReadUntilCaughtUpAcrossMigration(t *testing.T) {
 	e := newMigrationEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	// 32 MiB through the node under -race takes 15-20 s of an idle 2-core
+	// machine, and twice that on a loaded one: a deadline that bounds a
+	// failure, not the pace.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*testTimeout)
 	defer cancel()
 	var switched atomic.Int32
 	n1 := e.chainNode("n1", e.b, e.store, "memory", nil, func(cfg *node.Config) {
