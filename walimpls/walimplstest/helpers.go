@@ -43,7 +43,7 @@ func AppendOK(t testing.TB, w walimpls.WALImpl, m message.Message) message.ID {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()
-	id, err := w.Append(ctx, m)
+	id, err := walimpls.Append(ctx, w, m)
 	require.NoError(t, err)
 	return id
 }

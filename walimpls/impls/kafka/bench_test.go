@@ -126,7 +126,7 @@ func BenchmarkAppend(b *testing.B) {
 				start := time.Now()
 				split(b, k, func(n int) {
 					for range n {
-						if _, err := w.Append(ctx, m); err != nil {
+						if _, err := walimpls.Append(ctx, w, m); err != nil {
 							b.Error(err)
 							return
 						}
@@ -155,7 +155,7 @@ func BenchmarkScan(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for range records / 16 {
-				if _, err := w.Append(ctx, m); err != nil {
+				if _, err := walimpls.Append(ctx, w, m); err != nil {
 					b.Error(err)
 					return
 				}

@@ -28,7 +28,7 @@ func TestMetricsReachTheRegisterer(t *testing.T) {
 	require.NoError(t, err)
 	defer o.Close()
 	w1 := open(t, o, "metrics", 1, walimpls.ReadWrite)
-	_, err = w1.Append(ctx, msg(t, "a", nil))
+	_, err = walimpls.Append(ctx, w1, msg(t, "a", nil))
 	require.NoError(t, err)
 	_, err = w1.AppendBatch(ctx, []message.Message{msg(t, "b", nil), msg(t, "c", nil)})
 	require.NoError(t, err)
@@ -37,7 +37,7 @@ func TestMetricsReachTheRegisterer(t *testing.T) {
 	require.Positive(t, testutil.ToFloat64(m.appendBytes))
 
 	open(t, o, "metrics", 2, walimpls.ReadWrite)
-	_, err = w1.Append(ctx, msg(t, "stale", nil))
+	_, err = walimpls.Append(ctx, w1, msg(t, "stale", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.EqualValues(t, 1, testutil.ToFloat64(m.fenced))
 

@@ -181,7 +181,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 		go func() { // single appends in between
 			defer wg.Done()
 			for i := range 50 {
-				if _, err := w.Append(ctx, msg(t, fmt.Sprintf("single-%d", i))); err != nil {
+				if _, err := walimpls.Append(ctx, w, msg(t, fmt.Sprintf("single-%d", i))); err != nil {
 					errs <- err
 					return
 				}
@@ -464,7 +464,7 @@ func powerLossDuringBatches(t *testing.T, policy SyncPolicy) int {
 		}
 		w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 2})
 		require.NoError(t, err, what)
-		end, err := w.Append(context.Background(), msg(t, "end"))
+		end, err := walimpls.Append(context.Background(), w, msg(t, "end"))
 		require.NoError(t, err, what)
 		got := readUntil(t, w, end)
 		present := checkBatches(t, got[:len(got)-1], what)

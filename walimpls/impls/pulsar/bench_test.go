@@ -125,7 +125,7 @@ func BenchmarkAppend(b *testing.B) {
 			start := time.Now()
 			split(b, k, func(n int) {
 				for range n {
-					if _, err := w.Append(ctx, m); err != nil {
+					if _, err := walimpls.Append(ctx, w, m); err != nil {
 						b.Error(err)
 						return
 					}
@@ -172,7 +172,7 @@ func BenchmarkScan(b *testing.B) {
 	m := message.Restore(benchPayload(), map[string]string{"_k": "0", "_tt": "123456789"})
 	split(&testing.B{N: records}, 64, func(n int) {
 		for range n {
-			if _, err := w.Append(ctx, m); err != nil {
+			if _, err := walimpls.Append(ctx, w, m); err != nil {
 				b.Error(err)
 				return
 			}
