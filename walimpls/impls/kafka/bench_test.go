@@ -44,23 +44,6 @@ func createTopic(b *testing.B, c *kfake.Cluster, topic string) {
 	require.NoError(b, c.CreateTopic(topic, 1, nil))
 }
 
-// split runs fn(n) on k goroutines that share b.N operations.
-func split(b *testing.B, k int, fn func(n int)) {
-	var wg sync.WaitGroup
-	for g := range k {
-		n := b.N / k
-		if g < b.N%k {
-			n++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(n)
-		}()
-	}
-	wg.Wait()
-}
-
 func report(b *testing.B, start time.Time) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
 	b.SetBytes(benchRecord)
@@ -102,7 +85,7 @@ func BenchmarkAppend(b *testing.B) {
 			createTopic(b, c, t)
 			b.ResetTimer()
 			start := time.Now()
-			split(b, k, func(n int) {
+			walimplstest.Split(b.N, k, func(n int) {
 				for range n {
 					if err := cl.ProduceSync(ctx, &kgo.Record{Topic: t, Value: payload}).FirstErr(); err != nil {
 						b.Error(err)
@@ -124,7 +107,7 @@ func BenchmarkAppend(b *testing.B) {
 				m := message.Restore(payload, nil)
 				b.ResetTimer()
 				start := time.Now()
-				split(b, k, func(n int) {
+				walimplstest.Split(b.N, k, func(n int) {
 					for range n {
 						if _, err := walimpls.Append(ctx, w, m); err != nil {
 							b.Error(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
 // TestMetricsReachTheRegisterer: the builder passes BuildParams.Registerer
@@ -22,7 +23,7 @@ func TestMetricsReachTheRegisterer(t *testing.T) {
 	defer cancel()
 	cfg := testConfig(c)
 	o, err := NewBuilder().Build(ctx, walimpls.BuildParams{
-		Config:     func(v any) error { *(v.(*Config)) = cfg; return nil },
+		Config:     walimplstest.Decodes(cfg),
 		Registerer: reg,
 	})
 	require.NoError(t, err)
