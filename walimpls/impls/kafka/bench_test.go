@@ -132,20 +132,14 @@ func BenchmarkScan(b *testing.B) {
 	require.NoError(b, err)
 	payload := make([]byte, benchRecord)
 	m := message.Restore(payload, map[string]string{"_k": "0", "_tt": "123456789"})
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range records / 16 {
-				if _, err := walimpls.Append(ctx, w, m); err != nil {
-					b.Error(err)
-					return
-				}
+	walimplstest.Split(records, 16, func(n int) {
+		for range n {
+			if _, err := walimpls.Append(ctx, w, m); err != nil {
+				b.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	topic := o.cfg.topicName("scan")
 
 	b.Run("raw", func(b *testing.B) {
