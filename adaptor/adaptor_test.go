@@ -115,7 +115,7 @@ func TestSplitLargeMessages(t *testing.T) {
 	parts, err := splitMessage(m.WithKind(message.KindData).WithTerm(1).WithTimeTick(res.TimeTick), w.partBytes)
 	require.NoError(t, err)
 	require.Greater(t, len(parts), 10)
-	_, err = raw.Append(ctx, parts[3]) // a late duplicate of a completed message
+	_, err = walimpls.Append(ctx, raw, parts[3]) // a late duplicate of a completed message
 	require.NoError(t, err)
 	// Raw parts hold their timetick in flight while written, as the
 	// adaptor's own appends do, so that no watermark overtakes them.
@@ -129,12 +129,12 @@ func TestSplitLargeMessages(t *testing.T) {
 	}
 	dup, end := rawParts(3 << 20) // written with a retried part in the middle
 	for _, i := range []int{0, 1, 1, 2, 3} {
-		_, err = raw.Append(ctx, dup[i])
+		_, err = walimpls.Append(ctx, raw, dup[i])
 		require.NoError(t, err)
 	}
 	end()
 	orphanParts, end := rawParts(3 << 20) // a writer that died after its first part
-	_, err = raw.Append(ctx, orphanParts[0])
+	_, err = walimpls.Append(ctx, raw, orphanParts[0])
 	require.NoError(t, err)
 	end()
 

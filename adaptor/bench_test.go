@@ -152,7 +152,7 @@ func BenchmarkAppend(b *testing.B) {
 			o := be.open(b)
 			impl, w := openPair(b, o, benchOptions())
 			m := benchMessage(b)
-			raw := func(ctx context.Context) error { _, err := impl.Append(ctx, m); return err }
+			raw := func(ctx context.Context) error { _, err := walimpls.Append(ctx, impl, m); return err }
 			ad := func(ctx context.Context) error { _, err := w.Append(ctx, m); return err }
 			var rawTook, adTook cost
 			b.SetBytes(2 * benchRecord)

@@ -99,7 +99,7 @@ func TestResumeBeforeAHalfJoinedMessage(t *testing.T) {
 	log = append(log, parts[1:]...)
 	log = append(log, data("later", 25), wm(30))
 	for _, m := range log {
-		_, err := raw.Append(ctx, m)
+		_, err := walimpls.Append(ctx, raw, m)
 		require.NoError(t, err)
 	}
 	require.NoError(t, raw.Close())

@@ -107,7 +107,7 @@ func TestOpenAfterAnOwnerDiedAtItsTermBegin(t *testing.T) {
 	for term := int64(2); term <= 100; term++ {
 		impl, err := o.Open(ctx, walimpls.Channel{Name: "died", Term: term, Mode: walimpls.ReadWrite})
 		require.NoError(t, err)
-		_, err = impl.Append(ctx, message.Message{}.WithKind(message.KindTermBegin).WithTerm(term))
+		_, err = walimpls.Append(ctx, impl, message.Message{}.WithKind(message.KindTermBegin).WithTerm(term))
 		require.NoError(t, err)
 		require.NoError(t, impl.Close())
 	}
@@ -139,7 +139,7 @@ func TestOpenFindsTheHighestTimetickAfterRandomHistories(t *testing.T) {
 			term++
 			impl, err := o.Open(ctx, walimpls.Channel{Name: "random", Term: term, Mode: walimpls.ReadWrite})
 			require.NoError(t, err)
-			_, err = impl.Append(ctx, message.Message{}.WithKind(message.KindTermBegin).WithTerm(term))
+			_, err = walimpls.Append(ctx, impl, message.Message{}.WithKind(message.KindTermBegin).WithTerm(term))
 			require.NoError(t, err)
 			require.NoError(t, impl.Close())
 			continue
@@ -250,7 +250,7 @@ func TestOpenRecoversFromHandWrittenEnds(t *testing.T) {
 					require.NoError(t, err)
 					m = m.WithTerm(r.term).WithTimeTick(r.tt)
 				}
-				_, err = impl.Append(ctx, m)
+				_, err = walimpls.Append(ctx, impl, m)
 				require.NoError(t, err)
 			}
 			require.NoError(t, impl.Close())

@@ -307,14 +307,6 @@ type faultyWAL struct {
 	o *faultyOpener
 }
 
-func (w *faultyWAL) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	ids, err := w.AppendBatch(ctx, []message.Message{m})
-	if err != nil {
-		return message.ID{}, err
-	}
-	return ids[0], nil
-}
-
 func (w *faultyWAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
 	for _, late := range w.o.takeLate() {
 		_, _ = w.WALImpl.AppendBatch(context.Background(), late)

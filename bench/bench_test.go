@@ -348,7 +348,7 @@ func BenchmarkScan(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for i := g; i < n; i += writers {
-					if _, err := w.Append(ctx, m); err != nil {
+					if _, err := walimpls.Append(ctx, w, m); err != nil {
 						b.Error(err)
 						return
 					}

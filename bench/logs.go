@@ -62,7 +62,7 @@ func (l *streamwalLog) AppendTo(ch int, p []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.wals[ch].Append(context.Background(), m)
+	_, err = walimpls.Append(context.Background(), l.wals[ch], m)
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark/errmarktest"
@@ -282,9 +283,10 @@ func TestMetricsKeepTheChannel(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	met, err := adaptor.NewMetrics(reg)
 	require.NoError(t, err)
-	d, err := e.b.Describe("memory")
+	entries := chainread.LookupFunc(e.b.Lookup)
+	d, err := entries.Describe("memory")
 	require.NoError(t, err)
-	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: e.b, Default: d, Describe: e.b.Describe, WAL: adaptor.Options{Metrics: met}})
+	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: entries, Default: d, Describe: entries.Describe, WAL: adaptor.Options{Metrics: met}})
 	require.NoError(t, err)
 	m := e.manager(o)
 	require.NoError(t, m.Open(ctx, adaptor.Channel{Name: "mx", Term: 1}))
@@ -316,8 +318,9 @@ func TestMetricsKeepTheChannel(t *testing.T) {
 // adaptor's reason stays visible.
 func TestConfigInvalidWAL(t *testing.T) {
 	e := newEnv(t, "memory")
-	d, err := e.b.Describe("memory")
+	entries := chainread.LookupFunc(e.b.Lookup)
+	d, err := entries.Describe("memory")
 	require.NoError(t, err)
-	err = chainwal.Config{Store: e.store, Openers: e.b, Default: d, WAL: adaptor.Options{TimeTickInterval: -1}}.Validate()
+	err = chainwal.Config{Store: e.store, Openers: entries, Default: d, WAL: adaptor.Options{TimeTickInterval: -1}}.Validate()
 	errmarktest.Is(t, err, chainwal.ErrInvalidConfig, adaptor.ErrInvalidOptions)
 }

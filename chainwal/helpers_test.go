@@ -15,6 +15,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/backendstest"
@@ -49,9 +50,10 @@ func newEnv(t testing.TB, kinds ...string) *env {
 // opener is a chainwal.Opener of e (another one is another process on the
 // same data), new channels beginning on def.
 func (e *env) opener(def string) *chainwal.Opener {
-	d, err := e.b.Describe(def)
+	entries := chainread.LookupFunc(e.b.Lookup)
+	d, err := entries.Describe(def)
 	require.NoError(e.t, err)
-	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: e.b, Default: d, Describe: e.b.Describe, FollowInterval: 10 * time.Millisecond,
+	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: entries, Default: d, Describe: entries.Describe, FollowInterval: 10 * time.Millisecond,
 		WAL: adaptor.Options{TimeTickInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}})
 	require.NoError(e.t, err)
 	return o

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/atomic"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 )
 
@@ -20,9 +21,10 @@ func TestWriterHooksAndOpenTimes(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, "memory", "local")
 	var firsts atomic.Int32
-	d, err := e.b.Describe("memory")
+	entries := chainread.LookupFunc(e.b.Lookup)
+	d, err := entries.Describe("memory")
 	require.NoError(t, err)
-	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: e.b, Default: d, Describe: e.b.Describe, FollowInterval: 10 * time.Millisecond,
+	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: entries, Default: d, Describe: entries.Describe, FollowInterval: 10 * time.Millisecond,
 		WAL: adaptor.Options{TimeTickInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 			OnFirstAppend: func(time.Duration) { firsts.Inc() }}})
 	require.NoError(t, err)

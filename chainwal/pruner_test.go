@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
@@ -24,9 +25,10 @@ func TestPoolPrunerLearnsSegments(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, "memory", "local")
 	var steps []chainwal.Step
-	d, err := e.b.Describe("memory")
+	entries := chainread.LookupFunc(e.b.Lookup)
+	d, err := entries.Describe("memory")
 	require.NoError(t, err)
-	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: e.b, Default: d, Describe: e.b.Describe,
+	o, err := chainwal.New(chainwal.Config{Store: e.store, Openers: entries, Default: d, Describe: entries.Describe,
 		WAL:       adaptor.Options{TimeTickInterval: 20 * time.Millisecond},
 		AfterStep: func(s chainwal.Step, _ string) { steps = append(steps, s) }})
 	require.NoError(t, err)

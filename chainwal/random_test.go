@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/testseed"
 	"github.com/streamwal/streamwal/message"
@@ -116,7 +117,7 @@ func runHistory(t *testing.T, e *env, rng *rand.Rand, channel string, steps int)
 			continue
 		}
 		require.NotEmpty(t, seg.Seal.End, "an append acknowledged in segment %d, sealed empty", segIndex)
-		o, err := e.b.Opener(seg.Backend)
+		o, err := chainread.LookupFunc(e.b.Lookup).Opener(seg.Backend)
 		require.NoError(t, err)
 		end, err := o.UnmarshalID(seg.Seal.End)
 		require.NoError(t, err)

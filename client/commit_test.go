@@ -17,6 +17,7 @@ import (
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/api/streamwal/v1/streamwalv1connect"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
@@ -56,10 +57,11 @@ func newConsumerCluster(t *testing.T) *consumerCluster {
 // stop stops it (also at cleanup).
 func (cc *consumerCluster) node(id string) (n *node.Node, stop func()) {
 	t := cc.t
-	d, err := cc.b.Describe("memory")
+	entries := chainread.LookupFunc(cc.b.Lookup)
+	d, err := entries.Describe("memory")
 	require.NoError(t, err)
 	n, err = node.New(cc.cli, cc.b.Entry("memory"), node.Config{ID: id, Root: cc.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory",
-		Chains:    &chainwal.Config{Store: cc.chains, Openers: cc.b, Default: d, Describe: cc.b.Describe},
+		Chains:    &chainwal.Config{Store: cc.chains, Openers: entries, Default: d, Describe: entries.Describe},
 		Consumers: cc.store, Retention: retention.Config{Interval: time.Hour, CommitDelay: time.Millisecond}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

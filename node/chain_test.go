@@ -13,6 +13,7 @@ import (
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/internal/backendstest"
@@ -25,10 +26,11 @@ import (
 // new channels on def; each of tweaks changes its configuration.
 func (c *testCluster) chainNode(id string, b *backendstest.Backends, store *chain.Store, def string, reg *prometheus.Registry, tweaks ...func(*node.Config)) *node.Node {
 	t := c.t
-	d, err := b.Describe(def)
+	entries := chainread.LookupFunc(b.Lookup)
+	d, err := entries.Describe(def)
 	require.NoError(t, err)
 	cfg := node.Config{ID: id, Root: c.layout.Root, SessionTTL: 2 * time.Second, Backend: def,
-		Chains: &chainwal.Config{Store: store, Openers: b, Default: d, Describe: b.Describe}}
+		Chains: &chainwal.Config{Store: store, Openers: entries, Default: d, Describe: entries.Describe}}
 	if reg != nil {
 		cfg.Registerer, cfg.Gatherer = reg, reg
 	}

@@ -14,6 +14,7 @@ import (
 
 	streamwalv1 "github.com/streamwal/streamwal/api/streamwal/v1"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/consumers"
 	"github.com/streamwal/streamwal/internal/backendstest"
@@ -48,7 +49,8 @@ func newConsumersEnv(t testing.TB, kinds ...string) *consumersEnv {
 func (e *consumersEnv) node(id string, rc retention.Config) *node.Node {
 	t := e.c.t
 	def := e.def
-	d, err := e.b.Describe(def)
+	entries := chainread.LookupFunc(e.b.Lookup)
+	d, err := entries.Describe(def)
 	require.NoError(t, err)
 	if rc.Interval == 0 {
 		rc.Interval = time.Hour
@@ -57,7 +59,7 @@ func (e *consumersEnv) node(id string, rc retention.Config) *node.Node {
 		rc.CommitDelay = time.Millisecond
 	}
 	n, err := node.New(e.c.cli, e.b.Entry(def), node.Config{ID: id, Root: e.c.layout.Root, SessionTTL: 2 * time.Second, Backend: def,
-		Chains:    &chainwal.Config{Store: e.chains, Openers: e.b, Default: d, Describe: e.b.Describe},
+		Chains:    &chainwal.Config{Store: e.chains, Openers: entries, Default: d, Describe: entries.Describe},
 		Consumers: e.store, Retention: rc})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/consumers"
 	"github.com/streamwal/streamwal/cursor"
@@ -62,9 +63,10 @@ func newEnv(t *testing.T, kinds ...string) *env {
 	t.Cleanup(func() { _ = bolt.Close() })
 	e := &env{t: t, ctx: testCtx(t), b: backendstest.Start(t, kinds...), kv: &hookedStore{Store: bolt}, reg: prometheus.NewRegistry()}
 	e.chains = chain.NewStore(e.kv, chain.Options{})
-	d, err := e.b.Describe(kinds[0])
+	entries := chainread.LookupFunc(e.b.Lookup)
+	d, err := entries.Describe(kinds[0])
 	require.NoError(t, err)
-	e.opener, err = chainwal.New(chainwal.Config{Store: e.chains, Openers: e.b, Default: d, Describe: e.b.Describe,
+	e.opener, err = chainwal.New(chainwal.Config{Store: e.chains, Openers: entries, Default: d, Describe: entries.Describe,
 		FollowInterval: 10 * time.Millisecond, WAL: adaptor.Options{TimeTickInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}})
 	require.NoError(t, err)
 	e.mgr, err = walmanager.New(e.opener, walmanager.Options{Deleter: e.opener, Logger: slog.New(slog.DiscardHandler)})

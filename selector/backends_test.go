@@ -146,7 +146,7 @@ meta:
 	// cluster, with its topic prefix.
 	w, err := ke.Open(ctx, walimpls.Channel{Name: "orders", Term: 1})
 	require.NoError(t, err)
-	_, err = w.Append(ctx, testMessage(t, "x"))
+	_, err = walimpls.Append(ctx, w, testMessage(t, "x"))
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	k1Topics := topics(t, k1, kgo.SASL(plain.Auth{User: "u", Pass: "hunter2"}.AsMechanism()))

@@ -89,7 +89,7 @@ default: s3
 	b, _ := bs.Entry("s3")
 	w, err := b.Open(ctx, walimpls.Channel{Name: "orders", Term: 1})
 	require.NoError(t, err)
-	_, err = w.Append(ctx, testMessage(t, "x"))
+	_, err = walimpls.Append(ctx, w, testMessage(t, "x"))
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	out, err := st.Client(t).ListObjectsV2(ctx, listInput(st.Bucket, "streamwal/orders/"))

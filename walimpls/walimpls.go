@@ -62,15 +62,13 @@ type Creator interface {
 }
 
 // WALImpl is one channel's log on a backend. It is safe for concurrent use.
+// A single message is appended with the package's Append, AppendBatch of
+// one for every backend.
 type WALImpl interface {
 	// WALName names the backend ("memory", "local", ...).
 	WALName() string
 	// Channel echoes the channel the WAL was opened with.
 	Channel() Channel
-	// Append stores m and returns its ID once the backend acknowledged it.
-	// A fenced WAL fails with ErrFenced and stores nothing; see the package
-	// documentation for which errors leave the outcome unknown.
-	Append(ctx context.Context, m message.Message) (message.ID, error)
 	// AppendBatch stores msgs in slice order (their IDs increase in slice
 	// order) and returns their IDs once the backend acknowledged all of
 	// them. Every message is checked first: one above MaxMessageBytes fails

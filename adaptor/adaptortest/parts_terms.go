@@ -300,7 +300,7 @@ func testTermBeginsNeverGoBackwards(t *testing.T, c walimplstest.Cluster) {
 		return message.Message{}.WithKind(message.KindTermBegin).WithTerm(term)
 	}
 	for _, m := range []message.Message{begin(2), data(2, 10), wm(2, 20), begin(1), data(1, 30), wm(1, 40), data(2, 50), wm(2, 60)} {
-		_, err := writer.Append(ctx, m)
+		_, err := walimpls.Append(ctx, writer, m)
 		require.NoError(t, err)
 	}
 	ro := open(t, opener(t, c), crafted, 0, adaptor.Options{ReadOnly: true})

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/consumers"
@@ -50,10 +51,11 @@ func newConsumersHarness(t *testing.T) *consumersHarness {
 // commit and every 50 ms; the returned func stops it (also at cleanup).
 func (h *consumersHarness) startNode(id string) func() {
 	t := h.t
-	d, err := h.b.Describe("memory")
+	entries := chainread.LookupFunc(h.b.Lookup)
+	d, err := entries.Describe("memory")
 	require.NoError(t, err)
 	n, err := node.New(h.cli, h.b.Entry("memory"), node.Config{ID: id, Root: h.layout.Root, SessionTTL: 2 * time.Second, Backend: "memory",
-		Chains:    &chainwal.Config{Store: h.chains, Openers: h.b, Default: d, Describe: h.b.Describe},
+		Chains:    &chainwal.Config{Store: h.chains, Openers: entries, Default: d, Describe: entries.Describe},
 		Consumers: h.store, Retention: retention.Config{Interval: 50 * time.Millisecond, CommitDelay: time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, n.Start(h.ctx))

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chain"
+	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/chainwal"
 	"github.com/streamwal/streamwal/cluster"
 	"github.com/streamwal/streamwal/coordinator"
@@ -39,10 +40,11 @@ func newChainHarness(t *testing.T, def string, kinds ...string) *chainHarness {
 // at cleanup).
 func (h *chainHarness) startNode(id string) func() {
 	t := h.t
-	d, err := h.b.Describe(h.def)
+	entries := chainread.LookupFunc(h.b.Lookup)
+	d, err := entries.Describe(h.def)
 	require.NoError(t, err)
 	n, err := node.New(h.cli, h.b.Entry(h.def), node.Config{ID: id, Root: h.layout.Root, SessionTTL: 2 * time.Second, Backend: h.def,
-		Chains: &chainwal.Config{Store: h.store, Openers: h.b, Default: d, Describe: h.b.Describe}})
+		Chains: &chainwal.Config{Store: h.store, Openers: entries, Default: d, Describe: entries.Describe}})
 	require.NoError(t, err)
 	require.NoError(t, n.Start(h.ctx))
 	stopped := false
@@ -65,7 +67,7 @@ func (h *chainHarness) startCoordinator(channels ...string) {
 	t := h.t
 	co, err := coordinator.New(h.cli, coordinator.Config{ID: "coord", Root: h.layout.Root, SessionTTL: time.Second,
 		ReconcileInterval: 100 * time.Millisecond, OpenTimeout: time.Hour, Channels: coordinator.StaticChannels(channels...),
-		Chains: h.store, Describe: h.b.Describe, Backends: h.b.Names()})
+		Chains: h.store, Describe: chainread.LookupFunc(h.b.Lookup).Describe, Backends: h.b.Names()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -16,7 +16,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/internal/s3test"
 	"github.com/streamwal/streamwal/walimpls"
@@ -102,26 +101,17 @@ func (b *Backends) Put(name, kind string, o walimpls.Opener) {
 // Entry returns the opener of the entry name, nil when none.
 func (b *Backends) Entry(name string) walimpls.Opener { return b.openers[name] }
 
-// Describe returns the chain.Backend of the entry name (Channel empty).
-func (b *Backends) Describe(name string) (chain.Backend, error) {
-	kind, ok := b.kinds[name]
-	if !ok {
-		return chain.Backend{}, errors.Newf("backendstest: no entry %q", name)
-	}
-	return chain.Backend{Name: name, Kind: kind}, nil
+// Lookup returns the kind and the opener of the entry name; ok is false
+// when there is none. chainread.LookupFunc(b.Lookup) is what a chain needs
+// of the entries (Openers and Describe): this package starts backends and
+// knows nothing of chains.
+func (b *Backends) Lookup(name string) (kind string, o walimpls.Opener, ok bool) {
+	kind, ok = b.kinds[name]
+	return kind, b.openers[name], ok
 }
 
 // Names returns the entries' names, sorted.
 func (b *Backends) Names() []string { return slices.Sorted(maps.Keys(b.kinds)) }
-
-// Opener implements chainread.Openers.
-func (b *Backends) Opener(cb chain.Backend) (walimpls.Opener, error) {
-	o, ok := b.openers[cb.Name]
-	if !ok || b.kinds[cb.Name] != cb.Kind {
-		return nil, errors.Newf("backendstest: no entry %q of kind %s", cb.Name, cb.Kind)
-	}
-	return o, nil
-}
 
 func startKafka(tb testing.TB, ctx context.Context) (walimpls.Opener, error) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))

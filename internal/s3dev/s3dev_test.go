@@ -37,7 +37,7 @@ func TestStore(t *testing.T) {
 	require.NoError(t, err)
 	m, err := message.New([]byte("hello"), nil)
 	require.NoError(t, err)
-	id, err := w.Append(ctx, m)
+	id, err := walimpls.Append(ctx, w, m)
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	require.NoError(t, o.Close())

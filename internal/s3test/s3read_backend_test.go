@@ -45,7 +45,7 @@ func TestS3ReadBackend(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, err := w.Append(ctx, m); err != nil {
+					if _, err := walimpls.Append(ctx, w, m); err != nil {
 						t.Fatalf("term %d append %d: %v", term, i, err)
 					}
 					want = append(want, m)

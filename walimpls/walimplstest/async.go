@@ -39,7 +39,7 @@ var asyncParts = map[string]bool{
 	"DeleteFencesOtherNodes": true,
 }
 
-// asyncWAL is a WAL whose Append and AppendBatch go through
+// asyncWAL is a WAL whose AppendBatch, and so walimpls.Append, goes through
 // AppendBatchAsync.
 type asyncWAL struct {
 	walimpls.WALImpl
@@ -47,23 +47,12 @@ type asyncWAL struct {
 	e  *env
 }
 
-func (w *asyncWAL) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	ids, err := w.AppendBatch(ctx, []message.Message{m})
-	if err != nil {
-		return message.ID{}, err
-	}
-	if len(ids) != 1 {
-		return message.ID{}, fmt.Errorf("AppendBatchAsync of one message answered %d IDs and no error", len(ids))
-	}
-	return ids[0], nil
-}
-
 func (w *asyncWAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
 	answer := make(chan asyncAnswer, 1)
 	w.e.appendAsync(w.aa, ctx, msgs, func(ids []message.ID, err error) { answer <- asyncAnswer{ids: ids, err: err} })
 	// A done that never comes fails the part on the watchdog of the call
 	// that waits here (within), or on this one for a part that calls
-	// Append itself.
+	// walimpls.Append itself.
 	timer := time.NewTimer(w.e.opts.waitTimeout + time.Second)
 	defer timer.Stop()
 	select {

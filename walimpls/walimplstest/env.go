@@ -196,7 +196,7 @@ func (e *env) open(o walimpls.Opener, name string, term int64, mode walimpls.Acc
 // appendOne appends m, bounded by the wait timeout.
 func (e *env) appendOne(w walimpls.WALImpl, m message.Message) (message.ID, error) {
 	e.t.Helper()
-	return within(e, "Append", func(ctx context.Context) (message.ID, error) { return w.Append(ctx, m) })
+	return within(e, "Append", func(ctx context.Context) (message.ID, error) { return walimpls.Append(ctx, w, m) })
 }
 
 // truncate truncates w, bounded by the wait timeout.

@@ -2,6 +2,9 @@ package walimplstest
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,9 +47,57 @@ func AppendOK(t testing.TB, w walimpls.WALImpl, m message.Message) message.ID {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()
-	id, err := w.Append(ctx, m)
+	id, err := walimpls.Append(ctx, w, m)
 	require.NoError(t, err)
 	return id
+}
+
+// AppendMany appends n messages, "tag-0" to "tag-<n-1>", one after the
+// other (each append starts once the last was acknowledged), and returns
+// their IDs.
+func AppendMany(t testing.TB, w walimpls.WALImpl, tag string, n int) []message.ID {
+	t.Helper()
+	ids := make([]message.ID, n)
+	for i := range ids {
+		ids[i] = AppendOK(t, w, Message(t, fmt.Sprintf("%s-%d", tag, i), nil))
+	}
+	return ids
+}
+
+// ReadUntil reads a fresh scanner of p up to and including the message
+// last, which it must reach within timeout without passing it, and returns
+// what it delivered.
+func ReadUntil(t testing.TB, w walimpls.WALImpl, p cursor.Policy, last message.ID, timeout time.Duration) []message.Immutable {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s, err := w.Read(ctx, walimpls.ReadOption{Name: t.Name(), DeliverPolicy: p})
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	var got []message.Immutable
+	for {
+		select {
+		case m, ok := <-s.Chan():
+			require.True(t, ok, "scanner ended after %d messages: %v", len(got), s.Error())
+			got = append(got, m)
+			if m.ID().EQ(last) {
+				return got
+			}
+			require.True(t, m.ID().LT(last), "delivered %s, beyond the last message %s", m.ID(), last)
+		case <-ctx.Done():
+			require.FailNow(t, "timeout", "%s: %d messages read, %s not reached", p, len(got), last)
+		}
+	}
+}
+
+// RequireSuffix checks that got is the end of ids, message for message.
+func RequireSuffix(t testing.TB, ids []message.ID, got []message.Immutable) {
+	t.Helper()
+	require.LessOrEqual(t, len(got), len(ids))
+	want := ids[len(ids)-len(got):]
+	for i, m := range got {
+		require.True(t, want[i].EQ(m.ID()), "message %d of the tail: want %s, got %s", i, want[i], m.ID())
+	}
 }
 
 // ReadN reads n messages from a fresh scanner, which it closes.
@@ -106,4 +157,55 @@ func (o plainOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.WA
 		return nil, err
 	}
 	return struct{ walimpls.WALImpl }{w}, nil
+}
+
+// BuiltCluster is a Cluster over one backend's configuration: every
+// NewOpener is another node, built through the registry path (Builder's
+// Build, its configuration section decoded into Config) with Logger, as
+// a node built from a configuration file is.
+type BuiltCluster[C any] struct {
+	Builder walimpls.Builder
+	Config  C
+	Logger  *slog.Logger
+}
+
+// NewOpener implements Cluster.
+func (c BuiltCluster[C]) NewOpener(t *testing.T) walimpls.Opener {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	o, err := c.Builder.Build(ctx, walimpls.BuildParams{Config: Decodes(c.Config), Logger: c.Logger})
+	require.NoError(t, err)
+	return o
+}
+
+// Decodes returns a ConfigDecoder whose section decodes to cfg: what a
+// Builder receives for a configuration file whose section says cfg.
+func Decodes[C any](cfg C) walimpls.ConfigDecoder {
+	return func(into any) error {
+		p, ok := into.(*C)
+		if !ok {
+			return fmt.Errorf("walimplstest: decode a %T into %T", cfg, into)
+		}
+		*p = cfg
+		return nil
+	}
+}
+
+// Split runs fn(n) on k goroutines that share total operations, and waits
+// for them: the appenders of a benchmark (total b.N).
+func Split(total, k int, fn func(n int)) {
+	var wg sync.WaitGroup
+	for g := range k {
+		n := total / k
+		if g < total%k {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(n)
+		}()
+	}
+	wg.Wait()
 }

@@ -262,7 +262,7 @@ func testContext(t *testing.T, e *env) {
 	}{{cancelled, context.Canceled}, {expired, context.DeadlineExceeded}} {
 		done := make(chan error, 1)
 		go func() {
-			_, err := w.Append(c.ctx, mustMessage(t, []byte("x"), nil))
+			_, err := walimpls.Append(c.ctx, w, mustMessage(t, []byte("x"), nil))
 			done <- err
 		}()
 		select {

@@ -119,7 +119,7 @@ func testConcurrentAppendRead(t *testing.T, e *env) {
 			var last message.ID
 			for i, m := range msgs {
 				ctx, cancel := e.call()
-				id, err := w.Append(ctx, m)
+				id, err := walimpls.Append(ctx, w, m)
 				cancel()
 				if err != nil {
 					errs <- fmt.Errorf("writer %d append %d: %w", g, i, err)
@@ -323,7 +323,7 @@ func testLast(t *testing.T, e *env) {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
 				ctx, cancel := e.call()
-				id, err := w.Append(ctx, mustMessage(t, []byte(fmt.Sprintf("c-%d-%d", g, i)), nil))
+				id, err := walimpls.Append(ctx, w, mustMessage(t, []byte(fmt.Sprintf("c-%d-%d", g, i)), nil))
 				cancel()
 				if err != nil {
 					errs <- err
@@ -475,7 +475,7 @@ func testParallelChannels(t *testing.T, e *env) {
 			<-start
 			for j, m := range msgs[i] {
 				ctx, cancel := e.call()
-				id, err := wals[i].Append(ctx, m)
+				id, err := walimpls.Append(ctx, wals[i], m)
 				cancel()
 				if err != nil {
 					errs <- fmt.Errorf("channel %s append %d: %w", name, j, err)

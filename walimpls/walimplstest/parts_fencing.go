@@ -85,7 +85,7 @@ func (e *env) checkTakeover(termA, termB int64) {
 				m := mustMessage(t, []byte(fmt.Sprintf("A-%d-%d", g, i)), map[string]string{"writer": "A"})
 				startedAfterB := bOpened.Load()
 				ctx, cancel := e.call()
-				id, err := wa.Append(ctx, m)
+				id, err := walimpls.Append(ctx, wa, m)
 				cancel()
 				switch {
 				case err == nil && startedAfterB:

@@ -346,7 +346,7 @@ func (o *brokenOpener) Open(ctx context.Context, ch walimpls.Channel) (walimpls.
 		// The refused open leaves a record in the log anyway.
 		o.unfenced(func() {
 			if stale, oerr := o.Opener.Open(ctx, ch); oerr == nil {
-				_, _ = stale.Append(ctx, message.Message{})
+				_, _ = walimpls.Append(ctx, stale, message.Message{})
 				_ = stale.Close()
 			}
 		})
@@ -525,63 +525,8 @@ type brokenWAL struct {
 
 func (w *brokenWAL) Channel() walimpls.Channel { return w.asked }
 
-func (w *brokenWAL) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	switch w.broken {
-	case "ignore-context":
-		ctx = context.Background()
-	case "lose-properties":
-		// Stores drop properties with empty values and reserved keys.
-		props := map[string]string{}
-		for k, v := range m.Properties().All() {
-			if v != "" && !message.IsReserved(k) {
-				props[k] = v
-			}
-		}
-		m = message.Restore(m.Payload(), props)
-	case "size-payload-only":
-		if len(m.Payload()) > brokenLimit {
-			return message.ID{}, &walimpls.TooLargeError{Size: len(m.Payload()), Limit: brokenLimit}
-		}
-	case "size-off-by-one":
-		if m.Size() >= brokenLimit {
-			return message.ID{}, &walimpls.TooLargeError{Size: m.Size(), Limit: brokenLimit}
-		}
-	case "stamp-32-bit-term", "stamp-32-bit-timetick":
-		m = narrowStamp(w.broken, m)
-	}
-	if w.broken == "delete-keeps-messages" {
-		w.o.names.mu.Lock()
-		deleted := w.o.names.deleted[w.asked.Name]
-		w.o.names.mu.Unlock()
-		if deleted {
-			return message.ID{}, walimpls.MarkNotStored(&walimpls.FencedError{Channel: w.asked.Name, Term: w.asked.Term, Deleted: true})
-		}
-	}
-	id, err := w.WALImpl.Append(ctx, m)
-	var fe *walimpls.FencedError
-	if w.broken == "delete-writer-reaches-new-channel" && errors.As(err, &fe) && fe.Deleted {
-		// The writer reconnects and finds a channel of its name.
-		w.o.unfenced(func() {
-			if nw, oerr := w.o.Opener.Open(ctx, w.asked); oerr == nil {
-				id, err = nw.Append(ctx, m)
-				_ = nw.Close()
-			}
-		})
-	}
-	if w.broken == "same-term-both-write" && errors.As(err, &fe) && fe.CurrentTerm == fe.Term {
-		// A same-term claim is not checked: the earlier writer goes on.
-		w.o.unfenced(func() { id, err = w.WALImpl.Append(ctx, m) })
-	}
-	if err == nil && w.broken == "reverse-ids" {
-		id = message.NewID(reversed{id.Value()})
-	}
-	if err == nil && w.broken == "keeps-caller-buffers" {
-		// Serves reads from the caller's own payload and map.
-		w.o.names.kept.Store(id.String(), m)
-	}
-	return id, err
-}
-
+// AppendBatch carries every append breakage: the suite appends one message
+// through walimpls.Append, which is AppendBatch of one.
 func (w *brokenWAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {
 	switch w.broken {
 	case "batch-reversed":
@@ -595,32 +540,89 @@ func (w *brokenWAL) AppendBatch(ctx context.Context, msgs []message.Message) ([]
 			ids[i], ids[j] = ids[j], ids[i]
 		}
 		return ids, err
-	case "stamp-32-bit-term", "stamp-32-bit-timetick":
-		narrow := make([]message.Message, len(msgs))
-		for i, m := range msgs {
-			narrow[i] = narrowStamp(w.broken, m)
-		}
-		return w.WALImpl.AppendBatch(ctx, narrow)
 	case "batch-stores-prefix":
 		// Checks sizes one by one while storing: what comes before a
 		// message too large is stored anyway.
 		var ids []message.ID
 		for _, m := range msgs {
-			id, err := w.Append(ctx, m)
+			id, err := walimpls.Append(ctx, w.WALImpl, m)
 			if err != nil {
 				return ids, err
 			}
 			ids = append(ids, id)
 		}
 		return ids, nil
+	case "ignore-context":
+		ctx = context.Background()
+	case "lose-properties":
+		// Stores drop properties with empty values and reserved keys.
+		msgs = mapMessages(msgs, func(m message.Message) message.Message {
+			props := map[string]string{}
+			for k, v := range m.Properties().All() {
+				if v != "" && !message.IsReserved(k) {
+					props[k] = v
+				}
+			}
+			return message.Restore(m.Payload(), props)
+		})
+	case "size-payload-only":
+		for _, m := range msgs {
+			if len(m.Payload()) > brokenLimit {
+				return nil, &walimpls.TooLargeError{Size: len(m.Payload()), Limit: brokenLimit}
+			}
+		}
+	case "size-off-by-one":
+		for _, m := range msgs {
+			if m.Size() >= brokenLimit {
+				return nil, &walimpls.TooLargeError{Size: m.Size(), Limit: brokenLimit}
+			}
+		}
+	case "stamp-32-bit-term", "stamp-32-bit-timetick":
+		msgs = mapMessages(msgs, func(m message.Message) message.Message { return narrowStamp(w.broken, m) })
+	case "delete-keeps-messages":
+		w.o.names.mu.Lock()
+		deleted := w.o.names.deleted[w.asked.Name]
+		w.o.names.mu.Unlock()
+		if deleted {
+			return nil, walimpls.MarkNotStored(&walimpls.FencedError{Channel: w.asked.Name, Term: w.asked.Term, Deleted: true})
+		}
 	}
 	ids, err := w.WALImpl.AppendBatch(ctx, msgs)
+	var fe *walimpls.FencedError
+	if w.broken == "delete-writer-reaches-new-channel" && errors.As(err, &fe) && fe.Deleted {
+		// The writer reconnects and finds a channel of its name.
+		w.o.unfenced(func() {
+			if nw, oerr := w.o.Opener.Open(ctx, w.asked); oerr == nil {
+				ids, err = nw.AppendBatch(ctx, msgs)
+				_ = nw.Close()
+			}
+		})
+	}
+	if w.broken == "same-term-both-write" && errors.As(err, &fe) && fe.CurrentTerm == fe.Term {
+		// A same-term claim is not checked: the earlier writer goes on.
+		w.o.unfenced(func() { ids, err = w.WALImpl.AppendBatch(ctx, msgs) })
+	}
+	if err == nil && w.broken == "reverse-ids" {
+		for i, id := range ids {
+			ids[i] = message.NewID(reversed{id.Value()})
+		}
+	}
 	if w.broken == "keeps-caller-buffers" {
+		// Serves reads from the caller's own payload and map.
 		for i, id := range ids {
 			w.o.names.kept.Store(id.String(), msgs[i])
 		}
 	}
 	return ids, err
+}
+
+// mapMessages returns f of each message, leaving msgs as they were.
+func mapMessages(msgs []message.Message, f func(message.Message) message.Message) []message.Message {
+	out := make([]message.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = f(m)
+	}
+	return out
 }
 
 // narrowStamp stores a stamp's term in an int32 (stamp-32-bit-term) or

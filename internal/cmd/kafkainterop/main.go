@@ -200,7 +200,7 @@ func (s *session) add(id message.ID, m message.Message) error {
 }
 
 func (s *session) append(ctx context.Context, m message.Message) error {
-	id, err := s.wal.Append(ctx, m)
+	id, err := walimpls.Append(ctx, s.wal, m)
 	if err != nil {
 		return err
 	}
@@ -470,7 +470,7 @@ func fence(args []string) error {
 	say("the peer initialised transactional id %s", s.txnID)
 
 	m := s.msg("stale", []byte(c.channel+"-stale"), nil)
-	_, err = s.wal.Append(ctx, m)
+	_, err = walimpls.Append(ctx, s.wal, m)
 	switch {
 	case err == nil:
 		return errors.Newf("streamwal's append succeeded after the peer initialised %s: its producer was not fenced", s.txnID)

@@ -45,23 +45,6 @@ func createTopic(b *testing.B, c *kfake.Cluster, topic string) {
 	require.NoError(b, c.CreateTopic(topic, 1, nil))
 }
 
-// split runs fn(n) on k goroutines that share b.N operations.
-func split(b *testing.B, k int, fn func(n int)) {
-	var wg sync.WaitGroup
-	for g := range k {
-		n := b.N / k
-		if g < b.N%k {
-			n++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(n)
-		}()
-	}
-	wg.Wait()
-}
-
 func report(b *testing.B, start time.Time) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
 	b.SetBytes(benchRecord)
@@ -103,7 +86,7 @@ func BenchmarkAppend(b *testing.B) {
 			createTopic(b, c, t)
 			b.ResetTimer()
 			start := time.Now()
-			split(b, k, func(n int) {
+			walimplstest.Split(b.N, k, func(n int) {
 				for range n {
 					if err := cl.ProduceSync(ctx, &kgo.Record{Topic: t, Value: payload}).FirstErr(); err != nil {
 						b.Error(err)
@@ -125,9 +108,9 @@ func BenchmarkAppend(b *testing.B) {
 				m := message.Restore(payload, nil)
 				b.ResetTimer()
 				start := time.Now()
-				split(b, k, func(n int) {
+				walimplstest.Split(b.N, k, func(n int) {
 					for range n {
-						if _, err := w.Append(ctx, m); err != nil {
+						if _, err := walimpls.Append(ctx, w, m); err != nil {
 							b.Error(err)
 							return
 						}
@@ -150,20 +133,14 @@ func BenchmarkScan(b *testing.B) {
 	require.NoError(b, err)
 	payload := make([]byte, benchRecord)
 	m := message.Restore(payload, map[string]string{"_k": "0", "_tt": "123456789"})
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range records / 16 {
-				if _, err := w.Append(ctx, m); err != nil {
-					b.Error(err)
-					return
-				}
+	walimplstest.Split(records, 16, func(n int) {
+		for range n {
+			if _, err := walimpls.Append(ctx, w, m); err != nil {
+				b.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	topic := o.cfg.topicName("scan")
 
 	b.Run("raw", func(b *testing.B) {

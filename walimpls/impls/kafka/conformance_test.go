@@ -1,39 +1,15 @@
 package kafka
 
 import (
-	"context"
 	"testing"
-	"time"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor/adaptortest"
-	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
-// kfakeCluster is one in-process kfake broker; every NewOpener is another
-// node with its own franz-go clients, built through the registry path
-// (NewBuilder and a config decoder).
-type kfakeCluster struct {
-	cfg Config
-}
-
-func (c kfakeCluster) NewOpener(t *testing.T) walimpls.Opener {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cfg := c.cfg
-	o, err := NewBuilder().Build(ctx, walimpls.BuildParams{
-		Config: func(into any) error {
-			*(into.(*Config)) = cfg
-			return nil
-		},
-		Logger: testLogger(),
-	})
-	require.NoError(t, err)
-	return o
-}
-
+// conformanceFactory starts one in-process kfake broker per cluster; every
+// NewOpener is another node with its own franz-go clients, built through
+// the registry path.
 func conformanceFactory(mod func(*Config)) walimplstest.Factory {
 	return func(t *testing.T) walimplstest.Cluster {
 		c := newCluster(t)
@@ -41,7 +17,7 @@ func conformanceFactory(mod func(*Config)) walimplstest.Factory {
 		if mod != nil {
 			mod(&cfg)
 		}
-		return kfakeCluster{cfg: cfg}
+		return walimplstest.BuiltCluster[Config]{Builder: NewBuilder(), Config: cfg, Logger: testLogger()}
 	}
 }
 

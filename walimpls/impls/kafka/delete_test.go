@@ -82,7 +82,7 @@ func TestDeleteFencesWriterInFlight(t *testing.T) {
 				})
 				done := make(chan error, 1)
 				go func() {
-					_, err := wa.Append(context.Background(), msg(t, "a-inflight", nil))
+					_, err := walimpls.Append(context.Background(), wa, msg(t, "a-inflight", nil))
 					done <- err
 				}()
 				select {
@@ -112,7 +112,7 @@ func TestDeleteFencesWriterInFlight(t *testing.T) {
 					wb = open(t, b, name, 1, walimpls.ReadWrite)
 				}
 
-				_, err := wa.Append(ctx, msg(t, "a-after", nil))
+				_, err := walimpls.Append(ctx, wa, msg(t, "a-after", nil))
 				require.ErrorIs(t, err, walimpls.ErrFenced)
 				var fe *walimpls.FencedError
 				require.True(t, errors.As(err, &fe))
@@ -194,7 +194,7 @@ func TestDeleteReopenElsewhere(t *testing.T) {
 	assert.Equal(t, []string{"new"}, payloads(readN(t, wa2, cursor.All(), 1)))
 
 	// The deleted channel's writer and reader of this opener learn it.
-	_, err = wa.Append(ctx, msg(t, "stale", nil))
+	_, err = walimpls.Append(ctx, wa, msg(t, "stale", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	select {
 	case <-remote.Done():
@@ -240,7 +240,7 @@ func TestDeleteRefused(t *testing.T) {
 	err := b.Delete(ctx, name)
 	require.ErrorIs(t, err, kerr.TopicDeletionDisabled)
 
-	_, err = wa.Append(ctx, msg(t, "stale", nil))
+	_, err = walimpls.Append(ctx, wa, msg(t, "stale", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced, "the writer is fenced although the topic stays")
 	_, err = b.Open(ctx, walimpls.Channel{Name: name, Term: 9, Mode: walimpls.ReadWrite})
 	require.Truef(t, errors.Is(err, errDeleting), "an open of a channel whose deletion failed: %v", err)

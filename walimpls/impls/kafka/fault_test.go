@@ -49,7 +49,7 @@ func appendConcurrently(t *testing.T, w walimpls.WALImpl, k, n int, tag string) 
 			for i := range n {
 				p := fmt.Sprintf("%s-%d-%d", tag, g, i)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				id, err := w.Append(ctx, msg(t, p, nil))
+				id, err := walimpls.Append(ctx, w, msg(t, p, nil))
 				cancel()
 				if !assert.NoError(t, err, p) {
 					return
@@ -172,7 +172,7 @@ func TestFaultTooLarge(t *testing.T) {
 	fits := message.Restore(random(declared-20), map[string]string{"_k": "3", "a": "0123456789"})
 	appendOK(t, w, fits)
 
-	_, err := w.Append(context.Background(), message.Restore(random(declared+1), nil))
+	_, err := walimpls.Append(context.Background(), w, message.Restore(random(declared+1), nil))
 	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 	var tl *walimpls.TooLargeError
 	require.True(t, errors.As(err, &tl))
@@ -184,7 +184,7 @@ func TestFaultTooLarge(t *testing.T) {
 	cfg.MaxMessageBytes = 1 << 20
 	o2 := newOpener(t, cfg)
 	w2 := open(t, o2, "large2", 1, walimpls.ReadWrite)
-	_, err = w2.Append(context.Background(), message.Restore(random(brokerLimit+10), nil))
+	_, err = walimpls.Append(context.Background(), w2, message.Restore(random(brokerLimit+10), nil))
 	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 	ok := appendOK(t, w2, msg(t, "small", nil))
 	// The refused transaction is aborted at once, not left open until its
@@ -246,7 +246,7 @@ func TestReacquireAfterStaleOpen(t *testing.T) {
 	t.Logf("stale producer id %d epoch %d", pid, epoch)
 	stale.Close()
 
-	_, err = w.Append(context.Background(), msg(t, "lost", nil))
+	_, err = walimpls.Append(context.Background(), w, msg(t, "lost", nil))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, walimpls.ErrFenced)
 	assert.True(t, walimpls.IsRetryable(err))
@@ -302,7 +302,7 @@ func TestRestart(t *testing.T) {
 	c1.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_, err = w.Append(ctx, msg(t, "while-down", nil))
+	_, err = walimpls.Append(ctx, w, msg(t, "while-down", nil))
 	cancel()
 	require.Error(t, err, "an append while the broker is down cannot be acknowledged")
 
@@ -316,7 +316,7 @@ func TestRestart(t *testing.T) {
 	var id message.ID
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		id, err = w.Append(ctx, msg(t, "after", nil))
+		id, err = walimpls.Append(ctx, w, msg(t, "after", nil))
 		cancel()
 		if err == nil {
 			break

@@ -56,7 +56,7 @@ func TestFencedTruncate(t *testing.T) {
 			// Sticky: a no-op truncate and an append fail the same way,
 			// and the append certainly stored nothing.
 			require.ErrorIs(t, wa.Truncate(context.Background(), ids[0]), walimpls.ErrFenced)
-			_, err = wa.Append(context.Background(), msg(t, "stale", nil))
+			_, err = walimpls.Append(context.Background(), wa, msg(t, "stale", nil))
 			require.ErrorIs(t, err, walimpls.ErrFenced)
 			assert.True(t, walimpls.NotStored(err), "an append on a WAL known to be fenced: %v", err)
 
@@ -119,7 +119,7 @@ func TestSameTermLaterOpenWins(t *testing.T) {
 			p := fmt.Sprintf("%s-%d", tag, i)
 			startedAfter := returned.Load()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			id, err := w.Append(ctx, msg(t, p, nil))
+			id, err := walimpls.Append(ctx, w, msg(t, p, nil))
 			cancel()
 			mu.Lock()
 			switch {
@@ -222,17 +222,17 @@ func TestNotStoredMarks(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err := w.Append(ctx, msg(t, "cancelled", nil))
+		_, err := walimpls.Append(ctx, w, msg(t, "cancelled", nil))
 		require.ErrorIs(t, err, context.Canceled)
 		assert.True(t, walimpls.NotStored(err), "context done before the call: %v", err)
 
 		ro := open(t, o, "marks", 1, walimpls.ReadOnly)
-		_, err = ro.Append(context.Background(), msg(t, "ro", nil))
+		_, err = walimpls.Append(context.Background(), ro, msg(t, "ro", nil))
 		require.ErrorIs(t, err, walimpls.ErrReadOnly)
 		assert.True(t, walimpls.NotStored(err))
 
 		require.NoError(t, w.Close())
-		_, err = w.Append(context.Background(), msg(t, "closed", nil))
+		_, err = walimpls.Append(context.Background(), w, msg(t, "closed", nil))
 		require.ErrorIs(t, err, walimpls.ErrClosed)
 		assert.True(t, walimpls.NotStored(err), "append after Close: %v", err)
 
@@ -257,10 +257,10 @@ func TestNotStoredAfterFence(t *testing.T) {
 	open(t, b, "marks-fenced", 2, walimpls.ReadWrite)
 	// The first append learns of the fence; its transaction was under
 	// way, so it says nothing about whether it was stored.
-	_, err := wa.Append(context.Background(), msg(t, "learns", nil))
+	_, err := walimpls.Append(context.Background(), wa, msg(t, "learns", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	for range 3 {
-		_, err = wa.Append(context.Background(), msg(t, "refused", nil))
+		_, err = walimpls.Append(context.Background(), wa, msg(t, "refused", nil))
 		require.ErrorIs(t, err, walimpls.ErrFenced)
 		assert.True(t, walimpls.NotStored(err), "%v", err)
 	}

@@ -77,6 +77,10 @@ var (
 	appendOK    = walimplstest.AppendOK
 	collect     = walimplstest.Collect
 	nothingMore = walimplstest.NothingMore
+	// appendMany appends n messages one after the other: each is an
+	// entry of its own (the next append starts after the last's receipt).
+	appendMany    = walimplstest.AppendMany
+	requireSuffix = walimplstest.RequireSuffix
 )
 
 func seq(t testing.TB, id message.ID) int64 {

@@ -85,7 +85,7 @@ func TestConcurrentAppends(t *testing.T) {
 			var last int64 = -1
 			for i := range per {
 				p := fmt.Sprintf("%d-%d", g, i)
-				id, err := w.Append(context.Background(), msg(t, p, nil))
+				id, err := walimpls.Append(context.Background(), w, msg(t, p, nil))
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -115,12 +115,12 @@ func TestFencing(t *testing.T) {
 	wa := open(t, a, "fence", 1, walimpls.ReadWrite)
 	appendOK(t, wa, msg(t, "a1", nil))
 	wb := open(t, b, "fence", 2, walimpls.ReadWrite)
-	_, err := wa.Append(context.Background(), msg(t, "a2", nil))
+	_, err := walimpls.Append(context.Background(), wa, msg(t, "a2", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	var fe *walimpls.FencedError
 	require.True(t, errors.As(err, &fe))
 	assert.Equal(t, int64(2), fe.CurrentTerm)
-	_, err = wa.Append(context.Background(), msg(t, "a3", nil))
+	_, err = walimpls.Append(context.Background(), wa, msg(t, "a3", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	appendOK(t, wb, msg(t, "b1", nil))
 

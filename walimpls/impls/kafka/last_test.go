@@ -222,7 +222,7 @@ func TestLastUnderConcurrentAppends(t *testing.T) {
 						return
 					default:
 					}
-					id, err := w.Append(context.Background(), msg(t, fmt.Sprintf("%d-%d", g, i), nil))
+					id, err := walimpls.Append(context.Background(), w, msg(t, fmt.Sprintf("%d-%d", g, i), nil))
 					if !assert.NoError(t, err) {
 						return
 					}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
 // TestMetricsReachTheRegisterer: the builder passes BuildParams.Registerer
@@ -22,13 +23,13 @@ func TestMetricsReachTheRegisterer(t *testing.T) {
 	defer cancel()
 	cfg := testConfig(c)
 	o, err := NewBuilder().Build(ctx, walimpls.BuildParams{
-		Config:     func(v any) error { *(v.(*Config)) = cfg; return nil },
+		Config:     walimplstest.Decodes(cfg),
 		Registerer: reg,
 	})
 	require.NoError(t, err)
 	defer o.Close()
 	w1 := open(t, o, "metrics", 1, walimpls.ReadWrite)
-	_, err = w1.Append(ctx, msg(t, "a", nil))
+	_, err = walimpls.Append(ctx, w1, msg(t, "a", nil))
 	require.NoError(t, err)
 	_, err = w1.AppendBatch(ctx, []message.Message{msg(t, "b", nil), msg(t, "c", nil)})
 	require.NoError(t, err)
@@ -37,7 +38,7 @@ func TestMetricsReachTheRegisterer(t *testing.T) {
 	require.Positive(t, testutil.ToFloat64(m.appendBytes))
 
 	open(t, o, "metrics", 2, walimpls.ReadWrite)
-	_, err = w1.Append(ctx, msg(t, "stale", nil))
+	_, err = walimpls.Append(ctx, w1, msg(t, "stale", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.EqualValues(t, 1, testutil.ToFloat64(m.fenced))
 

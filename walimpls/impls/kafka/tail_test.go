@@ -14,53 +14,17 @@ import (
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
-// readTail reads a cursor.Tail(n) scanner up to and including the message
+// readTail reads a DeliverTail(n) scanner up to and including the message
 // last, and returns what it delivered.
 func readTail(t *testing.T, w walimpls.WALImpl, n int, last message.ID) []message.Immutable {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := w.Read(ctx, walimpls.ReadOption{Name: t.Name(), DeliverPolicy: cursor.Tail(n)})
-	require.NoError(t, err)
-	defer func() { _ = s.Close() }()
-	var got []message.Immutable
-	for {
-		select {
-		case m, ok := <-s.Chan():
-			require.True(t, ok, "scanner ended after %d messages: %v", len(got), s.Error())
-			got = append(got, m)
-			if m.ID().EQ(last) {
-				return got
-			}
-			require.True(t, m.ID().LT(last), "delivered %s, beyond the last message %s", m.ID(), last)
-		case <-ctx.Done():
-			require.FailNow(t, "timeout", "tail(%d): %d messages read, %s not reached", n, len(got), last)
-		}
-	}
+	return walimplstest.ReadUntil(t, w, cursor.Tail(n), last, 10*time.Second)
 }
 
-// requireSuffix checks that got is the end of ids, message for message.
-func requireSuffix(t *testing.T, ids []message.ID, got []message.Immutable) {
-	t.Helper()
-	require.LessOrEqual(t, len(got), len(ids))
-	want := ids[len(ids)-len(got):]
-	for i, m := range got {
-		require.True(t, want[i].EQ(m.ID()), "message %d of the tail: want %s, got %s", i, want[i], m.ID())
-	}
-}
-
-func appendMany(t *testing.T, w walimpls.WALImpl, tag string, n int) []message.ID {
-	t.Helper()
-	ids := make([]message.ID, n)
-	for i := range ids {
-		ids[i] = appendOK(t, w, msg(t, fmt.Sprintf("%s-%d", tag, i), nil))
-	}
-	return ids
-}
-
-// TestDeliverTail pins cursor.Tail on a log of single appends, with
+// TestDeliverTail pins DeliverTail on a log of single appends, with
 // transactions (two offsets per message) and without (one): the scanner
 // delivers a suffix of the log holding at least n messages, every message
 // when n is the log's length or more (math.MaxInt included), and for a

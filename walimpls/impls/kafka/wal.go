@@ -201,15 +201,6 @@ func (w *wal) isClosed() bool {
 	return w.closed
 }
 
-// Append implements walimpls.WALImpl: it is AppendBatch of one message.
-func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	ids, err := w.AppendBatch(ctx, []message.Message{m})
-	if err != nil {
-		return message.ID{}, err
-	}
-	return ids[0], nil
-}
-
 // AppendBatch implements walimpls.WALImpl: each message becomes one record
 // of the log partition (the payload its value, every property a header),
 // produced in slice order. With transactions the batch is one transaction,

@@ -110,7 +110,7 @@ func powerLossDuringBatches(t *testing.T, policy SyncPolicy) int {
 		}
 		w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 2})
 		require.NoError(t, err, what)
-		end, err := w.Append(context.Background(), msg(t, "end"))
+		end, err := walimpls.Append(context.Background(), w, msg(t, "end"))
 		require.NoError(t, err, what)
 		got := readUntil(t, w, end)
 		present := checkBatches(t, got[:len(got)-1], what)

@@ -180,7 +180,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 		go func() { // single appends in between
 			defer wg.Done()
 			for i := range 50 {
-				if _, err := w.Append(ctx, msg(t, fmt.Sprintf("single-%d", i))); err != nil {
+				if _, err := walimpls.Append(ctx, w, msg(t, fmt.Sprintf("single-%d", i))); err != nil {
 					errs <- err
 					return
 				}

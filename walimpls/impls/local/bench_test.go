@@ -64,7 +64,7 @@ func benchAppend(b *testing.B, cfg Config, channels, perChannel, size int) {
 	m, _ := message.New(make([]byte, size), nil)
 	// Warm up: the first segment and the page cache.
 	for _, w := range wals {
-		if _, err := w.Append(ctx, m); err != nil {
+		if _, err := walimpls.Append(ctx, w, m); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -86,7 +86,7 @@ func benchAppend(b *testing.B, cfg Config, channels, perChannel, size int) {
 				local := make([]time.Duration, 0, b.N/(channels*perChannel)+1)
 				for next.Add(1) <= int64(b.N) {
 					t0 := time.Now()
-					if _, err := w.Append(ctx, m); err != nil {
+					if _, err := walimpls.Append(ctx, w, m); err != nil {
 						failed.Store(err)
 						return
 					}
@@ -183,7 +183,7 @@ func BenchmarkScan(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < total/size/16; i++ {
-				if _, err := w.Append(ctx, m); err != nil {
+				if _, err := walimpls.Append(ctx, w, m); err != nil {
 					b.Error(err)
 					return
 				}

@@ -98,7 +98,7 @@ func crashChild(dir string) int {
 				if r.IntN(2) == 0 {
 					seeds = []uint64{r.Uint64()}
 					var id message.ID
-					id, err = w.Append(context.Background(), crashMessage(seeds[0]))
+					id, err = walimpls.Append(context.Background(), w, crashMessage(seeds[0]))
 					ids = []message.ID{id}
 				} else {
 					var msgs []message.Message
@@ -146,7 +146,7 @@ func TestCrashRecovery(t *testing.T) {
 		require.NoError(t, err)
 		// Appends continue after recovery, with larger IDs than any before.
 		// That message also marks the end of what to read back.
-		id, err := w.Append(context.Background(), crashMessage(rng.Uint64()))
+		id, err := walimpls.Append(context.Background(), w, crashMessage(rng.Uint64()))
 		require.NoError(t, err, "round %d: append after recovery", round)
 		if !lastID.IsZero() {
 			require.True(t, lastID.LT(id), "round %d: id %s not above %s", round, id, lastID)

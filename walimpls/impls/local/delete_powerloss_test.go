@@ -42,7 +42,7 @@ func powerLossDuringDeletes(t *testing.T, policy SyncPolicy) {
 		w, err := s.Open(ctx, walimpls.Channel{Name: name(k), Term: 2})
 		require.NoError(t, err)
 		for i := range perChannel {
-			_, err := w.Append(ctx, msg(t, payload("old", k, i)))
+			_, err := walimpls.Append(ctx, w, msg(t, payload("old", k, i)))
 			require.NoError(t, err)
 		}
 	}
@@ -82,7 +82,7 @@ func powerLossDuringDeletes(t *testing.T, policy SyncPolicy) {
 		mu.Unlock()
 		w, err := s.Open(ctx, walimpls.Channel{Name: name(k), Term: 0})
 		require.NoError(t, err)
-		_, err = w.Append(ctx, msg(t, payload("new", k, 0)))
+		_, err = walimpls.Append(ctx, w, msg(t, payload("new", k, 0)))
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.Close())

@@ -79,7 +79,7 @@ func TestDeleteSurvivesRestart(t *testing.T) {
 	goneID := start.chans[0].id
 
 	require.NoError(t, s.Delete(ctx, "gone"))
-	_, err := gone.Append(ctx, msg(t, "late"))
+	_, err := walimpls.Append(ctx, gone, msg(t, "late"))
 	requireDeletedFence(t, err, "append after delete")
 	// Only the last segment holds a live message ("kept"'s).
 	require.Eventually(t, func() bool { return liveSegments(s) == 1 }, 10*time.Second, time.Millisecond,
@@ -204,7 +204,7 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 			defer wg.Done()
 			<-start
 			for {
-				if _, err := w1.Append(ctx, msg(t, "w1-late")); err != nil {
+				if _, err := walimpls.Append(ctx, w1, msg(t, "w1-late")); err != nil {
 					w1Err = err
 					return
 				}
@@ -222,7 +222,7 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 				return
 			}
 			for i := range w2Appends {
-				id, err := w2.Append(ctx, msg(t, "w2-"+itoa(i)))
+				id, err := walimpls.Append(ctx, w2, msg(t, "w2-"+itoa(i)))
 				if err != nil {
 					w2Err = err
 					return
@@ -238,7 +238,7 @@ func TestDeleteRacesOpenAndAppend(t *testing.T) {
 				time.Sleep(delay) // varies the interleaving, as openDelay does
 				deleteErr[k] = o.Delete(ctx, name)
 				deletedSeq[k] = seq.Add(1)
-				_, afterDelete[k] = w1.Append(ctx, msg(t, "w1-after"))
+				_, afterDelete[k] = walimpls.Append(ctx, w1, msg(t, "w1-after"))
 			}()
 		}
 		close(start)

@@ -44,7 +44,7 @@ func TestDiskHardWatermark(t *testing.T) {
 	stored := appendN(t, w, "trigger", 1)[0]
 	awaitPressure(t, s, diskHard)
 
-	_, err := w.Append(ctx, msg(t, "refused"))
+	_, err := walimpls.Append(ctx, w, msg(t, "refused"))
 	requireDiskFull(t, err)
 	require.Contains(t, err.Error(), "below the hard watermark")
 	_, err = w.AppendBatch(ctx, []message.Message{msg(t, "r1"), msg(t, "r2")})
@@ -64,7 +64,7 @@ func TestDiskHardWatermark(t *testing.T) {
 	// Opens write their term frames and fence; truncations, deletes and
 	// reads work.
 	w2 := openWAL(t, s, "c", 2)
-	_, err = w.Append(ctx, msg(t, "stale"))
+	_, err = walimpls.Append(ctx, w, msg(t, "stale"))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.NoError(t, w2.Truncate(ctx, stored))
 	got, err := readAvailable(t, w2, cursor.All())
@@ -73,7 +73,7 @@ func TestDiskHardWatermark(t *testing.T) {
 	require.True(t, got[0].ID().EQ(stored))
 	openWAL(t, s, "d", 1)
 	require.NoError(t, s.Delete(ctx, "d"))
-	_, err = w2.Append(ctx, msg(t, "still refused"))
+	_, err = walimpls.Append(ctx, w2, msg(t, "still refused"))
 	requireDiskFull(t, err)
 
 	// Hysteresis: above the watermark by less than a segment is still
@@ -83,7 +83,7 @@ func TestDiskHardWatermark(t *testing.T) {
 	readDisk(t, s, fs, hard+seg-1)
 	require.Equal(t, diskHard, s.disk.load())
 	readDisk(t, s, fs, hard-100)
-	_, err = w2.Append(ctx, msg(t, "refused again"))
+	_, err = walimpls.Append(ctx, w2, msg(t, "refused again"))
 	requireDiskFull(t, err)
 
 	// Below a watermark the preparer reads the free space every
@@ -128,7 +128,7 @@ func TestDiskTruncationEndsRefusal(t *testing.T) {
 		if seg, _ := segmentRoom(s); seg == 4 {
 			break
 		}
-		lastID, err = w.Append(ctx, big)
+		lastID, err = walimpls.Append(ctx, w, big)
 		require.NoError(t, err)
 	}
 	recycled := counterValue(t, s.m.recycled)
@@ -136,7 +136,7 @@ func TestDiskTruncationEndsRefusal(t *testing.T) {
 	fs.space.setCapacity(dirBytes(cfg.Dir) + hard - 1)
 	s.prep.requestDiskCheck()
 	awaitPressure(t, s, diskHard)
-	_, err = w.Append(ctx, big)
+	_, err = walimpls.Append(ctx, w, big)
 	requireDiskFull(t, err)
 
 	before := s.prep.collections.Load()
@@ -146,7 +146,7 @@ func TestDiskTruncationEndsRefusal(t *testing.T) {
 	awaitPressure(t, s, diskOK)
 	require.Equal(t, recycled, counterValue(t, s.m.recycled), "under pressure a truncated segment is deleted, not kept as a spare")
 	require.Len(t, segPaths(t, cfg.Dir), 1)
-	_, err = w.Append(ctx, big)
+	_, err = walimpls.Append(ctx, w, big)
 	require.NoError(t, err)
 }
 
@@ -178,7 +178,7 @@ func TestDiskSoftWatermarkThrottles(t *testing.T) {
 	appendAsync := func(ctx context.Context) <-chan error {
 		done := make(chan error, 1)
 		go func() {
-			_, err := w.Append(ctx, msg(t, "x"))
+			_, err := walimpls.Append(ctx, w, msg(t, "x"))
 			done <- err
 		}()
 		return done
@@ -275,7 +275,7 @@ func TestDiskSparesBelowHardWatermark(t *testing.T) {
 	// The first open starts segment 1: its spare is zero-filled on demand.
 	w := openWAL(t, s, "c", 1)
 	require.Equal(t, int64(1), fs.prepared.Load())
-	_, err := w.Append(ctx, msg(t, "refused"))
+	_, err := walimpls.Append(ctx, w, msg(t, "refused"))
 	requireDiskFull(t, err)
 	openWAL(t, s, "c", 2)
 	openWAL(t, s, "d", 1)

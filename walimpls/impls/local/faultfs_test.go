@@ -119,7 +119,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, err := w.Append(context.Background(), msg(t, "doomed"))
+					_, err := walimpls.Append(context.Background(), w, msg(t, "doomed"))
 					errs <- err
 				}()
 			}
@@ -135,7 +135,7 @@ func TestWriteErrorIsSticky(t *testing.T) {
 			// Sticky: healing the disk does not bring the store back.
 			fs.failWrite.Set(false)
 			fs.failSync.Set(false)
-			_, err := w.Append(context.Background(), msg(t, "later"))
+			_, err := walimpls.Append(context.Background(), w, msg(t, "later"))
 			require.ErrorIs(t, err, ErrJournalFailed)
 			require.ErrorIs(t, err, walimpls.ErrUnrecoverable, "a failed journal is not worth retrying")
 			_, err = s.Open(context.Background(), walimpls.Channel{Name: "d", Term: 1})
@@ -200,7 +200,7 @@ func TestFailedSwitchListsNoSegment(t *testing.T) {
 		appendN(t, w, "m", 1)
 	}
 	fs.failWrite.Set(true)
-	_, err = w.Append(ctx, big)
+	_, err = walimpls.Append(ctx, w, big)
 	require.ErrorIs(t, err, ErrJournalFailed)
 	seg, _ := segmentRoom(s)
 	require.Equal(t, uint64(2), seg, "the big message started segment 2")

@@ -47,7 +47,7 @@ func TestSameTermLaterOpenFencesEarlier(t *testing.T) {
 					for i := 0; ; i++ {
 						m, _ := message.New([]byte(fmt.Sprintf("one-%d-%d", g, i)), map[string]string{"writer": "one"})
 						startedAfter := opened.Load()
-						id, err := w1.Append(ctx, m)
+						id, err := walimpls.Append(ctx, w1, m)
 						if err == nil {
 							if startedAfter {
 								problems <- fmt.Sprintf("append of the fenced WAL acknowledged as %s after the later Open returned", id)
@@ -89,7 +89,7 @@ func TestSameTermLaterOpenFencesEarlier(t *testing.T) {
 					defer wg.Done()
 					for i := range 25 {
 						m, _ := message.New([]byte(fmt.Sprintf("two-%d-%d", g, i)), map[string]string{"writer": "two"})
-						id, err := w2.Append(ctx, m)
+						id, err := walimpls.Append(ctx, w2, m)
 						if err != nil {
 							problems <- fmt.Sprintf("append of the later WAL: %v", err)
 							return
@@ -109,7 +109,7 @@ func TestSameTermLaterOpenFencesEarlier(t *testing.T) {
 
 			// Fenced for good: appends and truncates, whatever they ask.
 			for range 3 {
-				_, err := w1.Append(ctx, msg(t, "late"))
+				_, err := walimpls.Append(ctx, w1, msg(t, "late"))
 				require.ErrorIs(t, err, walimpls.ErrFenced)
 				require.True(t, walimpls.NotStored(err))
 			}
@@ -143,7 +143,7 @@ func TestSameTermLaterOpenFencesEarlier(t *testing.T) {
 			require.NoError(t, w2.Close())
 			w3 := openWAL(t, n2, "c", term)
 			appendN(t, w3, "three", 2)
-			_, err = w1.Append(ctx, msg(t, "late"))
+			_, err = walimpls.Append(ctx, w1, msg(t, "late"))
 			require.ErrorIs(t, err, walimpls.ErrFenced)
 		})
 	}
@@ -239,12 +239,12 @@ func TestAppendNotStored(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err := w.Append(cancelled, msg(t, "x"))
+	_, err := walimpls.Append(cancelled, w, msg(t, "x"))
 	notStored(err, context.Canceled)
-	_, err = w.Append(ctx, msg(t, string(make([]byte, 64<<10))))
+	_, err = walimpls.Append(ctx, w, msg(t, string(make([]byte, 64<<10))))
 	notStored(err, walimpls.ErrTooLarge)
 	ro := openReadOnly(t, s, "c")
-	_, err = ro.Append(ctx, msg(t, "x"))
+	_, err = walimpls.Append(ctx, ro, msg(t, "x"))
 	notStored(err, walimpls.ErrReadOnly)
 
 	// A context that ends while the record's round is under way: unknown,
@@ -254,7 +254,7 @@ func TestAppendNotStored(t *testing.T) {
 	done := make(chan error, 1)
 	inFlight := msg(t, "in flight")
 	go func() {
-		_, err := w.Append(ctx2, inFlight)
+		_, err := walimpls.Append(ctx2, w, inFlight)
 		done <- err
 	}()
 	<-g.entered
@@ -269,10 +269,10 @@ func TestAppendNotStored(t *testing.T) {
 	// A failed sync: unknown for the append in that round, NotStored for
 	// those refused by the failed journal afterwards.
 	fs.failSync.Set(true)
-	_, err = w.Append(ctx, msg(t, "doomed"))
+	_, err = walimpls.Append(ctx, w, msg(t, "doomed"))
 	require.ErrorIs(t, err, ErrJournalFailed)
 	require.False(t, walimpls.NotStored(err), "written before its sync failed: the outcome is unknown")
-	_, err = w.Append(ctx, msg(t, "refused"))
+	_, err = walimpls.Append(ctx, w, msg(t, "refused"))
 	notStored(err, ErrJournalFailed)
 	fs.failSync.Set(false)
 
@@ -280,14 +280,14 @@ func TestAppendNotStored(t *testing.T) {
 	s2 := openStore(t, testConfig(t.TempDir()))
 	w1 := openWAL(t, s2, "c", 1)
 	openWAL(t, s2.NewOpener(), "c", 1)
-	_, err = w1.Append(ctx, msg(t, "x"))
+	_, err = walimpls.Append(ctx, w1, msg(t, "x"))
 	notStored(err, walimpls.ErrFenced)
 	require.NoError(t, w1.Close())
-	_, err = w1.Append(ctx, msg(t, "x"))
+	_, err = walimpls.Append(ctx, w1, msg(t, "x"))
 	notStored(err, walimpls.ErrClosed)
 	w3 := openWAL(t, s2, "d", 1)
 	require.NoError(t, s2.Close())
-	_, err = w3.Append(ctx, msg(t, "x"))
+	_, err = walimpls.Append(ctx, w3, msg(t, "x"))
 	notStored(err, walimpls.ErrClosed)
 }
 
@@ -357,7 +357,7 @@ func TestLastCoversAcknowledgedAppends(t *testing.T) {
 					defer wg.Done()
 					for i := range 100 {
 						m, _ := message.New([]byte(fmt.Sprintf("%d-%d", g, i)), nil)
-						id, err := w.Append(ctx, m)
+						id, err := walimpls.Append(ctx, w, m)
 						if err != nil {
 							errs <- err
 							return

@@ -56,7 +56,7 @@ func appendN(t *testing.T, w walimpls.WALImpl, tag string, n int) []message.ID {
 	t.Helper()
 	ids := make([]message.ID, n)
 	for i := range ids {
-		id, err := w.Append(context.Background(), msg(t, fmt.Sprintf("%s-%d", tag, i)))
+		id, err := walimpls.Append(context.Background(), w, msg(t, fmt.Sprintf("%s-%d", tag, i)))
 		require.NoError(t, err)
 		ids[i] = id
 	}

@@ -170,7 +170,7 @@ func TestLifetimeOf100000Channels(t *testing.T) {
 					return
 				}
 				for k := range msgs {
-					if _, err := w.Append(ctx, msg(t, name(i)+"-"+itoa(k))); err != nil {
+					if _, err := walimpls.Append(ctx, w, msg(t, name(i)+"-"+itoa(k))); err != nil {
 						errs <- err
 						return
 					}
@@ -242,7 +242,7 @@ func TestLifetimeOf100000Channels(t *testing.T) {
 		for k, m := range got {
 			require.Equal(t, n+"-"+itoa(k), string(m.Payload()))
 		}
-		_, err := w.Append(ctx, msg(t, n+"-after"))
+		_, err := walimpls.Append(ctx, w, msg(t, n+"-after"))
 		require.NoError(t, err)
 		_, err = s.Open(ctx, walimpls.Channel{Name: n, Term: 0})
 		require.ErrorIs(t, err, walimpls.ErrFenced, "a live channel keeps its term")

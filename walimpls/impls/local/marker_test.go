@@ -351,7 +351,7 @@ func powerLossAroundTheMarker(t *testing.T, policy SyncPolicy) {
 		}
 		w, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 5})
 		require.NoError(t, err, what)
-		end, err := w.Append(ctx, msg(t, "end"))
+		end, err := walimpls.Append(ctx, w, msg(t, "end"))
 		require.NoError(t, err, what)
 		seen := map[string]bool{}
 		for _, m := range readUntil(t, w, end) {

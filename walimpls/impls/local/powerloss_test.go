@@ -66,7 +66,7 @@ func TestPowerLoss(t *testing.T) {
 							}
 							seed := r.Uint64()
 							m, _ := message.New(powerPayload(seed), map[string]string{"seed": strconv.FormatUint(seed, 10)})
-							id, err := w.Append(context.Background(), m)
+							id, err := walimpls.Append(context.Background(), w, m)
 							if err != nil {
 								return // the store is closed under us after the crash
 							}
@@ -113,7 +113,7 @@ func powerPayload(seed uint64) []byte {
 func checkPowerLoss(t *testing.T, w walimpls.WALImpl, acked map[string]uint64, durable bool, round int) message.ID {
 	t.Helper()
 	// Mark the end with a fresh append, then read everything up to it.
-	end, err := w.Append(context.Background(), message.Message{})
+	end, err := walimpls.Append(context.Background(), w, message.Message{})
 	require.NoError(t, err)
 	got := readUntil(t, w, end)
 	seen := map[string]bool{}
@@ -158,7 +158,7 @@ func TestTermsSurviveSegmentDeletion(t *testing.T) {
 	var last message.ID
 	for segments() < 2 {
 		m, _ := message.New(bytes.Repeat([]byte("x"), 4<<10), nil)
-		last, err = w.Append(ctx, m)
+		last, err = walimpls.Append(ctx, w, m)
 		require.NoError(t, err)
 	}
 	require.NoError(t, w.Truncate(ctx, last))
@@ -255,7 +255,7 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 			require.GreaterOrEqual(t, r, deleteFrame)
 			break
 		}
-		_, err = e.Append(ctx, raw(1000, 'e'))
+		_, err = walimpls.Append(ctx, e, raw(1000, 'e'))
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.Close())
@@ -304,7 +304,7 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 	fs.before.Store(&hook)
 	fs.after.Store(&synced)
 	// The big message starts segment 2.
-	big, err := w.Append(ctx, raw(bigBytes, 'b'))
+	big, err := walimpls.Append(ctx, w, raw(bigBytes, 'b'))
 	require.NoError(t, err)
 	_, err = w.Last(ctx) // published, and segment 2 with it
 	require.NoError(t, err)
@@ -336,7 +336,7 @@ func powerLossAroundFreeing(t *testing.T, policy SyncPolicy, segmentBytes int64)
 		require.True(t, last.IsZero(), "%s: e came back", what)
 		w, err := s.Open(ctx, walimpls.Channel{Name: "c", Term: 5})
 		require.NoError(t, err, what)
-		end, err := w.Append(ctx, msg(t, "end"))
+		end, err := walimpls.Append(ctx, w, msg(t, "end"))
 		require.NoError(t, err, what)
 		got := readUntil(t, w, end)
 		sawBig := false

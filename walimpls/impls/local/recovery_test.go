@@ -157,7 +157,7 @@ func TestRecoveryCorruptionInTheMiddleIsAnError(t *testing.T) {
 		w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
 		require.NoError(t, err)
 		for i := 0; i < 40; i++ {
-			_, err := w.Append(context.Background(), msg(t, string(make([]byte, 4000))))
+			_, err := walimpls.Append(context.Background(), w, msg(t, string(make([]byte, 4000))))
 			require.NoError(t, err)
 		}
 		require.NoError(t, s.Close())

@@ -75,11 +75,11 @@ func TestTruncationDeletesSegments(t *testing.T) {
 	big := strings.Repeat("x", 4000)
 	var idsA, idsB []message.ID
 	for i := 0; i < 100; i++ {
-		id, err := a.Append(context.Background(), msg(t, big))
+		id, err := walimpls.Append(context.Background(), a, msg(t, big))
 		require.NoError(t, err)
 		idsA = append(idsA, id)
 		if i%10 == 0 {
-			id, err := b.Append(context.Background(), msg(t, "b"))
+			id, err := walimpls.Append(context.Background(), b, msg(t, "b"))
 			require.NoError(t, err)
 			idsB = append(idsB, id)
 		}
@@ -107,7 +107,7 @@ func TestTruncationDeletesSegments(t *testing.T) {
 	require.Equal(t, 1.0, rec.GetCounter().GetValue(), "one freed segment becomes the spare")
 	// Writing on goes through the recycled segment.
 	for i := 0; i < 30; i++ {
-		id, err := b.Append(context.Background(), msg(t, big))
+		id, err := walimpls.Append(context.Background(), b, msg(t, big))
 		require.NoError(t, err)
 		idsB = append(idsB, id)
 	}
@@ -139,7 +139,7 @@ func TestFencingAcrossOpeners(t *testing.T) {
 	w1 := openWAL(t, n1, "c", 1)
 	appendN(t, w1, "one", 3)
 	w2 := openWAL(t, n2, "c", 2)
-	_, err := w1.Append(context.Background(), msg(t, "late"))
+	_, err := walimpls.Append(context.Background(), w1, msg(t, "late"))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.ErrorIs(t, w1.Truncate(context.Background(), message.NewSeqID(Name, 1)), walimpls.ErrFenced)
 	appendN(t, w2, "two", 1)
@@ -150,22 +150,22 @@ func TestFencingAcrossOpeners(t *testing.T) {
 	ro, err := n1.Open(context.Background(), walimpls.Channel{Name: "c", Term: 9, Mode: walimpls.ReadOnly})
 	require.NoError(t, err)
 	defer ro.Close()
-	_, err = ro.Append(context.Background(), msg(t, "x"))
+	_, err = walimpls.Append(context.Background(), ro, msg(t, "x"))
 	require.ErrorIs(t, err, walimpls.ErrReadOnly)
 	appendN(t, w2b, "two-b", 1)
-	_, err = w2.Append(context.Background(), msg(t, "two"))
+	_, err = walimpls.Append(context.Background(), w2, msg(t, "two"))
 	require.ErrorIs(t, err, walimpls.ErrFenced, "fenced by the later open of its own term")
 }
 
 func TestTooLargeAndClosed(t *testing.T) {
 	s := openStore(t, testConfig(t.TempDir()))
 	w := openWAL(t, s, "c", 1)
-	_, err := w.Append(context.Background(), msg(t, strings.Repeat("x", 64<<10)))
+	_, err := walimpls.Append(context.Background(), w, msg(t, strings.Repeat("x", 64<<10)))
 	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 	// Many tiny properties: the encoding is larger than Size, and must
 	// still not be accepted if it cannot fit in a segment.
 	require.NoError(t, s.Close())
-	_, err = w.Append(context.Background(), msg(t, "x"))
+	_, err = walimpls.Append(context.Background(), w, msg(t, "x"))
 	require.ErrorIs(t, err, walimpls.ErrClosed)
 	_, err = s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 1})
 	require.ErrorIs(t, err, walimpls.ErrClosed)
@@ -277,11 +277,11 @@ func TestDeliverTailStartsExactlyNFromTheEnd(t *testing.T) {
 	big := strings.Repeat("x", 2000)
 	var idsA []message.ID
 	for i := 0; i < 200; i++ {
-		id, err := a.Append(context.Background(), msg(t, big+strconv.Itoa(i)))
+		id, err := walimpls.Append(context.Background(), a, msg(t, big+strconv.Itoa(i)))
 		require.NoError(t, err)
 		idsA = append(idsA, id)
 		// b's messages between a's make a's sequence numbers sparse.
-		_, err = b.Append(context.Background(), msg(t, "b"+strconv.Itoa(i)))
+		_, err = walimpls.Append(context.Background(), b, msg(t, "b"+strconv.Itoa(i)))
 		require.NoError(t, err)
 	}
 	segs := func() int {

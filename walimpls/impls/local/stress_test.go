@@ -39,7 +39,7 @@ func TestStressAppendTruncateScan(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < perChannel; i++ {
 				m, _ := message.New(make([]byte, 1000), map[string]string{"i": strconv.Itoa(i)})
-				id, err := w.Append(ctx, m)
+				id, err := walimpls.Append(ctx, w, m)
 				if err != nil {
 					errs <- err
 					return

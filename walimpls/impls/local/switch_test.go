@@ -44,7 +44,7 @@ func bigPayload(i int) string { return "m-" + itoa(i) + strings.Repeat("x", 4000
 
 func appendBig(t *testing.T, w walimpls.WALImpl, i int) message.ID {
 	t.Helper()
-	id, err := w.Append(context.Background(), msg(t, bigPayload(i)))
+	id, err := walimpls.Append(context.Background(), w, msg(t, bigPayload(i)))
 	require.NoError(t, err)
 	return id
 }
@@ -273,7 +273,7 @@ func powerLossAtEveryStep(t *testing.T, policy SyncPolicy) {
 		}
 		w, err := s.Open(context.Background(), walimpls.Channel{Name: "c", Term: 2})
 		require.NoError(t, err, what)
-		end, err := w.Append(context.Background(), msg(t, "end"))
+		end, err := walimpls.Append(context.Background(), w, msg(t, "end"))
 		require.NoError(t, err, what)
 		got := readUntil(t, w, end)
 		seen := map[string]bool{}

@@ -109,15 +109,6 @@ func (w *wal) writable(ctx context.Context, op string) error {
 	return w.fencedErr()
 }
 
-// Append implements walimpls.WALImpl: it is AppendBatch of one message.
-func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	seq, err := w.appendBatch(ctx, []message.Message{m})
-	if err != nil {
-		return message.ID{}, err
-	}
-	return message.NewSeqID(Name, int64(seq)), nil
-}
-
 // AppendBatch implements walimpls.WALImpl: the messages are framed into the
 // journal together, in slice order and contiguous in one segment, and
 // recovery keeps them whole or drops them whole (format.go, Batches). Their

@@ -29,11 +29,11 @@ func TestFailNextAppendsIsRetryable(t *testing.T) {
 	c.FailNextAppends(2)
 	ctx := context.Background()
 	for range 2 {
-		_, err := w.Append(ctx, message.Message{})
+		_, err := walimpls.Append(ctx, w, message.Message{})
 		require.ErrorIs(t, err, memory.ErrInjected)
 		require.True(t, walimpls.IsRetryable(err))
 	}
-	id, err := w.Append(ctx, message.Message{})
+	id, err := walimpls.Append(ctx, w, message.Message{})
 	require.NoError(t, err)
 	require.Equal(t, "0", id.Marshal(), "failed appends store nothing")
 }
@@ -48,7 +48,7 @@ func TestAppendLatencyHonoursContext(t *testing.T) {
 	defer cancel()
 	res := make(chan error, 1)
 	go func() {
-		_, err := w.Append(ctx, message.Message{})
+		_, err := walimpls.Append(ctx, w, message.Message{})
 		res <- err
 	}()
 	select {
@@ -62,7 +62,7 @@ func TestAppendLatencyHonoursContext(t *testing.T) {
 	// Close also releases an append waiting out the latency.
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.Append(context.Background(), message.Message{})
+		_, err := walimpls.Append(context.Background(), w, message.Message{})
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return c.WaitingAppends() == 1 }, 10*time.Second, time.Millisecond,
@@ -78,15 +78,15 @@ func TestFencingSwitch(t *testing.T) {
 	old := open(t, c, "ch", 1)
 	newer := open(t, c, "ch", 2)
 	ctx := context.Background()
-	_, err := old.Append(ctx, message.Message{})
+	_, err := walimpls.Append(ctx, old, message.Message{})
 	require.NoError(t, err, "with fencing off a lower term keeps writing")
-	_, err = newer.Append(ctx, message.Message{})
+	_, err = walimpls.Append(ctx, newer, message.Message{})
 	require.NoError(t, err)
 	lower := open(t, c, "ch", 1)
 	require.NotNil(t, lower, "with fencing off a lower term may open")
 
 	c.SetFencing(true)
-	_, err = old.Append(ctx, message.Message{})
+	_, err = walimpls.Append(ctx, old, message.Message{})
 	var fe *walimpls.FencedError
 	require.True(t, errors.As(err, &fe))
 	require.EqualValues(t, 2, fe.CurrentTerm)

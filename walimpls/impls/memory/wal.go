@@ -77,14 +77,6 @@ func (w *wal) fencedLocked() error {
 	return nil
 }
 
-func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	ids, err := w.AppendBatch(ctx, []message.Message{m})
-	if err != nil {
-		return message.ID{}, err
-	}
-	return ids[0], nil
-}
-
 // AppendBatch implements walimpls.WALImpl: the batch is stored under one
 // lock, whole or not at all, in slice order.
 func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]message.ID, error) {

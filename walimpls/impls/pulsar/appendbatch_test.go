@@ -95,7 +95,7 @@ func TestAppendBatchConcurrent(t *testing.T) {
 					defer wg.Done()
 					for k := range 20 {
 						m := msg(t, fmt.Sprintf("single-%d", k), nil)
-						id, err := w.Append(context.Background(), m)
+						id, err := walimpls.Append(context.Background(), w, m)
 						if !assert.NoError(t, err) {
 							return
 						}

@@ -15,6 +15,7 @@ import (
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
 // The benchmarks compare the backend with raw pulsar-client-go (default
@@ -39,23 +40,6 @@ func rawProducer(b *testing.B, c pulsar.Client, topic string) pulsar.Producer {
 	require.NoError(b, err)
 	b.Cleanup(p.Close)
 	return p
-}
-
-// split runs fn(n) on k goroutines that share b.N operations.
-func split(b *testing.B, k int, fn func(n int)) {
-	var wg sync.WaitGroup
-	for g := range k {
-		n := b.N / k
-		if g < b.N%k {
-			n++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(n)
-		}()
-	}
-	wg.Wait()
 }
 
 func report(b *testing.B, start time.Time, records int) {
@@ -104,7 +88,7 @@ func BenchmarkAppend(b *testing.B) {
 			b.SetBytes(benchRecord)
 			b.ResetTimer()
 			start := time.Now()
-			split(b, k, func(n int) {
+			walimplstest.Split(b.N, k, func(n int) {
 				for range n {
 					if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: payload}); err != nil {
 						b.Error(err)
@@ -124,9 +108,9 @@ func BenchmarkAppend(b *testing.B) {
 			b.SetBytes(benchRecord)
 			b.ResetTimer()
 			start := time.Now()
-			split(b, k, func(n int) {
+			walimplstest.Split(b.N, k, func(n int) {
 				for range n {
-					if _, err := w.Append(ctx, m); err != nil {
+					if _, err := walimpls.Append(ctx, w, m); err != nil {
 						b.Error(err)
 						return
 					}
@@ -147,7 +131,7 @@ func BenchmarkAppend(b *testing.B) {
 			b.SetBytes(benchRecord)
 			b.ResetTimer()
 			start := time.Now()
-			split(b, k, func(n int) { // n records, in batches of benchBatch
+			walimplstest.Split(b.N, k, func(n int) { // n records, in batches of benchBatch
 				for ; n > 0; n -= benchBatch {
 					if _, err := w.AppendBatch(ctx, batch[:min(n, benchBatch)]); err != nil {
 						b.Error(err)
@@ -171,9 +155,9 @@ func BenchmarkScan(b *testing.B) {
 	w, err := o.Open(ctx, walimpls.Channel{Name: "scan", Term: 1})
 	require.NoError(b, err)
 	m := message.Restore(benchPayload(), map[string]string{"_k": "0", "_tt": "123456789"})
-	split(&testing.B{N: records}, 64, func(n int) {
+	walimplstest.Split(records, 64, func(n int) {
 		for range n {
-			if _, err := w.Append(ctx, m); err != nil {
+			if _, err := walimpls.Append(ctx, w, m); err != nil {
 				b.Error(err)
 				return
 			}

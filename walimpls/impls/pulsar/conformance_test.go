@@ -1,45 +1,24 @@
 package pulsar
 
 import (
-	"context"
 	"testing"
-	"time"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/adaptor/adaptortest"
 	"github.com/streamwal/streamwal/internal/pulsartest"
-	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
-// brokerCluster is one pulsartest broker; every NewOpener is another node
-// with its own clients, built through the registry path (NewBuilder and a
-// config decoder).
-type brokerCluster struct {
-	cfg Config
-}
-
-func (c brokerCluster) NewOpener(t *testing.T) walimpls.Opener {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cfg := c.cfg
-	o, err := NewBuilder().Build(ctx, walimpls.BuildParams{
-		Config: func(into any) error {
-			*(into.(*Config)) = cfg
-			return nil
-		},
-		Logger: testLogger(),
-	})
-	require.NoError(t, err)
-	return o
-}
-
-// conformanceFactory takes topics over and deletes them through the
+// conformanceFactory starts one pulsartest broker per cluster; every
+// NewOpener is another node with its own clients, built through the
+// registry path. It takes topics over and deletes them through the
 // broker's hooks (testConfig).
 func conformanceFactory(t *testing.T) walimplstest.Cluster {
 	_, cfg := startBroker(t, pulsartest.Config{})
-	return brokerCluster{cfg: cfg}
+	return built(cfg)
+}
+
+func built(cfg Config) walimplstest.Cluster {
+	return walimplstest.BuiltCluster[Config]{Builder: NewBuilder(), Config: cfg, Logger: testLogger()}
 }
 
 // adminFactory does the same through the broker's admin API, over HTTP,
@@ -48,7 +27,7 @@ func adminFactory(t *testing.T) walimplstest.Cluster {
 	b := pulsartest.Start(t, pulsartest.Config{ServeAdmin: true, AdminToken: "conformance"})
 	cfg := adminConfig(b)
 	cfg.AuthToken = "conformance"
-	return brokerCluster{cfg: cfg}
+	return built(cfg)
 }
 
 // The conformance runs are not parallel: the suite's goroutine-leak check

@@ -28,7 +28,7 @@ func TestCreate(t *testing.T) {
 	}
 	require.ErrorIs(t, o.Create(ctx, "bad name"), walimpls.ErrInvalidChannel)
 	w := open(t, o, "pooled", 1, walimpls.ReadWrite)
-	_, err := w.Append(ctx, walimplstest.Message(t, "after create", nil))
+	_, err := walimpls.Append(ctx, w, walimplstest.Message(t, "after create", nil))
 	require.NoError(t, err)
 	require.NoError(t, o.Close())
 	require.ErrorIs(t, o.Create(ctx, "pooled"), walimpls.ErrClosed)

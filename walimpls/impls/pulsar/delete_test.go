@@ -29,7 +29,7 @@ func deleteCtx(t *testing.T) context.Context {
 func requireDeletedWriter(t *testing.T, w walimpls.WALImpl, someID message.ID) {
 	t.Helper()
 	ctx := deleteCtx(t)
-	_, err := w.Append(ctx, msg(t, "after-delete", nil))
+	_, err := walimpls.Append(ctx, w, msg(t, "after-delete", nil))
 	requireDeletedErr(t, err, "Append")
 	_, err = w.AppendBatch(ctx, []message.Message{msg(t, "after-delete-1", nil), msg(t, "after-delete-2", nil)})
 	requireDeletedErr(t, err, "AppendBatch")
@@ -117,7 +117,7 @@ func TestDeleteFencesWriterWithAppendsInFlight(t *testing.T) {
 	}
 	requireDeletedWriter(t, wa, someID)
 	// Refused before anything was handed over: certainly not stored.
-	_, err := wa.Append(deleteCtx(t), msg(t, "refused", nil))
+	_, err := walimpls.Append(deleteCtx(t), wa, msg(t, "refused", nil))
 	require.True(t, walimpls.NotStored(err), "an append of a deleted writer is NotStored: %v", err)
 	_, err = wa.AppendBatch(deleteCtx(t), []message.Message{msg(t, "refused-1", nil), msg(t, "refused-2", nil)})
 	require.True(t, walimpls.NotStored(err), "a batch of a deleted writer is NotStored: %v", err)

@@ -42,7 +42,7 @@ func appendConcurrently(t *testing.T, w walimpls.WALImpl, k, n int, tag string) 
 			for i := range n {
 				p := fmt.Sprintf("%s-%d-%d", tag, g, i)
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				id, err := w.Append(ctx, msg(t, p, map[string]string{"g": fmt.Sprint(g)}))
+				id, err := walimpls.Append(ctx, w, msg(t, p, map[string]string{"g": fmt.Sprint(g)}))
 				cancel()
 				if !assert.NoError(t, err, p) {
 					return
@@ -225,7 +225,7 @@ func TestLowerTermRefused(t *testing.T) {
 
 	// A later open of the same term wins over the earlier one.
 	same := open(t, newOpener(t, cfg), "lower", 3, walimpls.ReadWrite)
-	_, err = owner.Append(context.Background(), msg(t, "c", nil))
+	_, err = walimpls.Append(context.Background(), owner, msg(t, "c", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	appendOK(t, same, msg(t, "d", nil))
 	require.Equal(t, []string{"a", "b", "d"}, payloads(readN(t, same, cursor.All(), 3)))
@@ -290,7 +290,7 @@ func TestTooLarge(t *testing.T) {
 	props := message.Restore([]byte("pp"), map[string]string{"a": strings.Repeat("a", declared/2-2), "b": strings.Repeat("b", declared-declared/2-2)})
 	require.Equal(t, declared, props.Size())
 	appendOK(t, w, props)
-	_, err := w.Append(context.Background(), message.Restore(make([]byte, declared+1), nil))
+	_, err := walimpls.Append(context.Background(), w, message.Restore(make([]byte, declared+1), nil))
 	var tl *walimpls.TooLargeError
 	require.True(t, errors.As(err, &tl), "%v", err)
 	assert.Equal(t, declared, tl.Limit)
@@ -298,7 +298,7 @@ func TestTooLarge(t *testing.T) {
 	// A node that believes the limit is higher is told by the client.
 	cfg.MaxMessageBytes = 1 << 20
 	w2 := open(t, newOpener(t, cfg), "large2", 1, walimpls.ReadWrite)
-	_, err = w2.Append(context.Background(), message.Restore(make([]byte, brokerLimit+10), nil))
+	_, err = walimpls.Append(context.Background(), w2, message.Restore(make([]byte, brokerLimit+10), nil))
 	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 	ok := appendOK(t, w2, msg(t, "small", nil))
 	got := readN(t, w2, cursor.All(), 1)
@@ -395,7 +395,7 @@ func TestReacquireAfterStolenTopic(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = w.Append(ctx, msg(t, "lost", nil))
+	_, err = walimpls.Append(ctx, w, msg(t, "lost", nil))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, walimpls.ErrFenced)
 	require.True(t, walimpls.IsRetryable(err), "%v", err)

@@ -70,7 +70,7 @@ func startAppender(w walimpls.WALImpl, tag string, log *ackLog) *appender {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			id, err := w.Append(ctx, m)
+			id, err := walimpls.Append(ctx, w, m)
 			cancel()
 			if err != nil {
 				a.err = err
@@ -420,7 +420,7 @@ func TestSameTermLaterOpenFences(t *testing.T) {
 	b := open(t, newOpener(t, noTakeOver), "same", 4, walimpls.ReadWrite)
 	require.Zero(t, takeOvers.Load(), "the earlier writer released the topic by itself")
 
-	_, err := a.Append(context.Background(), msg(t, "stale", nil))
+	_, err := walimpls.Append(context.Background(), a, msg(t, "stale", nil))
 	var fe *walimpls.FencedError
 	require.True(t, errors.As(err, &fe), "%v", err)
 	require.ErrorIs(t, err, walimpls.ErrFenced)
@@ -438,7 +438,7 @@ func TestSameTermLaterOpenFences(t *testing.T) {
 	for i := range got {
 		require.True(t, got[i].ID().EQ(ids[i]))
 	}
-	_, err = a.Append(context.Background(), msg(t, "stale2", nil))
+	_, err = walimpls.Append(context.Background(), a, msg(t, "stale2", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.True(t, walimpls.NotStored(err))
 }
@@ -493,7 +493,7 @@ func TestFencedTruncateBeforeWatcher(t *testing.T) {
 			// Sticky: the next call fails at once, and Append refuses
 			// before sending.
 			require.ErrorIs(t, old.Truncate(context.Background(), ids[1]), walimpls.ErrFenced)
-			_, err = old.Append(context.Background(), msg(t, "stale", nil))
+			_, err = walimpls.Append(context.Background(), old, msg(t, "stale", nil))
 			require.ErrorIs(t, err, walimpls.ErrFenced)
 			require.True(t, walimpls.NotStored(err))
 
@@ -513,26 +513,26 @@ func TestAppendNotStored(t *testing.T) {
 
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := w.Append(cancelled, msg(t, "x", nil))
+	_, err := walimpls.Append(cancelled, w, msg(t, "x", nil))
 	require.ErrorIs(t, err, context.Canceled)
 	require.True(t, walimpls.NotStored(err), "a done context: %v", err)
 
 	ro := open(t, o, "notstored", 0, walimpls.ReadOnly)
-	_, err = ro.Append(context.Background(), msg(t, "x", nil))
+	_, err = walimpls.Append(context.Background(), ro, msg(t, "x", nil))
 	require.ErrorIs(t, err, walimpls.ErrReadOnly)
 	require.True(t, walimpls.NotStored(err))
 
-	_, err = w.Append(context.Background(), message.Restore(make([]byte, o.Capabilities().MaxMessageBytes+1), nil))
+	_, err = walimpls.Append(context.Background(), w, message.Restore(make([]byte, o.Capabilities().MaxMessageBytes+1), nil))
 	require.ErrorIs(t, err, walimpls.ErrTooLarge)
 	require.True(t, walimpls.NotStored(err))
 
 	open(t, newOpener(t, cfg), "notstored", 2, walimpls.ReadWrite)
-	_, err = w.Append(context.Background(), msg(t, "x", nil))
+	_, err = walimpls.Append(context.Background(), w, msg(t, "x", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.True(t, walimpls.NotStored(err), "already fenced: %v", err)
 
 	require.NoError(t, w.Close())
-	_, err = w.Append(context.Background(), msg(t, "x", nil))
+	_, err = walimpls.Append(context.Background(), w, msg(t, "x", nil))
 	require.ErrorIs(t, err, walimpls.ErrClosed)
 	require.True(t, walimpls.NotStored(err), "closed: %v", err)
 }

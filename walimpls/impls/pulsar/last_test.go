@@ -88,7 +88,7 @@ func TestLast(t *testing.T) {
 
 	// A fenced WAL still answers; a closed one is ErrClosed.
 	w2 := open(t, newOpener(t, cfg), "last", 2, walimpls.ReadWrite)
-	_, err = w.Append(context.Background(), msg(t, "stale", nil))
+	_, err = walimpls.Append(context.Background(), w, msg(t, "stale", nil))
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	latest := appendOK(t, w2, msg(t, "owner", nil))
 	require.True(t, lastOK(t, w).EQ(latest), "Last of a fenced WAL")

@@ -13,56 +13,18 @@ import (
 	"github.com/streamwal/streamwal/internal/pulsartest"
 	"github.com/streamwal/streamwal/message"
 	"github.com/streamwal/streamwal/walimpls"
+	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
-// readTail reads a cursor.Tail(n) scanner up to and including the message
+// readTail reads a DeliverTail(n) scanner up to and including the message
 // last, and returns what it delivered.
 func readTail(t *testing.T, w walimpls.WALImpl, n int, last message.ID) []message.Immutable {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	s, err := w.Read(ctx, walimpls.ReadOption{Name: t.Name(), DeliverPolicy: cursor.Tail(n)})
-	require.NoError(t, err)
-	defer func() { _ = s.Close() }()
-	var got []message.Immutable
-	for {
-		select {
-		case m, ok := <-s.Chan():
-			require.True(t, ok, "scanner ended after %d messages: %v", len(got), s.Error())
-			got = append(got, m)
-			if m.ID().EQ(last) {
-				return got
-			}
-			require.True(t, m.ID().LT(last), "delivered %s, beyond the last message %s", m.ID(), last)
-		case <-ctx.Done():
-			require.FailNow(t, "timeout", "tail(%d): %d messages read, %s not reached", n, len(got), last)
-		}
-	}
-}
-
-// requireSuffix checks that got is the end of ids, message for message.
-func requireSuffix(t *testing.T, ids []message.ID, got []message.Immutable) {
-	t.Helper()
-	require.LessOrEqual(t, len(got), len(ids))
-	want := ids[len(ids)-len(got):]
-	for i, m := range got {
-		require.True(t, want[i].EQ(m.ID()), "message %d of the tail: want %s, got %s", i, want[i], m.ID())
-	}
-}
-
-// appendMany appends n messages one after the other: each is an entry of
-// its own (the next append starts after the receipt of the last).
-func appendMany(t *testing.T, w walimpls.WALImpl, tag string, n int) []message.ID {
-	t.Helper()
-	ids := make([]message.ID, n)
-	for i := range ids {
-		ids[i] = appendOK(t, w, msg(t, fmt.Sprintf("%s-%d", tag, i), nil))
-	}
-	return ids
+	return walimplstest.ReadUntil(t, w, cursor.Tail(n), last, 15*time.Second)
 }
 
 // TestTailStart pins the start positions: exact batch indexes within the
-// last entry, whole entries back from it, and the cursor.All start when
+// last entry, whole entries back from it, and the DeliverAll start when
 // the ledger is too short or the start would be truncated.
 func TestTailStart(t *testing.T) {
 	id := func(l, e int64, b int32) msgID { return msgID{ledger: l, entry: e, batch: b} }
@@ -153,7 +115,7 @@ func TestDeliverTailBatchEntries(t *testing.T) {
 
 // TestDeliverTailAfterUnload: an unload moves the topic to a new ledger.
 // A tail that the new ledger's entries cover starts in it; a longer one
-// cannot find where the earlier ledger ends, and starts where cursor.All
+// cannot find where the earlier ledger ends, and starts where DeliverAll
 // does (the documented limit).
 func TestDeliverTailAfterUnload(t *testing.T) {
 	b, cfg := startBroker(t, pulsartest.Config{})

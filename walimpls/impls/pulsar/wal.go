@@ -167,15 +167,6 @@ func (w *wal) truncPoint() (msgID, bool) {
 	return msgID{}, false
 }
 
-// Append implements walimpls.WALImpl: a batch of one.
-func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	ids, err := w.AppendBatch(ctx, []message.Message{m})
-	if err != nil {
-		return message.ID{}, err
-	}
-	return ids[0], nil
-}
-
 // AppendBatch implements walimpls.WALImpl: each message becomes one Pulsar
 // message (the payload its payload, every property a message property),
 // handed to the producer in slice order after the batch's sizes were

@@ -7,7 +7,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/streamwal/streamwal/adaptor/adaptortest"
-	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/walimplstest"
 )
 
@@ -18,32 +17,15 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// cluster is a fresh prefix of one store: each NewOpener is another node
-// on it, built through the Builder.
-type cluster struct{ cfg Config }
-
-func (c cluster) NewOpener(t *testing.T) walimpls.Opener {
-	cfg := c.cfg
-	o, err := NewBuilder().Build(t.Context(), walimpls.BuildParams{
-		Config: func(into any) error {
-			*(into.(*Config)) = cfg
-			return nil
-		},
-		Logger: testLogger(),
-	})
-	if err != nil {
-		t.Fatalf("new opener: %v", err)
-	}
-	return o
-}
-
+// factory makes each cluster a fresh prefix of one store: each NewOpener
+// is another node on it, built through the Builder.
 func factory(st *testStore, mod func(*Config)) walimplstest.Factory {
 	return func(t *testing.T) walimplstest.Cluster {
 		cfg := st.config(nil)
 		if mod != nil {
 			mod(&cfg)
 		}
-		return cluster{cfg: cfg}
+		return walimplstest.BuiltCluster[Config]{Builder: NewBuilder(), Config: cfg, Logger: testLogger()}
 	}
 }
 

@@ -156,7 +156,7 @@ func faultsUnderLoad(t *testing.T, store *s3test.Store, seed uint64) {
 	// The last message, appended for sure: what the readers read up to.
 	for {
 		m, _ := message.New([]byte("end"), nil)
-		if _, err := w.Append(ctx, m); err == nil {
+		if _, err := walimpls.Append(ctx, w, m); err == nil {
 			break
 		} else {
 			results["end"] = appendResult{err: err, notStored: walimpls.NotStored(err)}

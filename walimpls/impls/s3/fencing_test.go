@@ -40,7 +40,7 @@ func appendOK(t *testing.T, w walimpls.WALImpl, payload string) message.ID {
 	defer cancel()
 	m, err := message.New([]byte(payload), nil)
 	require.NoError(t, err)
-	id, err := w.Append(ctx, m)
+	id, err := walimpls.Append(ctx, w, m)
 	require.NoError(t, err)
 	return id
 }
@@ -131,7 +131,7 @@ func TestPipeliningGap(t *testing.T) {
 	require.True(t, walimpls.NotStored(r1.err), "n+1 met the fence: stored nowhere")
 	require.Error(t, r2.err, "n+2 follows a fenced slot: never acknowledged")
 	require.True(t, walimpls.NotStored(r2.err), "n+2 lies after the fence: no reader delivers it")
-	_, err = old.Append(context.Background(), message.Message{})
+	_, err = walimpls.Append(context.Background(), old, message.Message{})
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 
 	appendOK(t, nw, "new")
@@ -173,7 +173,7 @@ func TestDeletedSlotZombie(t *testing.T) {
 	close(held.release)
 	a := recvAnswer(t, stalled)
 	require.ErrorIs(t, a.err, walimpls.ErrFenced)
-	_, err := z.Append(context.Background(), message.Message{})
+	_, err := walimpls.Append(context.Background(), z, message.Message{})
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	for s := uint64(0); s < 5; s++ {
 		info, err := owner.headSlot(context.Background(), name, 0, s)
@@ -252,7 +252,7 @@ func TestRetriedPutMeetsAnothersObject(t *testing.T) {
 	o := newOpener(t, cfg)
 	w := openWAL(t, o, name, 1, walimpls.ReadWrite)
 	appendOK(t, w, "first")
-	_, err := w.Append(context.Background(), message.Message{})
+	_, err := walimpls.Append(context.Background(), w, message.Message{})
 	require.ErrorIs(t, err, walimpls.ErrFenced)
 	require.Contains(t, err.Error(), "another writer's object")
 	require.Equal(t, 1.0, counterValue(t, o.m.preconditions.WithLabelValues("fenced")))
@@ -267,7 +267,7 @@ func TestDeleteFenceSaysDeleted(t *testing.T) {
 	w := openWAL(t, a, "gone", 3, walimpls.ReadWrite)
 	appendOK(t, w, "x")
 	require.NoError(t, b.Delete(context.Background(), "gone"))
-	_, err := w.Append(context.Background(), message.Message{})
+	_, err := walimpls.Append(context.Background(), w, message.Message{})
 	var fe *walimpls.FencedError
 	require.True(t, errors.As(err, &fe), "%v", err)
 	require.True(t, fe.Deleted, "%v", err)

@@ -187,7 +187,7 @@ func killMidTakeover(t *testing.T, store *s3test.Store) {
 			// never got there.
 			fenced := tc.manifest || tc.landed
 			m, _ := message.New([]byte("w1-after-kill"), nil)
-			id, err := w1.Append(ctx, m)
+			id, err := walimpls.Append(ctx, w1, m)
 			if fenced {
 				require.ErrorIs(t, err, walimpls.ErrFenced)
 				require.True(t, walimpls.NotStored(err), "a flush that met a fence is stored nowhere: %v", err)
@@ -198,7 +198,7 @@ func killMidTakeover(t *testing.T, store *s3test.Store) {
 
 			owner := openWAL(t, newOpener(t, cfg), name, 3, walimpls.ReadWrite)
 			m, _ = message.New([]byte("w1-late"), nil)
-			_, err = w1.Append(ctx, m)
+			_, err = walimpls.Append(ctx, w1, m)
 			require.ErrorIs(t, err, walimpls.ErrFenced)
 			require.True(t, walimpls.NotStored(err), "%v", err)
 			_, err = newOpener(t, cfg).Open(ctx, walimpls.Channel{Name: name, Term: 2})
@@ -803,7 +803,7 @@ func appendOK(t *testing.T, ctx context.Context, w walimpls.WALImpl, payload str
 	t.Helper()
 	m, err := message.New([]byte(payload), nil)
 	require.NoError(t, err)
-	id, err := w.Append(ctx, m)
+	id, err := walimpls.Append(ctx, w, m)
 	require.NoError(t, err, "append %s", payload)
 	return delivery{payload, id.Marshal()}
 }

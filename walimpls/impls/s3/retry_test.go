@@ -77,11 +77,11 @@ func TestFailureBeyondAttemptsIsSticky(t *testing.T) {
 	cfg.MaxAttempts = 2
 	o := newOpener(t, cfg)
 	w := openWAL(t, o, "sticky", 1, walimpls.ReadWrite)
-	_, err := w.Append(context.Background(), message.Message{})
+	_, err := walimpls.Append(context.Background(), w, message.Message{})
 	require.Error(t, err)
 	require.False(t, walimpls.NotStored(err), "a failed PUT may have landed: %v", err)
 	require.EqualValues(t, 2, seen.Load())
-	_, err = w.Append(context.Background(), message.Message{})
+	_, err = walimpls.Append(context.Background(), w, message.Message{})
 	require.Error(t, err)
 	require.True(t, walimpls.NotStored(err), "refused by a failed WAL: %v", err)
 	require.EqualValues(t, 2, seen.Load(), "no request after the failure")

@@ -230,7 +230,7 @@ func BenchmarkStoresAppendLatency(b *testing.B) {
 			var lat []time.Duration
 			for range 100 {
 				t0 := time.Now()
-				_, err := w.Append(context.Background(), m)
+				_, err := walimpls.Append(context.Background(), w, m)
 				require.NoError(b, err)
 				lat = append(lat, time.Since(t0))
 			}

@@ -76,7 +76,7 @@ func TestTakeoverUnderPipelining(t *testing.T) {
 						p := fmt.Sprint("old-", seq.Add(1))
 						m, _ := message.New([]byte(p), nil)
 						began := time.Now().UnixNano()
-						_, err := old.Append(context.Background(), m)
+						_, err := walimpls.Append(context.Background(), old, m)
 						if err != nil {
 							if !errors.Is(err, walimpls.ErrFenced) {
 								t.Errorf("the old writer failed with %v, not fenced", err)

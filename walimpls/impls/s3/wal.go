@@ -139,15 +139,6 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]messag
 	}
 }
 
-// Append implements walimpls.WALImpl.
-func (w *wal) Append(ctx context.Context, m message.Message) (message.ID, error) {
-	ids, err := w.AppendBatch(ctx, []message.Message{m})
-	if err != nil {
-		return message.ID{}, err
-	}
-	return ids[0], nil
-}
-
 // fenceLocal fences the writer with err (a Delete by this Opener).
 func (w *wal) fenceLocal(err error) {
 	if w.wr != nil {

@@ -86,7 +86,7 @@ func TestBackpressure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	m, _ := message.New(payload, nil)
-	_, err := w.Append(ctx, m)
+	_, err := walimpls.Append(ctx, w, m)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "an append beyond the buffer waits, and honours its context")
 	require.True(t, walimpls.NotStored(err))
 	require.LessOrEqual(t, w.wr.budget.inUse(), cfg.MaxBufferedBytes)
