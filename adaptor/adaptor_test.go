@@ -308,7 +308,7 @@ type fixedAllocator uint64
 func (f fixedAllocator) Allocate(context.Context) (uint64, error) { return uint64(f), nil }
 
 // A tailing scanner whose reader stops reading stalls once it released
-// something: it reads no further while the write-ahead buffer moves on
+// something: it reads no further while the tail cache moves on
 // without it. Read again, it finds its position evicted, falls back to
 // reading the backend, and still delivers everything in order.
 //
@@ -322,7 +322,7 @@ func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
 	require.NoError(t, err)
 	const name = "evict"
 	w := openWAL(t, memOpener(t, c, memory.Config{}), name, 1, Options{
-		TimeTickInterval: time.Hour, WriteAheadBufferBytes: 16 << 10, Metrics: metrics})
+		TimeTickInterval: time.Hour, TailCacheBytes: 16 << 10, Metrics: metrics})
 	type stall struct {
 		tailing bool
 		cursor  int64
@@ -366,10 +366,10 @@ func TestStalledScannerFallsBackToCatchUp(t *testing.T) {
 	require.NoError(t, w.Sync(ctx))
 	// The tail reader pushes all of it, evicting past the scanner.
 	require.Eventually(t, func() bool {
-		w.wab.mu.Lock()
-		defer w.wab.mu.Unlock()
-		return w.wab.base > st.cursor
-	}, 30*time.Second, time.Millisecond, "the write-ahead buffer evicts past the stalled scanner")
+		w.cache.mu.Lock()
+		defer w.cache.mu.Unlock()
+		return w.cache.base > st.cursor
+	}, 30*time.Second, time.Millisecond, "the tail cache evicts past the stalled scanner")
 	require.Positive(t, s.(*scanner).box.bytes.Load(), "the scanner is still stalled on \"first\"")
 	require.Zero(t, testutil.ToFloat64(metrics.fallbacks.WithLabelValues(name)), "a stalled scanner does not read")
 
@@ -396,13 +396,13 @@ func TestOptionsValidate(t *testing.T) {
 	require.ErrorIs(t, err, walimpls.ErrInvalidChannel)
 }
 
-// The write-ahead buffer still holds messages a truncation removed: a new
+// The tail cache still holds messages a truncation removed: a new
 // scanner from before the truncation point is ErrPositionGone (the backend
 // decides), and a tailing scanner that the truncation overtakes ends with
 // it instead of handing out removed messages.
-func TestTruncateBypassesTheWriteAheadBuffer(t *testing.T) {
+func TestTruncateBypassesTheTailCache(t *testing.T) {
 	c := memory.NewCluster()
-	w := openWAL(t, memOpener(t, c, memory.Config{}), "trunc-wab", 1, Options{TimeTickInterval: time.Hour})
+	w := openWAL(t, memOpener(t, c, memory.Config{}), "trunc-tail-cache", 1, Options{TimeTickInterval: time.Hour})
 	ctx := context.Background()
 	lagging, err := w.Read(ctx, ReadOption{Name: "lagging"})
 	require.NoError(t, err)

@@ -281,7 +281,7 @@ func (p *prepared) finish(w *wal, ids []message.ID, err error) {
 // buffer, which publishes it to tailing scanners (timeticks.covered).
 func (w *wal) offerRelease() {
 	tt, need := w.ticks.releasePoint()
-	w.wab.offerRelease(tt, need)
+	w.cache.offerRelease(tt, need)
 }
 
 // prepare checks msgs, waits while too much is unreleased, takes their
@@ -377,20 +377,20 @@ func (w *wal) storeFrom(ctx context.Context, p *prepared, first *appendOutcome) 
 // attempt of unknown outcome, the retry that succeeded may have stored a
 // second copy: readers deliver the first (same timetick, lower ID, since
 // one writer's appends are stored in order) and drop the other. It is
-// found in the write-ahead buffer once the tail reader has read last, the
+// found in the tail cache once the tail reader has read last, the
 // retry's last record; when the buffer no longer holds that stretch of the
 // log (or ctx ends first) the results keep the retry's IDs.
 func (w *wal) firstCopies(ctx context.Context, last message.ID, res []AppendResult) {
 	for {
-		_, found, behind, closed := w.wab.locate(last)
+		_, found, behind, closed := w.cache.locate(last)
 		if found {
 			break
 		}
 		if closed || !behind {
 			return
 		}
-		wait := w.wab.waitChanged()
-		if _, found, behind, _ := w.wab.locate(last); found || !behind {
+		wait := w.cache.waitChanged()
+		if _, found, behind, _ := w.cache.locate(last); found || !behind {
 			continue
 		}
 		select {
@@ -402,7 +402,7 @@ func (w *wal) firstCopies(ctx context.Context, last message.ID, res []AppendResu
 		}
 	}
 	for i := range res {
-		if id, ok := w.wab.firstWithTimeTick(res[i].ID, res[i].TimeTick); ok {
+		if id, ok := w.cache.firstWithTimeTick(res[i].ID, res[i].TimeTick); ok {
 			res[i].ID = id
 		}
 	}

@@ -293,7 +293,7 @@ func fillLog(b *testing.B, o walimpls.Opener, name string, n int) {
 // BenchmarkScan: catch-up of a pre-filled log of 100k 1 KiB records, by a
 // raw backend scanner and by an adaptor scanner (through the reorder buffer,
 // log-level fencing, timetick ordering), one after the other in each op. The
-// adaptor reads from a read-only WAL, whose write-ahead buffer holds nothing
+// adaptor reads from a read-only WAL, whose tail cache holds nothing
 // of the old log, so the scanner catches up from the backend all the way.
 // The adaptor catches up through the backend's batch scanner where there
 // is one (walimpls.BatchReader). "ratio" compares the two read message by

@@ -15,7 +15,7 @@
 //   - scanners that deliver messages in strictly increasing timetick order,
 //     holding concurrent appends in a reorder buffer until a watermark
 //     releases them, reading history from the backend (catch-up) and recent
-//     messages from a shared in-memory write-ahead buffer (tailing);
+//     messages from a shared in-memory tail cache (tailing);
 //   - splitting of messages above the backend's size limit, and joining them
 //     again for readers;
 //   - retries of retryable append errors, fencing response and metrics.
@@ -38,7 +38,7 @@
 // On a backend that fences, the scanners of the writing WAL do not wait for
 // a watermark in the log: the writer knows which appends have ended, and
 // releases a timetick L to them once every append at or below L has ended
-// and each one that may be delivered is in the write-ahead buffer (its
+// and each one that may be delivered is in the tail cache (its
 // last record read by the tail reader). What they deliver below L is then
 // what every other reader delivers below it at the next watermark. An
 // append whose outcome is unknown may still be stored before that
@@ -148,8 +148,8 @@
 //
 // # Memory
 //
-// The write-ahead buffer (shared by a WAL's tailing scanners) and each
-// scanner's reorder buffer have byte budgets. The write-ahead buffer evicts
+// The tail cache (shared by a WAL's tailing scanners) and each
+// scanner's reorder buffer have byte budgets. The tail cache evicts
 // its oldest messages and never blocks the writer; a scanner whose position
 // was evicted reads the backend again from where it was. A scanner that is
 // not read stops reading: it holds at most its reorder budget plus the
@@ -166,7 +166,7 @@
 // # Truncation
 //
 // Truncate removes the log before a position on the backend. The WAL's
-// write-ahead buffer may still hold removed messages: a scanner of this WAL
+// tail cache may still hold removed messages: a scanner of this WAL
 // that starts before the truncation point reads the backend, which answers
 // ErrPositionGone, and a tailing scanner that the truncation overtakes ends
 // with ErrPositionGone rather than hand out a removed message (it may still
@@ -187,7 +187,7 @@
 //     stored with retries, confirmed by the tail reader on a backend that
 //     cannot fence, and ends its timeticks with its outcome.
 //   - tail.go, the tail reader and what it learned (tailLog, one lock): the
-//     log copied into the write-ahead buffer (wab.go, one lock), the
+//     log copied into the tail cache (tailcache.go, one lock), the
 //     term-begins read, the position confirmations wait for.
 //   - watermark.go, the watermark writer (watermarker: one lock ordering
 //     the writes, one for its schedule).

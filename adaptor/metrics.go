@@ -19,7 +19,7 @@ type Metrics struct {
 	retries        *prometheus.CounterVec
 	scanners       *prometheus.GaugeVec
 	reorderBytes   *prometheus.GaugeVec
-	wabBytes       *prometheus.GaugeVec
+	tailCacheBytes *prometheus.GaugeVec
 	fenced         *prometheus.CounterVec
 	dropped        *prometheus.CounterVec
 	watermarks     *prometheus.CounterVec
@@ -61,8 +61,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		reorderBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "streamwal", Name: "scanner_buffer_bytes", Help: "Bytes held in scanners' reorder buffers.",
 		}, ch),
-		wabBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "streamwal", Name: "write_ahead_buffer_bytes", Help: "Bytes held in the shared write-ahead buffer.",
+		tailCacheBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			// The metric keeps the name it was published under (dashboards
+			// read it); it measures the tail cache.
+			Namespace: "streamwal", Name: "write_ahead_buffer_bytes", Help: "Bytes held in the shared tail cache of recent messages.",
 		}, ch),
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "streamwal", Name: "fenced_total", Help: "WALs made unavailable by a higher term.",
@@ -76,11 +78,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, ch),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "streamwal", Name: "scanner_fallbacks_total",
-			Help: "Tailing scanners that fell behind the write-ahead buffer and went back to reading the backend.",
+			Help: "Tailing scanners that fell behind the tail cache and went back to reading the backend.",
 		}, ch),
 	}
 	m.collectorsList = []prometheus.Collector{m.appends, m.appendBytes, m.appendLatency, m.retries, m.scanners,
-		m.reorderBytes, m.wabBytes, m.fenced, m.dropped, m.watermarks, m.fallbacks}
+		m.reorderBytes, m.tailCacheBytes, m.fenced, m.dropped, m.watermarks, m.fallbacks}
 	for _, c := range m.collectorsList {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Wrap(err, "adaptor: register metrics")
@@ -170,39 +172,39 @@ func (l *lazyObserver) drop() {
 
 // walMetrics are one channel's series.
 type walMetrics struct {
-	parent      *Metrics // nil: nothing is recorded
-	channel     string
-	appendsOK   counter
-	appendBytes counter
-	latencyOK   *lazyObserver
-	latencyErr  *lazyObserver
-	retries     counter
-	fenced      counter
-	watermarks  counter
-	wabBytes    gauge
-	scanBytes   gauge
-	fallbacks   counter
+	parent         *Metrics // nil: nothing is recorded
+	channel        string
+	appendsOK      counter
+	appendBytes    counter
+	latencyOK      *lazyObserver
+	latencyErr     *lazyObserver
+	retries        counter
+	fenced         counter
+	watermarks     counter
+	tailCacheBytes gauge
+	scanBytes      gauge
+	fallbacks      counter
 }
 
 func newWALMetrics(m *Metrics, channel string) walMetrics {
 	if m == nil {
 		var n nop
 		return walMetrics{channel: channel, appendsOK: n, appendBytes: n,
-			retries: n, fenced: n, watermarks: n, wabBytes: n, scanBytes: n, fallbacks: n}
+			retries: n, fenced: n, watermarks: n, tailCacheBytes: n, scanBytes: n, fallbacks: n}
 	}
 	return walMetrics{
-		parent:      m,
-		channel:     channel,
-		appendsOK:   m.appends.WithLabelValues(channel),
-		appendBytes: m.appendBytes.WithLabelValues(channel),
-		latencyOK:   &lazyObserver{vec: m.appendLatency, labels: []string{channel, "ok"}},
-		latencyErr:  &lazyObserver{vec: m.appendLatency, labels: []string{channel, "error"}},
-		retries:     m.retries.WithLabelValues(channel),
-		fenced:      m.fenced.WithLabelValues(channel),
-		watermarks:  m.watermarks.WithLabelValues(channel),
-		wabBytes:    m.wabBytes.WithLabelValues(channel),
-		scanBytes:   m.reorderBytes.WithLabelValues(channel),
-		fallbacks:   m.fallbacks.WithLabelValues(channel),
+		parent:         m,
+		channel:        channel,
+		appendsOK:      m.appends.WithLabelValues(channel),
+		appendBytes:    m.appendBytes.WithLabelValues(channel),
+		latencyOK:      &lazyObserver{vec: m.appendLatency, labels: []string{channel, "ok"}},
+		latencyErr:     &lazyObserver{vec: m.appendLatency, labels: []string{channel, "error"}},
+		retries:        m.retries.WithLabelValues(channel),
+		fenced:         m.fenced.WithLabelValues(channel),
+		watermarks:     m.watermarks.WithLabelValues(channel),
+		tailCacheBytes: m.tailCacheBytes.WithLabelValues(channel),
+		scanBytes:      m.reorderBytes.WithLabelValues(channel),
+		fallbacks:      m.fallbacks.WithLabelValues(channel),
 	}
 }
 

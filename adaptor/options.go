@@ -56,9 +56,9 @@ type Options struct {
 	// MaxInflightAppends bounds appends in flight (Append, AppendAsync and
 	// AppendBatch together); more wait. Default 1024.
 	MaxInflightAppends int
-	// WriteAheadBufferBytes is the budget of the shared buffer of recent
+	// TailCacheBytes is the budget of the shared buffer of recent
 	// messages that tailing scanners read. Default 32 MiB.
-	WriteAheadBufferBytes int
+	TailCacheBytes int
 	// ScannerBufferBytes is the budget of each scanner's reorder buffer
 	// (and of the parts of split messages it is joining). A scanner holds
 	// at most one message of MaxMessageBytes and what two watermarks'
@@ -98,7 +98,7 @@ const (
 	defaultWatermarkBytes   = 4 << 20
 	defaultMaxMessageBytes  = 16 << 20
 	defaultMaxInflight      = 1024
-	defaultWABBytes         = 32 << 20
+	defaultTailCacheBytes   = 32 << 20
 	defaultScannerBytes     = 32 << 20
 	// partOverhead is what a part's reserved properties may take, kept free
 	// below the backend's limit.
@@ -110,7 +110,7 @@ func (o Options) Validate() error {
 	for name, v := range map[string]int64{
 		"TimeTickInterval": int64(o.TimeTickInterval), "WatermarkBytes": int64(o.WatermarkBytes),
 		"MaxMessageBytes": int64(o.MaxMessageBytes), "PartBytes": int64(o.PartBytes),
-		"MaxInflightAppends": int64(o.MaxInflightAppends), "WriteAheadBufferBytes": int64(o.WriteAheadBufferBytes),
+		"MaxInflightAppends": int64(o.MaxInflightAppends), "TailCacheBytes": int64(o.TailCacheBytes),
 		"ScannerBufferBytes": int64(o.ScannerBufferBytes),
 	} {
 		if v < 0 {
@@ -142,8 +142,8 @@ func (o Options) withDefaults() Options {
 	if o.MaxInflightAppends == 0 {
 		o.MaxInflightAppends = defaultMaxInflight
 	}
-	if o.WriteAheadBufferBytes == 0 {
-		o.WriteAheadBufferBytes = defaultWABBytes
+	if o.TailCacheBytes == 0 {
+		o.TailCacheBytes = defaultTailCacheBytes
 	}
 	if o.ScannerBufferBytes == 0 {
 		o.ScannerBufferBytes = defaultScannerBytes

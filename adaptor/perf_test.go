@@ -72,9 +72,9 @@ func TestFastWritersKeepTheLogReadable(t *testing.T) {
 	}
 }
 
-// The write-ahead buffer evicts by advancing a head and compacting now and
+// The tail cache evicts by advancing a head and compacting now and
 // then; indexes, find and read must stay consistent through it.
-func TestWriteAheadBufferEvictsInOrder(t *testing.T) {
+func TestTailCacheEvictsInOrder(t *testing.T) {
 	// Fixed-width payloads: every message has the same size, so the budget
 	// holds exactly ten.
 	msg := func(seq int64) message.Immutable {
@@ -83,7 +83,7 @@ func TestWriteAheadBufferEvictsInOrder(t *testing.T) {
 		return message.NewImmutable(m, message.NewSeqID("test", seq))
 	}
 	size := msg(0).Size() + 64
-	b := newWriteAheadBuffer(10 * size)
+	b := newTailCache(10 * size)
 	for seq := range int64(1000) {
 		require.LessOrEqual(t, b.push(msg(seq)), 10*size)
 		first := max(0, seq-9)
@@ -121,15 +121,15 @@ func TestWriteAheadBufferEvictsInOrder(t *testing.T) {
 
 // The window spans several of the buffer's blocks: reads, finds and
 // evictions stay consistent across block boundaries.
-func TestWriteAheadBufferSpansBlocks(t *testing.T) {
+func TestTailCacheSpansBlocks(t *testing.T) {
 	msg := func(seq int64) message.Immutable {
 		m, err := message.New([]byte(fmt.Sprintf("%05d", seq)), nil)
 		require.NoError(t, err)
 		return message.NewImmutable(m, message.NewSeqID("test", seq))
 	}
-	const window = 2*wabBlock + 37
+	const window = 2*cacheBlock + 37
 	size := msg(0).Size() + 64
-	b := newWriteAheadBuffer(window * size)
+	b := newTailCache(window * size)
 	var seq int64
 	for round := range 40 {
 		batch := make([]message.Immutable, 1+round%70)
@@ -140,7 +140,7 @@ func TestWriteAheadBufferSpansBlocks(t *testing.T) {
 		b.push(batch...)
 		first := max(0, seq-window)
 		require.Equal(t, first, b.base)
-		got, evicted, _, _ := b.read(first, 4*wabBlock)
+		got, evicted, _, _ := b.read(first, 4*cacheBlock)
 		require.False(t, evicted)
 		require.Len(t, got, int(seq-first))
 		for i, m := range got {

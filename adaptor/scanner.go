@@ -21,8 +21,8 @@ const (
 	modeTailing = "tailing"
 )
 
-// wabBatch bounds how many messages a tailing scanner copies per lock.
-const wabBatch = 64
+// tailCacheBatch bounds how many messages a tailing scanner copies per lock.
+const tailCacheBatch = 64
 
 // errStopped is what run's loops return once halt closed: the scanner was
 // stopped, and its Run's reason says why it ended (nil after Close,
@@ -39,14 +39,14 @@ var errUntil = errors.New("scanner reached its end position")
 // builds one per scanner.
 type walView struct {
 	// read opens a backend scanner, to catch up.
-	read func(context.Context, walimpls.ReadOption) (*backendScan, error)
-	wab  *writeAheadBuffer
-	m    walMetrics
+	read  func(context.Context, walimpls.ReadOption) (*backendScan, error)
+	cache *tailCache
+	m     walMetrics
 	// budget is Options.ScannerBufferBytes: the reorder buffer's, and four
 	// times the backend's read-ahead.
 	budget int
 	// localRelease: the writer publishes local release points of its
-	// term (term) in wab, which tailing scanners follow.
+	// term (term) in cache, which tailing scanners follow.
 	localRelease bool
 	term         int64
 	// termBefore and truncatedBelow answer from what the WAL read of the
@@ -59,7 +59,7 @@ type walView struct {
 }
 
 // scanner reads a channel's log from the backend (catch-up) or from the
-// write-ahead buffer (tailing), and turns it into data messages in strictly
+// tail cache (tailing), and turns it into data messages in strictly
 // increasing timetick order. Everything but the outbox is owned by run's
 // goroutine; run starts, stops and waits for the sender goroutine that
 // delivers what it releases (scansend.go). Its Run keeps the walimpls.Scanner
@@ -150,10 +150,10 @@ func newScanner(ctx context.Context, v walView, opt ReadOption, batches bool) (*
 func (s *scanner) openSource(ctx context.Context) error {
 	p := s.opt.DeliverPolicy.Log()
 	// A start before a truncation this WAL applied goes to the backend,
-	// which knows the exact truncation point: the write-ahead buffer still
+	// which knows the exact truncation point: the tail cache still
 	// holds the removed messages.
 	if id, inclusive, ok := p.StartID(); ok && !s.v.truncatedBelow(id) {
-		if i, found := s.v.wab.find(id); found {
+		if i, found := s.v.cache.find(id); found {
 			s.cursor = i
 			if !inclusive {
 				s.cursor++
@@ -199,7 +199,7 @@ type scanHooks struct {
 	// stalled is called by run each time it is about to wait for the
 	// reader to take what it released (waitRoom, and waitDelivered once
 	// it failed), with where it stands: tailing or not, and the
-	// write-ahead buffer index it reads next. It runs on run's goroutine
+	// tail cache index it reads next. It runs on run's goroutine
 	// and must not block.
 	stalled func(tailing bool, cursor int64)
 }
@@ -424,14 +424,14 @@ func (s *scanner) release(tt uint64, term int64, low message.ID) {
 }
 
 // localRelease applies the writer's local release point (see
-// timeticks.covered) once the scanner has read the write-ahead buffer up
+// timeticks.covered) once the scanner has read the tail cache up
 // to where it was published: no watermark in the log needed. It applies
 // only while the scanner has seen no term above the writer's.
 func (s *scanner) localRelease() {
 	if !s.v.localRelease || !s.started || s.maxTerm > s.v.term {
 		return
 	}
-	tt, index, at := s.v.wab.releasePoint()
+	tt, index, at := s.v.cache.releasePoint()
 	if tt <= s.released || s.cursor <= index {
 		return
 	}

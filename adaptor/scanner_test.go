@@ -44,13 +44,13 @@ func newFakeBackend(msgs []message.Immutable, fail error) *fakeBackend {
 func (b *fakeBackend) Chan() <-chan message.Immutable { return b.out }
 
 // viewOf is a scanner's view of a WAL that only has a backend: nothing in
-// the write-ahead buffer, no local releases, no truncation.
+// the tail cache, no local releases, no truncation.
 func viewOf(backend walimpls.Scanner, live *lifecycle.Group[*scanner], hooks scanHooks) walView {
 	return walView{
 		read: func(context.Context, walimpls.ReadOption) (*backendScan, error) {
 			return &backendScan{scanLife: backend, one: backend}, nil
 		},
-		wab: newWriteAheadBuffer(1 << 20), m: newWALMetrics(nil, "view"), budget: 1 << 20,
+		cache: newTailCache(1 << 20), m: newWALMetrics(nil, "view"), budget: 1 << 20,
 		term: 1, termBefore: func(message.ID) int64 { return 0 }, truncatedBelow: func(message.ID) bool { return false },
 		live: live, hooks: hooks,
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // Reading: the source of a scanner (the backend while catching up, the
-// write-ahead buffer while tailing), and the parsing of each message's
+// tail cache while tailing), and the parsing of each message's
 // reserved properties, once.
 
 // logEntry is a message read from the log with its reserved properties
@@ -33,7 +33,7 @@ func parse(m message.Immutable) logEntry {
 }
 
 // next returns the next message of the log, switching between catch-up and
-// tailing as the write-ahead buffer allows.
+// tailing as the tail cache allows.
 func (s *scanner) next() (message.Immutable, error) {
 	for {
 		if s.backend != nil {
@@ -74,7 +74,7 @@ func (s *scanner) next() (message.Immutable, error) {
 			return m, nil
 		}
 		s.localRelease()
-		msgs, evicted, wait, closed := s.v.wab.readAppend(s.pending[:0], s.cursor, wabBatch)
+		msgs, evicted, wait, closed := s.v.cache.readAppend(s.pending[:0], s.cursor, tailCacheBatch)
 		s.pending, s.pendAt = msgs, 0
 		switch {
 		case len(msgs) > 0:
@@ -244,7 +244,7 @@ func (s *scanner) stopping() error {
 	}
 }
 
-// tryTailing switches a catching-up scanner to the write-ahead buffer once
+// tryTailing switches a catching-up scanner to the tail cache once
 // the buffer holds the message it just read. A scanner that reads the
 // backend as fast as the tail reader would otherwise race it for ever; so
 // when the buffer's window covers id but the tail reader has not pushed it
@@ -252,7 +252,7 @@ func (s *scanner) stopping() error {
 func (s *scanner) tryTailing(id message.ID) error {
 	for {
 		// One lock per message read from the backend, not three.
-		i, found, behind, closed := s.v.wab.locate(id)
+		i, found, behind, closed := s.v.cache.locate(id)
 		switch {
 		case closed:
 			return nil
@@ -265,10 +265,10 @@ func (s *scanner) tryTailing(id message.ID) error {
 		case !behind:
 			return nil
 		}
-		wait := s.v.wab.waitChanged()
+		wait := s.v.cache.waitChanged()
 		// Look again after taking the channel, so a push in between is
 		// not missed.
-		if _, found, behind, _ := s.v.wab.locate(id); found || !behind {
+		if _, found, behind, _ := s.v.cache.locate(id); found || !behind {
 			continue
 		}
 		select {

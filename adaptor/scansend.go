@@ -175,7 +175,7 @@ func (s *scanner) emit(m message.Immutable, size int) { s.box.add(m, size) }
 
 // waitRoom waits, before run reads another message, while the sender still
 // has released messages to deliver and either what the scanner holds is
-// above its budget, or the scanner tails the write-ahead buffer. A tailing
+// above its budget, or the scanner tails the tail cache. A tailing
 // scanner reads no further until the reader took what was released: the
 // shared buffer is its read-ahead, and one that stalls falls back to the
 // backend once evicted rather than copying the shared buffer into its own

@@ -3,7 +3,7 @@ package adaptor
 // The tail reader: one goroutine per WAL (wal.tail), started by Open where
 // appends are confirmed or term-begins must all be noted, else by the first
 // scanner (ensureTail), and stopped by Close, copies the log into the
-// write-ahead buffer, notes the term-begins it reads and fences this WAL at
+// tail cache, notes the term-begins it reads and fences this WAL at
 // a later one. What it and
 // recovery learned lives in a tailLog, behind that type's one lock.
 
@@ -19,7 +19,7 @@ import (
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// startTail runs the reader that feeds the write-ahead buffer, from Open.
+// startTail runs the reader that feeds the tail cache, from Open.
 func (w *wal) startTail(s *backendScan) {
 	w.mu.Lock()
 	w.tailing = true
@@ -30,7 +30,7 @@ func (w *wal) startTail(s *backendScan) {
 
 // ensureTail starts the tail reader, if it is not running yet, from the
 // log's end. On a backend that fences, a WAL reads nothing back until its
-// first scanner: only scanners read the write-ahead buffer (and the local
+// first scanner: only scanners read the tail cache (and the local
 // releases it publishes), and where the backend fences no other writer's
 // term-begin can come after this WAL's own without the backend refusing
 // its appends, so nothing but the buffer depends on the reader. A scanner
@@ -56,7 +56,7 @@ func (w *wal) ensureTail(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(err, "start the tail reader")
 	}
-	w.wab.startsAt(last, false)
+	w.cache.startsAt(last, false)
 	w.tailing = true
 	w.wg.Add(1)
 	go w.tail(s)
@@ -64,10 +64,10 @@ func (w *wal) ensureTail(ctx context.Context) error {
 }
 
 // tailBatch bounds how many messages the tail reader takes from the backend
-// before it pushes them to the write-ahead buffer under one lock.
+// before it pushes them to the tail cache under one lock.
 const tailBatch = 64
 
-// tail owns the tail reader: it copies the log into the write-ahead buffer
+// tail owns the tail reader: it copies the log into the tail cache
 // and notices higher terms. When the backend scanner fails it reopens it
 // after the last message it copied.
 //
@@ -78,7 +78,7 @@ const tailBatch = 64
 // hand-off per slice, not per message.
 func (w *wal) tail(s *backendScan) {
 	defer w.wg.Done()
-	defer w.wab.close()
+	defer w.cache.close()
 	defer w.learned.end()
 	var last message.ID
 	for attempt := 0; ; {
@@ -146,7 +146,7 @@ func (w *wal) tailed(batch []message.Immutable) {
 			w.learned.fencedBy(m.ID())
 		}
 	}
-	w.m.wabBytes.Set(float64(w.wab.push(batch...)))
+	w.m.tailCacheBytes.Set(float64(w.cache.push(batch...)))
 	if w.confirm {
 		w.learned.readTo(batch[len(batch)-1].ID())
 	}

@@ -131,7 +131,7 @@ func (t *timeticks) watermark(ctx context.Context) (uint64, error) {
 // a watermark in the log to learn what is ordered: the writer knows it. A
 // timetick L can be released to them once every append with a timetick at
 // or below L has ended and each one that may be delivered is in the
-// write-ahead buffer — then, whatever the next watermark, exactly those are
+// tail cache — then, whatever the next watermark, exactly those are
 // what every other reader delivers below L too.
 //
 // An append is tracked from begin to end in allocation order (flights, a

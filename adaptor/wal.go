@@ -24,7 +24,7 @@ import (
 
 // wal is the WAL Open returns. Its state is split by job, each part owning
 // its own (see the package documentation, "Inside a WAL"): what it was
-// opened with is fixed; the timeticks in flight, the write-ahead buffer, what
+// opened with is fixed; the timeticks in flight, the tail cache, what
 // the log taught it (tailLog) and its watermarks (watermarker) each guard
 // themselves; mu guards only its lifetime.
 type wal struct {
@@ -62,10 +62,10 @@ type wal struct {
 	opened OpenTimes
 
 	// The parts, each guarding its own state.
-	ticks   *timeticks        // timeticks in flight and the release point; nil when read-only
-	wab     *writeAheadBuffer // recent messages, for tailing scanners
-	learned *tailLog          // what recovery and the tail reader read
-	marks   *watermarker      // the watermarks; nil when read-only
+	ticks   *timeticks   // timeticks in flight and the release point; nil when read-only
+	cache   *tailCache   // recent messages, for tailing scanners
+	learned *tailLog     // what recovery and the tail reader read
+	marks   *watermarker // the watermarks; nil when read-only
 	// callbacks runs the completion of AppendAsync's appends and their
 	// callbacks: an answer comes from a backend's goroutine (or a retrying
 	// one), which must neither run a caller's code nor be held up by the
@@ -77,7 +77,7 @@ type wal struct {
 	// AppendAsync), which copy their result out before they return one.
 	prepPool sync.Pool
 	// truncated is the highest point this WAL truncated its log to, nil if
-	// none: the write-ahead buffer serves no message before it.
+	// none: the tail cache serves no message before it.
 	truncated atomic.Pointer[message.ID]
 	// firstAcked is set by the first acknowledged append, which calls
 	// Options.OnFirstAppend.
@@ -134,7 +134,7 @@ func Open(ctx context.Context, opener walimpls.Opener, ch Channel, opts Options)
 		m:         newWALMetrics(opts.Metrics, cmp.Or(opts.MetricsChannel, ch.Name)),
 		partBytes: partBytes(opts.PartBytes, caps.MaxMessageBytes),
 		inflight:  make(chan struct{}, opts.MaxInflightAppends),
-		wab:       newWriteAheadBuffer(opts.WriteAheadBufferBytes),
+		cache:     newTailCache(opts.TailCacheBytes),
 		ctx:       wctx,
 		cancel:    cancel,
 		available: make(chan struct{}),
@@ -257,7 +257,7 @@ func (w *wal) start(ctx context.Context) error {
 		if err != nil {
 			return errors.Wrap(err, "start tail reader")
 		}
-		w.wab.startsAt(beginID, true)
+		w.cache.startsAt(beginID, true)
 		w.startTail(s)
 	}
 	// A first watermark releases to scanners whatever the previous owner
@@ -300,7 +300,7 @@ func (w *wal) Truncate(ctx context.Context, upTo message.ID) error {
 }
 
 // noteTruncated records a truncation point this WAL applied: the
-// write-ahead buffer still holds messages before it, which no scanner may
+// tail cache still holds messages before it, which no scanner may
 // be handed from now on (see truncatedBelow).
 func (w *wal) noteTruncated(upTo message.ID) {
 	for {
@@ -336,7 +336,7 @@ func (w *wal) usable() error {
 
 // fence makes the WAL unavailable for good.
 func (w *wal) fence(cause error) {
-	w.wab.stopReleases()
+	w.cache.stopReleases()
 	w.unavailable.Do(func() {
 		w.reason = cause
 		close(w.available)
@@ -390,7 +390,7 @@ func (w *wal) read(ctx context.Context, opt ReadOption, batches bool) (*scanner,
 func (w *wal) scanView() walView {
 	return walView{
 		read:           readBackend(w.impl),
-		wab:            w.wab,
+		cache:          w.cache,
 		m:              w.m,
 		budget:         w.opts.ScannerBufferBytes,
 		localRelease:   w.localRelease,
@@ -413,7 +413,7 @@ func (w *wal) Close() error {
 
 	w.fence(errors.Wrapf(walimpls.ErrClosed, "adaptor: %s", w.ch.Name))
 	// The scanners stop before the tail reader, so that none sees the
-	// write-ahead buffer close and reads the backend again on its way out.
+	// tail cache close and reads the backend again on its way out.
 	w.scanners.StopAll(errors.Wrap(walimpls.ErrClosed, "wal closed"))
 	w.cancel()
 	if w.marks != nil {

@@ -89,9 +89,9 @@ func collect(t *testing.T, s walimpls.Scanner, n int, stall func(i int)) []messa
 
 func testOrdering(t *testing.T, c walimplstest.Cluster) {
 	opts := adaptor.Options{
-		TimeTickInterval:      10 * time.Millisecond,
-		WriteAheadBufferBytes: 64 << 10, // small, so that a stalled scanner is evicted
-		WatermarkBytes:        32 << 10,
+		TimeTickInterval: 10 * time.Millisecond,
+		TailCacheBytes:   64 << 10, // small, so that a stalled scanner is evicted
+		WatermarkBytes:   32 << 10,
 	}
 	o := opener(t, c)
 	const (

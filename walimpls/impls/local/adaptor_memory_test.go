@@ -15,7 +15,7 @@ import (
 
 // A scanner that stops reading while far more than every buffer budget is
 // appended must not make the process hold the backlog in memory: the data
-// stays on disk, the write-ahead buffer evicts, the stalled scanner is
+// stays on disk, the tail cache evicts, the stalled scanner is
 // back-pressured. When it reads again it delivers everything, in order.
 func TestAdaptorMemoryStaysBounded(t *testing.T) {
 	total := 256 << 20
@@ -36,10 +36,10 @@ func TestAdaptorMemoryStaysBounded(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	ctx := context.Background()
 	w, err := adaptor.Open(ctx, s, adaptor.Channel{Name: "bounded", Term: 1}, adaptor.Options{
-		TimeTickInterval:      10 * time.Millisecond,
-		WatermarkBytes:        budget / 4,
-		WriteAheadBufferBytes: budget,
-		ScannerBufferBytes:    budget,
+		TimeTickInterval:   10 * time.Millisecond,
+		WatermarkBytes:     budget / 4,
+		TailCacheBytes:     budget,
+		ScannerBufferBytes: budget,
 		// A scanner must hold one message of MaxMessageBytes besides two
 		// watermarks' worth of appends (adaptor.Options.Validate).
 		MaxMessageBytes: budget / 2,

@@ -6,13 +6,13 @@ import (
 	"github.com/streamwal/streamwal/message"
 )
 
-// writeAheadBuffer holds the most recent window of a channel's log, in log
+// tailCache holds the most recent window of a channel's log, in log
 // order, exactly as the backend stores it: a contiguous run of messages, fed
 // by one tail reader. Tailing scanners read it by index instead of each
 // reading the backend. The oldest messages are evicted when the byte budget
 // is exceeded; a scanner whose position was evicted falls back to reading the
 // backend. The writer is never blocked by a slow scanner.
-type writeAheadBuffer struct {
+type tailCache struct {
 	budget int
 
 	mu sync.Mutex
@@ -26,7 +26,7 @@ type writeAheadBuffer struct {
 	// copying the window then (and growing one slice while it fills) made
 	// the tail reader, not the backend, the append path's bottleneck, so
 	// the window is a queue of fixed blocks.
-	entries wabQueue
+	entries cacheQueue
 	base    int64
 	bytes   int
 	closed  bool
@@ -43,38 +43,38 @@ type writeAheadBuffer struct {
 	noRelease bool
 }
 
-type wabEntry struct {
+type cacheEntry struct {
 	m    message.Immutable
 	size int
 }
 
-// wabBlock is how many entries a block of the window holds.
-const wabBlock = 256
+// cacheBlock is how many entries a block of the window holds.
+const cacheBlock = 256
 
-// wabQueue is a queue of entries in fixed blocks: pushing never copies
+// cacheQueue is a queue of entries in fixed blocks: pushing never copies
 // what is queued, and popping frees a block once it is empty. One spare
 // block is kept, so a full buffer that evicts as it pushes allocates
 // nothing.
-type wabQueue struct {
-	blocks [][]wabEntry // blocks[0][off:], then the others, are queued
+type cacheQueue struct {
+	blocks [][]cacheEntry // blocks[0][off:], then the others, are queued
 	off    int
 	n      int
-	spare  []wabEntry
+	spare  []cacheEntry
 }
 
-func (q *wabQueue) len() int { return q.n }
+func (q *cacheQueue) len() int { return q.n }
 
 // at returns the i-th queued entry, 0 ≤ i < len.
-func (q *wabQueue) at(i int) *wabEntry {
+func (q *cacheQueue) at(i int) *cacheEntry {
 	j := q.off + i
-	return &q.blocks[j/wabBlock][j%wabBlock]
+	return &q.blocks[j/cacheBlock][j%cacheBlock]
 }
 
-func (q *wabQueue) push(e wabEntry) {
-	if k := len(q.blocks); k == 0 || len(q.blocks[k-1]) == wabBlock {
+func (q *cacheQueue) push(e cacheEntry) {
+	if k := len(q.blocks); k == 0 || len(q.blocks[k-1]) == cacheBlock {
 		b := q.spare
 		if b == nil {
-			b = make([]wabEntry, 0, wabBlock)
+			b = make([]cacheEntry, 0, cacheBlock)
 		}
 		q.spare = nil
 		q.blocks = append(q.blocks, b)
@@ -85,8 +85,8 @@ func (q *wabQueue) push(e wabEntry) {
 }
 
 // popFront drops the oldest entry; the queue must not be empty.
-func (q *wabQueue) popFront() {
-	q.blocks[0][q.off] = wabEntry{} // let the message be collected
+func (q *cacheQueue) popFront() {
+	q.blocks[0][q.off] = cacheEntry{} // let the message be collected
 	q.off++
 	q.n--
 	if q.off == len(q.blocks[0]) {
@@ -97,15 +97,15 @@ func (q *wabQueue) popFront() {
 	}
 }
 
-func newWriteAheadBuffer(budget int) *writeAheadBuffer {
-	return &writeAheadBuffer{budget: budget, changed: make(chan struct{})}
+func newTailCache(budget int) *tailCache {
+	return &tailCache{budget: budget, changed: make(chan struct{})}
 }
 
 // push appends the next messages of the log, evicting the oldest ones while
 // over budget (the newest is always kept), and returns the bytes buffered.
 // The tail reader pushes what it read in batches: one lock and one wake-up
 // per batch.
-func (b *writeAheadBuffer) push(msgs ...message.Immutable) int {
+func (b *tailCache) push(msgs ...message.Immutable) int {
 	if len(msgs) == 0 {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -123,7 +123,7 @@ func (b *writeAheadBuffer) push(msgs ...message.Immutable) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, m := range msgs {
-		b.entries.push(wabEntry{m: m, size: sz[i]})
+		b.entries.push(cacheEntry{m: m, size: sz[i]})
 		b.bytes += sz[i]
 	}
 	for b.bytes > b.budget && b.entries.len() > 1 {
@@ -138,7 +138,7 @@ func (b *writeAheadBuffer) push(msgs ...message.Immutable) int {
 
 // wakeLocked wakes waiting scanners. Waking costs a channel; only pay it
 // when a scanner waits. Assumes b.mu is held.
-func (b *writeAheadBuffer) wakeLocked() {
+func (b *tailCache) wakeLocked() {
 	if b.waiting && !b.closed {
 		b.waiting = false
 		close(b.changed)
@@ -158,7 +158,7 @@ type localRelease struct {
 // offerRelease offers the writer's release point tt, which applies once
 // the buffer holds need (zero: nothing to wait for). It is published at
 // the newest buffered message as soon as that is at or past need.
-func (b *writeAheadBuffer) offerRelease(tt uint64, need message.ID) {
+func (b *tailCache) offerRelease(tt uint64, need message.ID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.noRelease || tt <= b.offer.tt {
@@ -171,7 +171,7 @@ func (b *writeAheadBuffer) offerRelease(tt uint64, need message.ID) {
 
 // stopReleases ends local releases for good: the writer is fenced, and
 // what the tail reader pushes from now on may be another writer's.
-func (b *writeAheadBuffer) stopReleases() {
+func (b *tailCache) stopReleases() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.noRelease = true
@@ -179,7 +179,7 @@ func (b *writeAheadBuffer) stopReleases() {
 
 // publishLocked publishes the offered release point if the buffer holds
 // what it needs. Assumes b.mu is held.
-func (b *writeAheadBuffer) publishLocked() {
+func (b *tailCache) publishLocked() {
 	if b.noRelease || b.offer.tt <= b.released.tt {
 		return
 	}
@@ -195,14 +195,14 @@ func (b *writeAheadBuffer) publishLocked() {
 }
 
 // releasePoint returns the published local release point.
-func (b *writeAheadBuffer) releasePoint() (tt uint64, index int64, at message.ID) {
+func (b *tailCache) releasePoint() (tt uint64, index int64, at message.ID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.released.tt, b.released.index, b.released.at
 }
 
 // close wakes every waiting scanner for good.
-func (b *writeAheadBuffer) close() {
+func (b *tailCache) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.closed {
@@ -212,14 +212,14 @@ func (b *writeAheadBuffer) close() {
 }
 
 // find returns the index of the message with id, if it is buffered.
-func (b *writeAheadBuffer) find(id message.ID) (int64, bool) {
+func (b *tailCache) find(id message.ID) (int64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.findLocked(id)
 }
 
 // findLocked is find. Assumes b.mu is held.
-func (b *writeAheadBuffer) findLocked(id message.ID) (int64, bool) {
+func (b *tailCache) findLocked(id message.ID) (int64, bool) {
 	lo, hi := 0, b.entries.len()
 	for lo < hi {
 		mid := (lo + hi) / 2
@@ -242,13 +242,13 @@ func (b *writeAheadBuffer) findLocked(id message.ID) (int64, bool) {
 // read returns up to max messages from index i. evicted is true when i is
 // no longer buffered; wait is set when nothing is there yet; closed when the
 // buffer will not grow any more.
-func (b *writeAheadBuffer) read(i int64, max int) (msgs []message.Immutable, evicted bool, wait <-chan struct{}, closed bool) {
+func (b *tailCache) read(i int64, max int) (msgs []message.Immutable, evicted bool, wait <-chan struct{}, closed bool) {
 	return b.readAppend(nil, i, max)
 }
 
 // readAppend is read appending to dst, so that a scanner reuses one slice
 // instead of allocating a copy per batch.
-func (b *writeAheadBuffer) readAppend(dst []message.Immutable, i int64, max int) (msgs []message.Immutable, evicted bool, wait <-chan struct{}, closed bool) {
+func (b *tailCache) readAppend(dst []message.Immutable, i int64, max int) (msgs []message.Immutable, evicted bool, wait <-chan struct{}, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if i < b.base {
@@ -273,7 +273,7 @@ func (b *writeAheadBuffer) readAppend(dst []message.Immutable, i int64, max int)
 // locate tells a catching-up scanner, under one lock, where id stands: at
 // index i (found), about to be pushed by the tail reader (behind, see
 // behind), or neither; closed when the buffer stopped growing.
-func (b *writeAheadBuffer) locate(id message.ID) (i int64, found, behind, closed bool) {
+func (b *tailCache) locate(id message.ID) (i int64, found, behind, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -288,7 +288,7 @@ func (b *writeAheadBuffer) locate(id message.ID) (i int64, found, behind, closed
 // behindLocked reports whether the buffer's window started at or before id
 // but has not reached it yet: the tail reader is about to push it. Assumes
 // b.mu is held.
-func (b *writeAheadBuffer) behindLocked(id message.ID) bool {
+func (b *tailCache) behindLocked(id message.ID) bool {
 	if b.closed {
 		return false
 	}
@@ -309,14 +309,14 @@ func (b *writeAheadBuffer) behindLocked(id message.ID) bool {
 
 // startsAt records where the tail reader starts: at from (inclusive) or
 // right after it.
-func (b *writeAheadBuffer) startsAt(from message.ID, inclusive bool) {
+func (b *tailCache) startsAt(from message.ID, inclusive bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.origin, b.originInclusive = from, inclusive
 }
 
 // waitChanged returns a channel closed at the next push or close.
-func (b *writeAheadBuffer) waitChanged() <-chan struct{} {
+func (b *tailCache) waitChanged() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.closed {
@@ -328,7 +328,7 @@ func (b *writeAheadBuffer) waitChanged() <-chan struct{} {
 // firstWithTimeTick returns the ID of the first buffered data message or
 // part before id with timetick tt: the first copy of an append that was
 // retried (firstCopies). Rare, so a linear walk that parses properties.
-func (b *writeAheadBuffer) firstWithTimeTick(before message.ID, tt uint64) (message.ID, bool) {
+func (b *tailCache) firstWithTimeTick(before message.ID, tt uint64) (message.ID, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k := range b.entries.len() {
