@@ -87,12 +87,12 @@ type Config struct {
 	// refused, saying so.
 	Chains *chain.Store
 	// Describe returns what a chain records of the backend entry name of
-	// the nodes' configuration (selector.Backends.Describe): its Name,
+	// the nodes' configuration (walconfig.Backends.Describe): its Name,
 	// Kind and Params, Channel empty (the leader names the new segment's
 	// channel, chainwal.SegmentChannel). An error refuses a migration to
 	// name. Required with Chains.
 	Describe func(name string) (chain.Backend, error)
-	// Backends names every entry Describe knows (selector.Backends.Names).
+	// Backends names every entry Describe knows (walconfig.Backends.Names).
 	// They are published beside the candidate's election key
 	// (cluster.CandidateInfo.Migrations), so that walctl migrate refuses a
 	// target the leader would refuse before writing a request, and its

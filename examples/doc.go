@@ -3,7 +3,7 @@
 // its _test.go files (or the Examples section of its documentation) and run
 // them with go test ./examples.
 //
-//   - Example_localBackend: a configuration string through the selector to
+//   - Example_localBackend: a configuration string through walconfig to
 //     the embedded local backend, a WAL opened on it, appends read back.
 //   - Example_leaderAndFollower: a read-only WAL following the writer. The
 //     writer's own scanners see an acknowledged append at once; every other

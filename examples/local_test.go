@@ -9,11 +9,11 @@ import (
 	"github.com/streamwal/streamwal/adaptor"
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/message"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 )
 
 // The embedded local backend, chosen and configured by a configuration file
-// (here a string; selector.Load reads a file): Build returns the backend's
+// (here a string; walconfig.Load reads a file): Build returns the backend's
 // Opener, adaptor.Open turns it into a channel's WAL, and a scanner of that
 // WAL reads the appends back.
 func Example_localBackend() {
@@ -24,16 +24,16 @@ func Example_localBackend() {
 	}
 	defer os.RemoveAll(dir)
 
-	cfg, err := selector.Parse(fmt.Appendf(nil, `
+	cfg, err := walconfig.Parse(fmt.Appendf(nil, `
 backend: local
 local:
   dir: %q
   sync: always   # acknowledge an append only once it is fdatasynced
 `, dir))
 	if err != nil {
-		panic(err) // a *selector.ConfigError naming the line and key
+		panic(err) // a *walconfig.ConfigError naming the line and key
 	}
-	backend, err := selector.Build(ctx, cfg, selector.Deps{})
+	backend, err := walconfig.Build(ctx, cfg, walconfig.Deps{})
 	if err != nil {
 		panic(err)
 	}

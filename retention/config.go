@@ -39,7 +39,7 @@ func (p Policy) Validate() error {
 }
 
 // Config configures a Retainer; it is also the "retention" section of a
-// node's configuration file (package selector):
+// node's configuration file (package walconfig):
 //
 //	retention:
 //	  maxAge: 168h            # the policy of every channel (default: none)

@@ -13,7 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/internal/s3dev"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/utility/backoff"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
@@ -295,7 +295,7 @@ func (c *connector) wait(ctx context.Context, what, until string, retry bool, at
 // openBackend builds the backend of the flags or of the -config file,
 // announcing the run through c.
 func openBackend(ctx context.Context, p params, c *connector) (walimpls.Opener, error) {
-	reg, err := selector.Registry(nil)
+	reg, err := walconfig.Registry(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -317,11 +317,11 @@ func openBackend(ctx context.Context, p params, c *connector) (walimpls.Opener, 
 	if p.backend != "" || p.addr != "" || p.s3Bucket != "" || p.s3FlushInterval != 0 {
 		return nil, errors.New("-backend and -addr choose the backend without a -config file (so do -s3-bucket and -s3-flush-interval); the file names its own")
 	}
-	file, err := selector.Load(p.config)
+	file, err := walconfig.Load(p.config)
 	if err != nil {
 		return nil, err
 	}
-	// The file is decoded by selector, strictly; the builders it calls
+	// The file is decoded by walconfig, strictly; the builders it calls
 	// are wrapped to see the decoded Config (for the header and the
 	// connect wait).
 	wrapped := walimpls.NewRegistry()
@@ -334,7 +334,7 @@ func openBackend(ctx context.Context, p params, c *connector) (walimpls.Opener, 
 			return nil, err
 		}
 	}
-	b, err := selector.Build(ctx, file, selector.Deps{Registry: wrapped, Logger: c.logger})
+	b, err := walconfig.Build(ctx, file, walconfig.Deps{Registry: wrapped, Logger: c.logger})
 	if err != nil {
 		return nil, err
 	}

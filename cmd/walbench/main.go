@@ -10,7 +10,7 @@
 //	go run ./cmd/walbench -backend kafka -addr 127.0.0.1:9092
 //	go run ./cmd/walbench -backend s3          # an S3-compatible store (gofakes3) in this process
 //	go run ./cmd/walbench -backend s3 -addr http://127.0.0.1:9000 -s3-bucket wal
-//	go run ./cmd/walbench -config node.yaml    # any backend (see package selector)
+//	go run ./cmd/walbench -config node.yaml    # any backend (see package walconfig)
 //	go run ./cmd/walbench -json                # one JSON object, for scripts
 //	go run ./cmd/walbench -cluster http://127.0.0.1:2379   # through the client, against running walnodes
 //
@@ -43,7 +43,7 @@ import (
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/s3dev"
 	"github.com/streamwal/streamwal/message"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walmanager"
 )
@@ -99,7 +99,7 @@ func main() {
 		"); s3: the store's URL, path-style, credentials from the AWS chain (default: a store in this process, gofakes3)")
 	flag.StringVar(&p.s3Bucket, "s3-bucket", "", "-backend s3: the bucket (default "+s3dev.DefaultBucket+"; with -addr it must exist)")
 	flag.DurationVar(&p.s3FlushInterval, "s3-flush-interval", 0, "-backend s3: how long an append waits for others to share its object (default 200ms)")
-	flag.StringVar(&p.dir, "dir", selector.DefaultLocalDir, "directory of the local backend when no -config is given")
+	flag.StringVar(&p.dir, "dir", walconfig.DefaultLocalDir, "directory of the local backend when no -config is given")
 	flag.DurationVar(&p.connectTimeout, "connect-timeout", DefaultConnectTimeout, "how long to wait for a Kafka or Pulsar cluster (or the cluster mode's etcd) to answer")
 	flag.IntVar(&p.channels, "channels", 4, "channels to open")
 	flag.IntVar(&p.appenders, "appenders", 16, "concurrent appenders per channel")

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/security/authz"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -91,7 +91,7 @@ func TestS3Flags(t *testing.T) {
 	cfg, err = backendConfig(p)
 	require.NoError(t, err)
 	require.Equal(t, "local", cfg.Default())
-	bs, err := selector.BuildAll(ctx, cfg, selector.Deps{})
+	bs, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{})
 	require.NoError(t, err, "the entry reaches the store with the credentials written for it")
 	defer func() { require.NoError(t, bs.Close()) }()
 	require.Equal(t, []string{"local", "s3"}, bs.Names())
@@ -129,7 +129,7 @@ func TestS3Flags(t *testing.T) {
 			cfg, err := backendConfig(c.p)
 			if err == nil {
 				// Values are the backend's to refuse, when built.
-				_, err = selector.BuildAll(ctx, cfg, selector.Deps{})
+				_, err = walconfig.BuildAll(ctx, cfg, walconfig.Deps{})
 			}
 			require.ErrorContains(t, err, c.want)
 		})

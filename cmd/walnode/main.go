@@ -93,7 +93,7 @@ import (
 	"github.com/streamwal/streamwal/pool"
 	"github.com/streamwal/streamwal/retention"
 	"github.com/streamwal/streamwal/security/authz"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls/impls/s3"
 )
 
@@ -165,7 +165,7 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.id, "id", "n1", "this node's ID in the cluster (keep it across restarts)")
 	fs.StringVar(&p.listen, "listen", "127.0.0.1:7070", "address the API listens on")
 	fs.StringVar(&p.advertise, "advertise", "", "address clients reach the API at (default: the listen address)")
-	fs.StringVar(&p.config, "config", "", "YAML configuration: backend, meta and pool sections (see package selector)")
+	fs.StringVar(&p.config, "config", "", "YAML configuration: backend, meta and pool sections (see package walconfig)")
 	fs.StringVar(&p.authz, "authz", "", "authorization policy file (YAML, see package security/authz): once given, every request it does not grant is refused")
 	fs.StringVar(&p.data, "data", "./walnode-data", "data directory (the local backend's log, the embedded etcd member)")
 	fs.StringVar(&p.etcd, "etcd", "", "etcd endpoints, comma-separated; empty embeds an etcd member in -data")
@@ -328,7 +328,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 	}
 	// Every configured backend is built: a channel's chain may have
 	// segments on any of them (walctl migrate), and reads cross them all.
-	backends, err := selector.BuildAll(ctx, cfg, selector.Deps{Logger: logger, Registerer: reg})
+	backends, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{Logger: logger, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -347,7 +347,7 @@ func run(ctx context.Context, p params, logger *slog.Logger) error {
 		_, err := backends.Opener(b) // this node can open it, and its entry agrees
 		return err
 	}})
-	pl, err := selector.OpenChainedPool(ctx, cfg, store, opener, pool.Options{Logger: logger})
+	pl, err := walconfig.OpenChainedPool(ctx, cfg, store, opener, pool.Options{Logger: logger})
 	if errors.Is(err, pool.ErrConfigMismatch) {
 		where := fmt.Sprintf("the cluster's etcd at %s, under -root %s", strings.Join(endpoints, ","), p.root)
 		if p.etcd == "" {
@@ -524,7 +524,7 @@ func fileStamp(path string) stamp {
 
 // retentionConfig is the configuration's retention section, its policy of
 // every channel replaced by the -retention-* flags that are given.
-func retentionConfig(cfg selector.Config, p params) (retention.Config, error) {
+func retentionConfig(cfg walconfig.Config, p params) (retention.Config, error) {
 	rc, err := cfg.RetentionConfig()
 	if err != nil {
 		return retention.Config{}, err
@@ -542,29 +542,29 @@ func retentionConfig(cfg selector.Config, p params) (retention.Config, error) {
 }
 
 // backendConfig is the configuration file, or what the shortcut flags say.
-func backendConfig(p params) (selector.Config, error) {
+func backendConfig(p params) (walconfig.Config, error) {
 	if p.config != "" {
 		if p.defaultBackend != "" {
-			return selector.Config{}, errors.New("-default with -config: name the default entry in the file (default:)")
+			return walconfig.Config{}, errors.New("-default with -config: name the default entry in the file (default:)")
 		}
 		if p.s3.given() {
-			return selector.Config{}, errors.New("-s3-* flags with -config: configure the s3 entry in the file (backends: s3:)")
+			return walconfig.Config{}, errors.New("-s3-* flags with -config: configure the s3 entry in the file (backends: s3:)")
 		}
 		// Load, not Parse: its errors name the file beside the line.
-		return selector.Load(p.config)
+		return walconfig.Load(p.config)
 	}
 	if p.s3.given() && p.s3.bucket == "" && p.devS3 == "" {
-		return selector.Config{}, errors.New("-s3-endpoint, -s3-prefix, -s3-region, -s3-path-style and -s3-credentials-file configure the s3 backend of -s3-bucket (or -dev-s3): give it")
+		return walconfig.Config{}, errors.New("-s3-endpoint, -s3-prefix, -s3-region, -s3-path-style and -s3-credentials-file configure the s3 backend of -s3-bucket (or -dev-s3): give it")
 	}
 	if p.devS3 != "" && (p.s3.endpoint != "" || p.s3.credentialsFile != "") {
-		return selector.Config{}, errors.New("-dev-s3 runs the store the s3 backend uses, with its own credentials: leave out -s3-endpoint and -s3-credentials-file")
+		return walconfig.Config{}, errors.New("-dev-s3 runs the store the s3 backend uses, with its own credentials: leave out -s3-endpoint and -s3-credentials-file")
 	}
 	withKafka := p.devKafka != "" || p.kafka != ""
 	withS3 := p.devS3 != "" || p.s3.bucket != ""
 	def := p.defaultBackend
 	switch {
 	case def == "" && withKafka && withS3:
-		return selector.Config{}, errors.New("both kafka and s3 are configured: name the backend new channels begin on with -default kafka, s3 or local")
+		return walconfig.Config{}, errors.New("both kafka and s3 are configured: name the backend new channels begin on with -default kafka, s3 or local")
 	case def == "" && withKafka:
 		def = "kafka"
 	case def == "" && withS3:
@@ -572,15 +572,15 @@ func backendConfig(p params) (selector.Config, error) {
 	case def == "" || def == "local":
 		def = "local"
 	case def == "kafka" && !withKafka:
-		return selector.Config{}, errors.New("-default kafka: the kafka backend is not configured: give -kafka or -dev-kafka (or -config)")
+		return walconfig.Config{}, errors.New("-default kafka: the kafka backend is not configured: give -kafka or -dev-kafka (or -config)")
 	case def == "s3" && !withS3:
-		return selector.Config{}, errors.New("-default s3: the s3 backend is not configured: give -s3-bucket or -dev-s3 (or -config)")
+		return walconfig.Config{}, errors.New("-default s3: the s3 backend is not configured: give -s3-bucket or -dev-s3 (or -config)")
 	case def != "kafka" && def != "s3":
-		return selector.Config{}, errors.Newf("-default %q: not a backend walnode configures from flags (kafka, s3, local; or give -config)", def)
+		return walconfig.Config{}, errors.Newf("-default %q: not a backend walnode configures from flags (kafka, s3, local; or give -config)", def)
 	}
 	local := filepath.Join(p.data, "wal")
 	if !withKafka && !withS3 {
-		return selector.Parse(fmt.Appendf(nil, "backend: local\nlocal:\n  dir: %q\npool:\n  size: 4\n", local))
+		return walconfig.Parse(fmt.Appendf(nil, "backend: local\nlocal:\n  dir: %q\npool:\n  size: 4\n", local))
 	}
 	// The backends side by side: channels begin on the default and move
 	// with walctl migrate. The pool is the same whichever is the default,
@@ -620,7 +620,7 @@ func backendConfig(p params) (selector.Config, error) {
 		fmt.Fprintf(&b, "    pathStyle: %t\n", f.pathStyle)
 	}
 	fmt.Fprintf(&b, "default: %s\npool:\n  size: 6\n  prefix: pch-\n", def)
-	return selector.Parse([]byte(b.String()))
+	return walconfig.Parse([]byte(b.String()))
 }
 
 // devS3Credentials is where -dev-s3 writes the credentials of its store.

@@ -1,5 +1,5 @@
 // Package configerr formats the errors of configuration files the same way
-// in every package that reads one (selector, security/authz): where the
+// in every package that reads one (walconfig, security/authz): where the
 // problem is (file and line, then the key path) and what it is.
 package configerr
 

@@ -53,7 +53,7 @@ var secondaryAllowed = map[string]string{
 	"meta/boltstore/store.go":           "both errors are meta.ErrInvalid; the first carries it",
 	"meta/etcdstore/store.go":           "both errors are meta.ErrInvalid; the first carries it",
 	"meta/metatest/parts_concurrent.go": "a test suite reporting two failures",
-	"selector/backends.go":              "a close error after a failed build; callers branch on the build's",
+	"walconfig/backends.go":             "a close error after a failed build; callers branch on the build's",
 }
 
 // source is one parsed non-test file of the module.

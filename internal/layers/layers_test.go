@@ -28,7 +28,7 @@
 //	 8 services    vchannel, pool, consumers, retention
 //	 9 control     cluster, coordinator, node, security/authz
 //	10 client      client
-//	11 selector    selector (configuration, backend entries, store wiring)
+//	11 config      walconfig (configuration, backend entries, store wiring)
 //	12 commands    cmd/..., examples, internal/cmd/...
 //
 // A package is placed by the longest prefix of its path in the table. An
@@ -58,7 +58,7 @@ const modulePath = "github.com/streamwal/streamwal"
 
 // layerNames are the layers, lowest first.
 var layerNames = []string{"base", "cursor", "meta", "walimpls", "backends", "adaptor", "walmanager",
-	"chains", "services", "control", "client", "selector", "commands"}
+	"chains", "services", "control", "client", "config", "commands"}
 
 // placed puts packages (by their path in the module, or a prefix of it) on
 // a layer, by its name.
@@ -102,7 +102,7 @@ var placed = map[string]string{
 	"node":                  "control",
 	"security/authz":        "control",
 	"client":                "client",
-	"selector":              "selector",
+	"walconfig":             "config",
 	"cmd":                   "commands",
 	"examples":              "commands",
 	"internal/cmd":          "commands",

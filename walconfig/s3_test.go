@@ -1,4 +1,4 @@
-package selector_test
+package walconfig_test
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/internal/s3test"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
@@ -56,11 +56,11 @@ func TestS3Entries(t *testing.T) {
     profile: default
 default: s3
 `, t.TempDir(), st.Endpoint, st.Bucket, creds, st.Endpoint, st.Bucket, creds))
-	cfg, err := selector.Load(path)
+	cfg, err := walconfig.Load(path)
 	require.NoError(t, err)
 	require.Equal(t, "s3", cfg.Default())
 	reg := prometheus.NewRegistry()
-	bs, err := selector.BuildAll(ctx, cfg, selector.Deps{Registerer: reg})
+	bs, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{Registerer: reg})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, bs.Close()) }()
 	require.Equal(t, []string{"local", "s3", "s3-other"}, bs.Names())
@@ -162,9 +162,9 @@ func TestS3EntryRefusals(t *testing.T) {
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			path := writeConfig(t, strings.ReplaceAll(c.yaml, "%DIR%", t.TempDir()))
-			cfg, err := selector.Load(path)
+			cfg, err := walconfig.Load(path)
 			require.NoError(t, err, "Parse checks keys and types; values are the backend's")
-			bs, err := selector.BuildAll(ctx, cfg, selector.Deps{})
+			bs, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{})
 			require.Nil(t, bs)
 			requireProblems(t, err, path, c.want)
 			require.NotContains(t, err.Error(), "s3cr3t")
@@ -172,7 +172,7 @@ func TestS3EntryRefusals(t *testing.T) {
 			if cfg.Default() == "local" {
 				return
 			}
-			b, err := selector.Build(ctx, cfg, selector.Deps{})
+			b, err := walconfig.Build(ctx, cfg, walconfig.Deps{})
 			require.Nil(t, b)
 			requireProblems(t, err, path, c.want)
 			require.NotContains(t, err.Error(), "s3cr3t")
@@ -180,19 +180,19 @@ func TestS3EntryRefusals(t *testing.T) {
 	}
 
 	// Misspelt keys of an s3 entry are found by Parse, like any kind's.
-	_, err := selector.Parse([]byte("backends:\n  s3:\n    bucket: b\n    pathstyle: true\n    flushIntervall: 5ms\n"))
+	_, err := walconfig.Parse([]byte("backends:\n  s3:\n    bucket: b\n    pathstyle: true\n    flushIntervall: 5ms\n"))
 	requireProblems(t, err, "",
 		problem{4, "backends.s3.pathstyle", `unknown key (did you mean "pathStyle"?)`},
 		problem{5, "backends.s3.flushIntervall", `unknown key (did you mean "flushInterval"?)`})
-	_, err = selector.Parse([]byte("backend: s3\ns3:\n  bucket: b\n  credentials: x\n"))
+	_, err = walconfig.Parse([]byte("backend: s3\ns3:\n  bucket: b\n  credentials: x\n"))
 	requireProblems(t, err, "", problem{4, "s3.credentials", "unknown key"})
 
 	// Two entries on one bucket and prefix (the default prefix written
 	// out, the endpoint with a slash more) are one place.
 	path := writeConfig(t, "backends:\n  a: {kind: s3, endpoint: http://h:1, bucket: b}\n  b: {kind: s3, endpoint: http://h:1/, bucket: b, prefix: streamwal/}\ndefault: a\n")
-	cfg, err := selector.Load(path)
+	cfg, err := walconfig.Load(path)
 	require.NoError(t, err)
-	_, err = selector.BuildAll(ctx, cfg, selector.Deps{})
+	_, err = walconfig.BuildAll(ctx, cfg, walconfig.Deps{})
 	requireProblems(t, err, path, problem{3, "backends.b", `locates the same data as entry "a"`})
 }
 
@@ -209,7 +209,7 @@ func TestS3ReadmeExample(t *testing.T) {
 	require.GreaterOrEqual(t, i, 0, "the README's s3 example")
 	block := string(readme[i+len("```yaml\n"):])
 	block = block[:strings.Index(block, "```")]
-	cfg, err := selector.Parse([]byte(block))
+	cfg, err := walconfig.Parse([]byte(block))
 	require.NoError(t, err)
 	require.Equal(t, "local", cfg.Default())
 }

@@ -1,4 +1,4 @@
-package selector_test
+package walconfig_test
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 	"github.com/streamwal/streamwal/chain"
 	"github.com/streamwal/streamwal/chainread"
 	"github.com/streamwal/streamwal/message"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
@@ -90,7 +90,7 @@ default: local
 meta:
   store: bolt
 `, dir, yamlList(k1.ListenAddrs()), yamlList(k2.ListenAddrs())))
-	cfg, err := selector.Load(path)
+	cfg, err := walconfig.Load(path)
 	require.NoError(t, err)
 	require.Equal(t, "local", cfg.Default())
 	require.Equal(t, "local", cfg.Default())
@@ -99,7 +99,7 @@ meta:
 	require.Equal(t, filepath.Join(dir, "meta.db"), mc.Path, "bolt lives beside the default local entry's data")
 
 	reg := prometheus.NewRegistry()
-	bs, err := selector.BuildAll(ctx, cfg, selector.Deps{Registerer: reg})
+	bs, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{Registerer: reg})
 	require.NoError(t, err, "two entries of one kind share a registerer")
 	defer func() { require.NoError(t, bs.Close()) }()
 	require.Equal(t, "local", bs.Default())
@@ -170,7 +170,7 @@ meta:
 	require.Equal(t, map[string]bool{"kafka": true, "kafka-east": true, "local": true}, backends)
 
 	_, err = bs.Describe("kafka-west")
-	require.ErrorIs(t, err, selector.ErrUnknownEntry)
+	require.ErrorIs(t, err, walconfig.ErrUnknownEntry)
 	require.Contains(t, err.Error(), `"kafka-west" (did you mean "kafka-east"?; entries: kafka, kafka-east, local, memory)`)
 }
 
@@ -181,9 +181,9 @@ func TestOpenerMismatch(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	path := writeConfig(t, "backends:\n  local:\n    dir: "+dir+"\n  mem:\n    kind: memory\ndefault: mem\n")
-	cfg, err := selector.Load(path)
+	cfg, err := walconfig.Load(path)
 	require.NoError(t, err)
-	bs, err := selector.BuildAll(ctx, cfg, selector.Deps{})
+	bs, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, bs.Close()) }()
 	require.Equal(t, "mem", bs.Default())
@@ -215,8 +215,8 @@ func TestOpenerMismatch(t *testing.T) {
 				return
 			}
 			require.Nil(t, o)
-			require.ErrorIs(t, err, selector.ErrBackendMismatch)
-			require.True(t, crdb.Is(err, selector.ErrBackendMismatch))
+			require.ErrorIs(t, err, walconfig.ErrBackendMismatch)
+			require.True(t, crdb.Is(err, walconfig.ErrBackendMismatch))
 			require.Contains(t, err.Error(), c.want)
 			require.Contains(t, err.Error(), fmt.Sprintf("selector: backend %q (channel orders-s0)", c.b.Name))
 			require.Contains(t, err.Error(), fmt.Sprintf("a node reopens a segment from what is recorded; fix the configuration entry %q", c.b.Name))
@@ -226,10 +226,10 @@ func TestOpenerMismatch(t *testing.T) {
 	// A name that is no entry: chainread's sentinel and the selector's.
 	_, err = bs.Opener(chain.Backend{Name: "kafka-east", Kind: "kafka", Channel: "orders-s2"})
 	require.ErrorIs(t, err, chainread.ErrNoOpener)
-	require.ErrorIs(t, err, selector.ErrUnknownEntry)
+	require.ErrorIs(t, err, walconfig.ErrUnknownEntry)
 	require.True(t, crdb.Is(err, chainread.ErrNoOpener))
-	require.True(t, crdb.Is(err, selector.ErrUnknownEntry))
-	require.False(t, stderrors.Is(err, selector.ErrBackendMismatch))
+	require.True(t, crdb.Is(err, walconfig.ErrUnknownEntry))
+	require.False(t, stderrors.Is(err, walconfig.ErrBackendMismatch))
 	require.Contains(t, err.Error(), `backend "kafka-east" (kind kafka, channel orders-s2), which the configuration does not have (entries: local, mem)`)
 }
 
@@ -249,11 +249,11 @@ func TestBuildAllSingleBackendFile(t *testing.T) {
 		if text == "" {
 			t.Chdir(dir) // the default directory is relative
 		}
-		cfg, err := selector.Parse([]byte(text))
+		cfg, err := walconfig.Parse([]byte(text))
 		require.NoError(t, err)
 		require.Equal(t, c.name, cfg.Default())
 		require.Equal(t, c.name, cfg.Default())
-		bs, err := selector.BuildAll(ctx, cfg, selector.Deps{})
+		bs, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{})
 		require.NoError(t, err, text)
 		require.Equal(t, []string{c.name}, bs.Names())
 		require.Equal(t, c.name, bs.Default())
@@ -266,7 +266,7 @@ func TestBuildAllSingleBackendFile(t *testing.T) {
 		if c.name == local.Name {
 			want := dir
 			if text == "" {
-				want = filepath.Join(dir, selector.DefaultLocalDir)
+				want = filepath.Join(dir, walconfig.DefaultLocalDir)
 			}
 			want, err = filepath.EvalSymlinks(filepath.Dir(want))
 			require.NoError(t, err)
@@ -280,7 +280,7 @@ func TestBuildAllSingleBackendFile(t *testing.T) {
 		require.NoError(t, bs.Close())
 		require.NoError(t, bs.Close(), "Close again")
 
-		one, err := selector.Build(ctx, cfg, selector.Deps{})
+		one, err := walconfig.Build(ctx, cfg, walconfig.Deps{})
 		require.NoError(t, err)
 		require.Equal(t, c.name, one.Name)
 		require.Equal(t, c.name, one.Kind)
@@ -290,9 +290,9 @@ func TestBuildAllSingleBackendFile(t *testing.T) {
 
 // Build builds the default entry of a file with backends, and only it.
 func TestBuildBuildsTheDefaultEntry(t *testing.T) {
-	cfg, err := selector.Parse([]byte("backends:\n  local:\n    dir: /nonexistent/never/used\n  mem:\n    kind: memory\n    maxMessageBytes: 512\ndefault: mem\n"))
+	cfg, err := walconfig.Parse([]byte("backends:\n  local:\n    dir: /nonexistent/never/used\n  mem:\n    kind: memory\n    maxMessageBytes: 512\ndefault: mem\n"))
 	require.NoError(t, err)
-	b, err := selector.Build(testCtx(t), cfg, selector.Deps{})
+	b, err := walconfig.Build(testCtx(t), cfg, walconfig.Deps{})
 	require.NoError(t, err)
 	require.Equal(t, "mem", b.Name)
 	require.Equal(t, "memory", b.Kind)
@@ -307,7 +307,7 @@ func TestBackendBesideBackends(t *testing.T) {
 		"backend: mem\nbackends:\n  local: {}\n  mem: {kind: memory}\ndefault: mem\n",
 		"backend: mem\nbackends:\n  mem: {kind: memory}\n",
 	} {
-		cfg, err := selector.Parse([]byte(text))
+		cfg, err := walconfig.Parse([]byte(text))
 		require.NoError(t, err, text)
 		require.Equal(t, "mem", cfg.Default(), text)
 	}
@@ -422,10 +422,10 @@ func TestBackendsConfigErrors(t *testing.T) {
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			path := writeConfig(t, c.yaml)
-			_, err := selector.Load(path)
+			_, err := walconfig.Load(path)
 			requireProblems(t, err, path, c.want...)
 
-			_, err = selector.Parse([]byte(c.yaml))
+			_, err = walconfig.Parse([]byte(c.yaml))
 			requireProblems(t, err, "", c.want...)
 		})
 	}
@@ -474,9 +474,9 @@ func TestBuildAllErrors(t *testing.T) {
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			path := writeConfig(t, strings.ReplaceAll(c.yaml, "%DIR%", dir))
-			cfg, err := selector.Load(path)
+			cfg, err := walconfig.Load(path)
 			require.NoError(t, err)
-			bs, err := selector.BuildAll(ctx, cfg, selector.Deps{})
+			bs, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{})
 			require.Nil(t, bs)
 			require.ErrorIs(t, err, c.is)
 			want := strings.NewReplacer("%FILE%", path, "%DIR%", dir).Replace(c.want)
@@ -536,15 +536,15 @@ func TestBuildAllClosesOnFailure(t *testing.T) {
 	ctx := testCtx(t)
 	var mu sync.Mutex
 	var built, closed []string
-	reg, err := selector.Registry(nil)
+	reg, err := walconfig.Registry(nil)
 	require.NoError(t, err)
 	require.NoError(t, reg.Register(tracker{mu: &mu, built: &built, closed: &closed}))
 	dir := t.TempDir()
 
 	path := writeConfig(t, "backends:\n  a: {kind: tracker, id: a}\n  b: {kind: tracker, id: b}\n  c: {kind: tracker, id: c, fail: true}\n  d: {kind: tracker, id: d}\n  local: {dir: "+dir+"}\ndefault: a\n")
-	cfg, err := selector.Load(path)
+	cfg, err := walconfig.Load(path)
 	require.NoError(t, err, "the kind is not compiled in: its keys are checked when it is built")
-	bs, err := selector.BuildAll(ctx, cfg, selector.Deps{Registry: reg})
+	bs, err := walconfig.BuildAll(ctx, cfg, walconfig.Deps{Registry: reg})
 	require.Nil(t, bs)
 	require.ErrorContains(t, err, "selector: "+path+":4: backends.c: build: tracker: cannot reach c")
 	require.Equal(t, []string{"a", "b"}, built, "in the order of their names, up to the failure")
@@ -558,18 +558,18 @@ func TestBuildAllClosesOnFailure(t *testing.T) {
 
 	// Unknown keys of a caller's backend, at their line.
 	path = writeConfig(t, "backends:\n  a:\n    kind: tracker\n    ids: a\n")
-	cfg, err = selector.Load(path)
+	cfg, err = walconfig.Load(path)
 	require.NoError(t, err)
-	_, err = selector.BuildAll(ctx, cfg, selector.Deps{Registry: reg})
+	_, err = walconfig.BuildAll(ctx, cfg, walconfig.Deps{Registry: reg})
 	requireProblems(t, err, path, problem{4, "backends.a.ids", `unknown key (did you mean "id"?)`})
 
 	// A local entry after a built one that fails: the built one is closed
 	// and its directory free again.
 	built, closed = nil, nil
 	path = writeConfig(t, "backends:\n  a: {kind: local, dir: "+dir+"}\n  b: {kind: tracker, id: b, fail: true}\ndefault: a\n")
-	cfg, err = selector.Load(path)
+	cfg, err = walconfig.Load(path)
 	require.NoError(t, err)
-	_, err = selector.BuildAll(ctx, cfg, selector.Deps{Registry: reg})
+	_, err = walconfig.BuildAll(ctx, cfg, walconfig.Deps{Registry: reg})
 	require.ErrorContains(t, err, "cannot reach b")
 	s, err = local.New(ctx, local.Config{Dir: dir})
 	require.NoError(t, err, "the local store of entry a was closed")
@@ -579,7 +579,7 @@ func TestBuildAllClosesOnFailure(t *testing.T) {
 // A pulsar entry with maxMessageBytes set is built without a broker; its
 // Params hold where its topics are, never its credentials.
 func TestPulsarEntryParams(t *testing.T) {
-	cfg, err := selector.Parse([]byte(`backends:
+	cfg, err := walconfig.Parse([]byte(`backends:
   pulsar-a:
     kind: pulsar
     serviceUrl: pulsar://alice:s3cret@127.0.0.1:1
@@ -596,7 +596,7 @@ func TestPulsarEntryParams(t *testing.T) {
 default: pulsar-a
 `))
 	require.NoError(t, err)
-	bs, err := selector.BuildAll(testCtx(t), cfg, selector.Deps{})
+	bs, err := walconfig.BuildAll(testCtx(t), cfg, walconfig.Deps{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, bs.Close()) }()
 	a, err := bs.Describe("pulsar-a")
@@ -612,18 +612,18 @@ default: pulsar-a
 // Every compiled-in backend is a kind an entry may name, whose keys Parse
 // checks; the longest entry name is one a chain records.
 func TestEveryBackendIsAKind(t *testing.T) {
-	reg, err := selector.Registry(nil)
+	reg, err := walconfig.Registry(nil)
 	require.NoError(t, err)
 	for _, kind := range reg.Names() {
-		_, err := selector.Parse([]byte("backends:\n  x:\n    kind: " + kind + "\n"))
+		_, err := walconfig.Parse([]byte("backends:\n  x:\n    kind: " + kind + "\n"))
 		require.NoError(t, err, kind)
-		_, err = selector.Parse([]byte("backends:\n  x:\n    kind: " + kind + "\n    nosuchkey: 1\n"))
+		_, err = walconfig.Parse([]byte("backends:\n  x:\n    kind: " + kind + "\n    nosuchkey: 1\n"))
 		requireProblems(t, err, "", problem{4, "backends.x.nosuchkey", "unknown key"})
 	}
 	long := strings.Repeat("a", chain.MaxNameLen)
-	cfg, err := selector.Parse([]byte("backends:\n  " + long + ": {kind: memory}\n  0-x: {kind: memory}\ndefault: 0-x\n"))
+	cfg, err := walconfig.Parse([]byte("backends:\n  " + long + ": {kind: memory}\n  0-x: {kind: memory}\ndefault: 0-x\n"))
 	require.NoError(t, err)
-	bs, err := selector.BuildAll(testCtx(t), cfg, selector.Deps{})
+	bs, err := walconfig.BuildAll(testCtx(t), cfg, walconfig.Deps{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, bs.Close()) }()
 	for _, name := range bs.Names() {
@@ -640,11 +640,11 @@ func TestMetaPathWithBackends(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{"backends:\n  a: {kind: local, dir: /a}\n  local: {dir: /l}\ndefault: a\n", "/a/meta.db"},
 		{"backends:\n  a: {kind: memory}\n  local: {dir: /l}\ndefault: a\n", "/l/meta.db"},
-		{"backends:\n  a: {kind: memory}\n  local: {kind: memory}\n  b: {kind: local, dir: /b}\ndefault: a\n", filepath.Join(selector.DefaultLocalDir, "meta.db")},
-		{"backends:\n  local: {}\n", filepath.Join(selector.DefaultLocalDir, "meta.db")},
-		{"backends:\n  local:\n", filepath.Join(selector.DefaultLocalDir, "meta.db")},
+		{"backends:\n  a: {kind: memory}\n  local: {kind: memory}\n  b: {kind: local, dir: /b}\ndefault: a\n", filepath.Join(walconfig.DefaultLocalDir, "meta.db")},
+		{"backends:\n  local: {}\n", filepath.Join(walconfig.DefaultLocalDir, "meta.db")},
+		{"backends:\n  local:\n", filepath.Join(walconfig.DefaultLocalDir, "meta.db")},
 	} {
-		cfg, err := selector.Parse([]byte(c.yaml))
+		cfg, err := walconfig.Parse([]byte(c.yaml))
 		require.NoError(t, err, c.yaml)
 		mc, err := cfg.Meta()
 		require.NoError(t, err)
@@ -654,7 +654,7 @@ func TestMetaPathWithBackends(t *testing.T) {
 
 // The package documentation's and the README's example of backends.
 func TestBackendsDocExample(t *testing.T) {
-	cfg, err := selector.Parse([]byte(`backends:
+	cfg, err := walconfig.Parse([]byte(`backends:
   local:                # entry name; when it is a registered backend, it is the kind
     dir: ./streamwal-data
   kafka:

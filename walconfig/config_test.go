@@ -1,4 +1,4 @@
-package selector_test
+package walconfig_test
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 
 	"github.com/streamwal/streamwal/pool"
 	"github.com/streamwal/streamwal/retention"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
@@ -49,22 +49,22 @@ func requireProblems(t *testing.T, err error, file string, want ...problem) {
 	require.Error(t, err)
 	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
 	require.True(t, crdb.Is(err, walimpls.ErrInvalidConfig), "cockroachdb errors.Is too")
-	var got []*selector.ConfigError
+	var got []*walconfig.ConfigError
 	for e := err; e != nil; e = stderrors.Unwrap(e) {
-		if one, ok := e.(*selector.ConfigError); ok {
+		if one, ok := e.(*walconfig.ConfigError); ok {
 			got = append(got, one)
 			break
 		}
 		if multi, ok := e.(interface{ Unwrap() []error }); ok {
 			for _, e := range multi.Unwrap() {
-				var one *selector.ConfigError
+				var one *walconfig.ConfigError
 				require.True(t, stderrors.As(e, &one), "%v", e)
 				got = append(got, one)
 			}
 			break
 		}
 	}
-	var first *selector.ConfigError
+	var first *walconfig.ConfigError
 	require.True(t, stderrors.As(err, &first))
 	require.NotEmpty(t, got)
 	require.Same(t, got[0], first, "errors.As finds the first problem")
@@ -188,10 +188,10 @@ func TestConfigErrors(t *testing.T) {
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			path := writeConfig(t, c.yaml)
-			_, err := selector.Load(path)
+			_, err := walconfig.Load(path)
 			requireProblems(t, err, path, c.want...)
 
-			_, err = selector.Parse([]byte(c.yaml))
+			_, err = walconfig.Parse([]byte(c.yaml))
 			requireProblems(t, err, "", c.want...)
 		})
 	}
@@ -204,69 +204,69 @@ func TestRefusedValues(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		yaml string
-		use  func(selector.Config) error
+		use  func(walconfig.Config) error
 		want problem
 		is   error // another error the result must match
 	}{{
 		name: "local sync policy",
 		yaml: "backend: local\nlocal:\n  dir: %DIR%\n  sync: sometimes\n",
-		use: func(c selector.Config) error {
-			_, err := selector.Build(ctx, c, selector.Deps{})
+		use: func(c walconfig.Config) error {
+			_, err := walconfig.Build(ctx, c, walconfig.Deps{})
 			return err
 		},
 		want: problem{4, "local.sync", `sync "sometimes" is not one of always, interval, none`},
 	}, {
 		name: "local segment size",
 		yaml: "local:\n  dir: %DIR%\n  sync: none\n  segmentBytes: 1\n",
-		use: func(c selector.Config) error {
-			_, err := selector.Build(ctx, c, selector.Deps{})
+		use: func(c walconfig.Config) error {
+			_, err := walconfig.Build(ctx, c, walconfig.Deps{})
 			return err
 		},
 		want: problem{4, "local.segmentBytes", "segmentBytes 1 outside"},
 	}, {
 		name: "meta store",
 		yaml: "backend: memory\nmeta:\n  store: zookeeper\n",
-		use:  func(c selector.Config) error { _, err := c.Meta(); return err },
+		use:  func(c walconfig.Config) error { _, err := c.Meta(); return err },
 		want: problem{3, "meta.store", `store "zookeeper" is not bolt or etcd`},
 	}, {
 		name: "meta etcd without endpoints",
 		yaml: "meta:\n  prefix: /x/\n  store: etcd\n",
-		use:  func(c selector.Config) error { _, err := c.Meta(); return err },
+		use:  func(c walconfig.Config) error { _, err := c.Meta(); return err },
 		want: problem{3, "meta.store", "store etcd needs endpoints"},
 	}, {
 		name: "pool size",
 		yaml: "pool:\n  name: orders\n  size: -2\n",
-		use:  func(c selector.Config) error { _, _, err := c.PoolConfig(); return err },
+		use:  func(c walconfig.Config) error { _, _, err := c.PoolConfig(); return err },
 		want: problem{3, "pool.size", "size -2"},
 		is:   pool.ErrInvalidConfig,
 	}, {
 		name: "a key's name quoted as a value does not mislead",
 		yaml: "pool:\n  prefix: p-\n  name: prefix\n  size: -2\n",
-		use:  func(c selector.Config) error { _, _, err := c.PoolConfig(); return err },
+		use:  func(c walconfig.Config) error { _, _, err := c.PoolConfig(); return err },
 		want: problem{4, "pool.size", `pool "prefix": size -2`},
 		is:   pool.ErrInvalidConfig,
 	}, {
 		name: "retention cap",
 		yaml: "retention:\n  maxBytes: 10\n  maxAge: -1h\n",
-		use:  func(c selector.Config) error { _, err := c.RetentionConfig(); return err },
+		use:  func(c walconfig.Config) error { _, err := c.RetentionConfig(); return err },
 		want: problem{3, "retention.maxAge", "negative maxAge -1h0m0s"},
 		is:   retention.ErrInvalidConfig,
 	}, {
 		name: "retention channel pattern",
 		yaml: "retention:\n  channels:\n    orders/*: {maxAge: 1h}\n",
-		use:  func(c selector.Config) error { _, err := c.RetentionConfig(); return err },
+		use:  func(c walconfig.Config) error { _, err := c.RetentionConfig(); return err },
 		want: problem{2, "retention.channels", `"orders/*" is neither a channel name nor a prefix ending in *`},
 		is:   retention.ErrInvalidConfig,
 	}, {
 		name: "pool strategy",
 		yaml: "pool:\n  strategy: round/robin\n",
-		use:  func(c selector.Config) error { _, _, err := c.PoolConfig(); return err },
+		use:  func(c walconfig.Config) error { _, _, err := c.PoolConfig(); return err },
 		want: problem{2, "pool.strategy", `strategy "round/robin"`},
 		is:   pool.ErrInvalidConfig,
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			path := writeConfig(t, strings.ReplaceAll(c.yaml, "%DIR%", t.TempDir()))
-			cfg, err := selector.Load(path)
+			cfg, err := walconfig.Load(path)
 			require.NoError(t, err)
 			err = c.use(cfg)
 			requireProblems(t, err, path, c.want)
@@ -281,9 +281,9 @@ func TestRefusedValues(t *testing.T) {
 // miss.
 func TestUnknownBackendName(t *testing.T) {
 	path := writeConfig(t, "# node\nbackend: memroy\n")
-	cfg, err := selector.Load(path)
+	cfg, err := walconfig.Load(path)
 	require.NoError(t, err, "the registry, known at Build, says which names exist")
-	_, err = selector.Build(context.Background(), cfg, selector.Deps{})
+	_, err = walconfig.Build(context.Background(), cfg, walconfig.Deps{})
 	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
 	require.Contains(t, err.Error(), "selector: "+path+`:2: backend "memroy": did you mean "memory"? (registered: kafka, local, memory, pulsar, s3)`)
 }
@@ -340,11 +340,11 @@ func TestValidFilesUnchanged(t *testing.T) {
 	}{{
 		name: "empty file",
 		yaml: "",
-		want: &local.Config{Dir: selector.DefaultLocalDir},
+		want: &local.Config{Dir: walconfig.DefaultLocalDir},
 	}, {
 		name: "comments only",
 		yaml: "# nothing here yet\n",
-		want: &local.Config{Dir: selector.DefaultLocalDir},
+		want: &local.Config{Dir: walconfig.DefaultLocalDir},
 	}, {
 		name: "the package documentation's example",
 		yaml: "backend: local        # local (default) | memory | kafka | pulsar\nlocal:\n  dir: ./streamwal-data\n  sync: always\nkafka:\n  seedBrokers: [127.0.0.1:9092]\n\nmeta:\n  store: bolt\npool:\n  size: 16\n",
@@ -359,7 +359,7 @@ func TestValidFilesUnchanged(t *testing.T) {
 		// null; now the section's defaults, like no section.
 		name:   "an empty local section keeps the default directory",
 		yaml:   "local:\n",
-		want:   &local.Config{Dir: selector.DefaultLocalDir},
+		want:   &local.Config{Dir: walconfig.DefaultLocalDir},
 		before: "EOF",
 	}, {
 		name: "memory, with other backends' sections",
@@ -391,7 +391,7 @@ func TestValidFilesUnchanged(t *testing.T) {
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			path := writeConfig(t, c.yaml)
-			cfg, err := selector.Load(path)
+			cfg, err := walconfig.Load(path)
 			require.NoError(t, err)
 
 			got := map[string]any{}
@@ -405,7 +405,7 @@ func TestValidFilesUnchanged(t *testing.T) {
 			} {
 				require.NoError(t, reg.Register(b))
 			}
-			_, err = selector.Build(context.Background(), cfg, selector.Deps{Registry: reg})
+			_, err = walconfig.Build(context.Background(), cfg, walconfig.Deps{Registry: reg})
 			require.ErrorIs(t, err, errCaptured)
 			require.Equal(t, c.want, got[cfg.Default()])
 
@@ -423,7 +423,7 @@ func TestValidFilesUnchanged(t *testing.T) {
 			}
 			old := before.new()
 			if lc, ok := old.(*local.Config); ok {
-				lc.Dir = selector.DefaultLocalDir
+				lc.Dir = walconfig.DefaultLocalDir
 			}
 			if err := oldDecode(t, []byte(c.yaml), cfg.Default(), old); c.before != "" {
 				require.EqualError(t, err, c.before)
@@ -434,13 +434,13 @@ func TestValidFilesUnchanged(t *testing.T) {
 
 			mc, err := cfg.Meta()
 			require.NoError(t, err)
-			var oldMeta selector.MetaConfig
+			var oldMeta walconfig.MetaConfig
 			require.NoError(t, oldDecode(t, []byte(c.yaml), "meta", &oldMeta))
 			if oldMeta.Store == "" {
-				oldMeta.Store = selector.MetaBolt
+				oldMeta.Store = walconfig.MetaBolt
 			}
-			if oldMeta.Store == selector.MetaBolt && oldMeta.Path == "" {
-				dir := selector.DefaultLocalDir
+			if oldMeta.Store == walconfig.MetaBolt && oldMeta.Path == "" {
+				dir := walconfig.DefaultLocalDir
 				var lc local.Config
 				if err := oldDecode(t, []byte(c.yaml), "local", &lc); err == nil && lc.Dir != "" {
 					dir = lc.Dir
@@ -461,10 +461,10 @@ func TestValidFilesUnchanged(t *testing.T) {
 
 // Every compiled-in backend has a section a file may hold.
 func TestEveryBackendHasASection(t *testing.T) {
-	reg, err := selector.Registry(nil)
+	reg, err := walconfig.Registry(nil)
 	require.NoError(t, err)
 	for _, name := range reg.Names() {
-		_, err := selector.Parse([]byte(name + ": {}\n"))
+		_, err := walconfig.Parse([]byte(name + ": {}\n"))
 		require.NoError(t, err, name)
 	}
 }
@@ -476,25 +476,25 @@ func TestCallersBackendDecodesStrictly(t *testing.T) {
 		Dir string `yaml:"dir"`
 	}
 	path := writeConfig(t, "backend: local\nlocal:\n  dir: ./d\n  sync: none\n")
-	cfg, err := selector.Load(path)
+	cfg, err := walconfig.Load(path)
 	require.NoError(t, err)
 	reg := walimpls.NewRegistry()
 	got := map[string]any{}
 	require.NoError(t, reg.Register(capture{name: local.Name, new: func() any { return &narrow{} }, got: got}))
-	_, err = selector.Build(context.Background(), cfg, selector.Deps{Registry: reg})
+	_, err = walconfig.Build(context.Background(), cfg, walconfig.Deps{Registry: reg})
 	requireProblems(t, err, path, problem{4, "local.sync", "unknown key (known keys: dir)"})
 }
 
 // The retention section decodes strictly, with the policy of every
 // channel inline and overrides by name or prefix; none is the zero policy.
 func TestRetentionConfig(t *testing.T) {
-	cfg, err := selector.Parse([]byte("backend: memory\n"))
+	cfg, err := walconfig.Parse([]byte("backend: memory\n"))
 	require.NoError(t, err)
 	rc, err := cfg.RetentionConfig()
 	require.NoError(t, err)
 	require.True(t, rc.For("any").IsZero(), "no section: nothing capped")
 
-	cfg, err = selector.Parse([]byte("retention:\n  maxAge: 168h\n  maxBytes: 1024\n  interval: 2s\n" +
+	cfg, err = walconfig.Parse([]byte("retention:\n  maxAge: 168h\n  maxBytes: 1024\n  interval: 2s\n" +
 		"  channels:\n    orders-*: {maxAge: 24h}\n    orders-audit: {}\n"))
 	require.NoError(t, err)
 	rc, err = cfg.RetentionConfig()
@@ -504,6 +504,6 @@ func TestRetentionConfig(t *testing.T) {
 	require.True(t, rc.For("orders-audit").IsZero(), "the longest pattern wins")
 	require.Equal(t, 2*time.Second, rc.Interval)
 
-	_, err = selector.Parse([]byte("retention:\n  maxage: 1h\n"))
+	_, err = walconfig.Parse([]byte("retention:\n  maxage: 1h\n"))
 	requireProblems(t, err, "", problem{2, "retention.maxage", `did you mean "maxAge"?`})
 }

@@ -1,4 +1,4 @@
-package selector_test
+package walconfig_test
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 	"github.com/streamwal/streamwal/meta/boltstore"
 	"github.com/streamwal/streamwal/pool"
 	"github.com/streamwal/streamwal/security/certs"
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls"
 )
 
 func TestMetaAndPoolSections(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := selector.Parse([]byte(fmt.Sprintf(`
+	cfg, err := walconfig.Parse([]byte(fmt.Sprintf(`
 backend: memory
 local:
   dir: %s
@@ -33,7 +33,7 @@ pool:
 	require.NoError(t, err)
 	mc, err := cfg.Meta()
 	require.NoError(t, err)
-	require.Equal(t, selector.MetaBolt, mc.Store)
+	require.Equal(t, walconfig.MetaBolt, mc.Store)
 	require.Equal(t, filepath.Join(dir, "meta.db"), mc.Path, "bolt lives beside the local backend's data")
 	pc, ok, err := cfg.PoolConfig()
 	require.NoError(t, err)
@@ -42,13 +42,13 @@ pool:
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := selector.OpenMeta(ctx, cfg)
+	store, err := walconfig.OpenMeta(ctx, cfg)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, store.Close()) }()
-	o, err := selector.Build(ctx, cfg, selector.Deps{})
+	o, err := walconfig.Build(ctx, cfg, walconfig.Deps{})
 	require.NoError(t, err)
 	defer func() { _ = o.Close() }()
-	p, err := selector.OpenPool(ctx, cfg, store, o, pool.Options{})
+	p, err := walconfig.OpenPool(ctx, cfg, store, o, pool.Options{})
 	require.NoError(t, err)
 	defer func() { _ = p.Close() }()
 	require.Equal(t, []string{"wal-0", "wal-1", "wal-2", "wal-3"}, p.PChannels())
@@ -59,7 +59,7 @@ pool:
 	require.Equal(t, "memory", wo.Backend)
 
 	// No pool section: the pool's defaults.
-	plain, err := selector.Parse([]byte("backend: memory\n"))
+	plain, err := walconfig.Parse([]byte("backend: memory\n"))
 	require.NoError(t, err)
 	_, ok, err = plain.PoolConfig()
 	require.NoError(t, err)
@@ -77,7 +77,7 @@ func TestMetaAndPoolSectionErrors(t *testing.T) {
 		{"pool:\n  prefix: 'a b'\n", "prefix"},
 	} {
 		// Unknown keys are refused by Parse already; values, once decoded.
-		cfg, err := selector.Parse([]byte(c.yaml))
+		cfg, err := walconfig.Parse([]byte(c.yaml))
 		if err == nil {
 			_, merr := cfg.Meta()
 			_, _, perr := cfg.PoolConfig()
@@ -96,7 +96,7 @@ func TestMetaAndPoolSectionErrors(t *testing.T) {
 // line.
 func TestPoolStrategyOfYourOwn(t *testing.T) {
 	path := writeConfig(t, "backend: memory\npool:\n  size: 3\n  strategy: pinned\n")
-	cfg, err := selector.Load(path)
+	cfg, err := walconfig.Load(path)
 	require.NoError(t, err)
 	pc, _, err := cfg.PoolConfig()
 	require.NoError(t, err, "a name is a name: whether a Placer is supplied is known when the pool opens")
@@ -107,12 +107,12 @@ func TestPoolStrategyOfYourOwn(t *testing.T) {
 	store, err := boltstore.Open(filepath.Join(t.TempDir(), "meta.db"), boltstore.Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, store.Close()) }()
-	_, err = selector.OpenPool(ctx, cfg, store, nil, pool.Options{})
+	_, err = walconfig.OpenPool(ctx, cfg, store, nil, pool.Options{})
 	requireProblems(t, err, path, problem{4, "pool.strategy", `strategy "pinned"`})
 	require.ErrorIs(t, err, pool.ErrInvalidConfig)
 
 	last := pool.PlacerFunc(func(pl pool.Placement) (string, error) { return pl.PChannels[len(pl.PChannels)-1].Name, nil })
-	p, err := selector.OpenPool(ctx, cfg, store, nil, pool.Options{Placers: map[pool.Strategy]pool.Placer{"pinned": last}})
+	p, err := walconfig.OpenPool(ctx, cfg, store, nil, pool.Options{Placers: map[pool.Strategy]pool.Placer{"pinned": last}})
 	require.NoError(t, err)
 	defer func() { _ = p.Close() }()
 	as, err := p.Allocate(ctx, "a", "b")
@@ -123,11 +123,11 @@ func TestPoolStrategyOfYourOwn(t *testing.T) {
 
 func TestOpenMetaEtcd(t *testing.T) {
 	srv := etcdtest.Start(t)
-	cfg, err := selector.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  prefix: /sel/\n", srv.Endpoints()[0])))
+	cfg, err := walconfig.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  prefix: /sel/\n", srv.Endpoints()[0])))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := selector.OpenMeta(ctx, cfg)
+	s, err := walconfig.OpenMeta(ctx, cfg)
 	require.NoError(t, err)
 	_, err = s.Put(ctx, "k", []byte("v"), 0)
 	require.NoError(t, err)
@@ -156,19 +156,19 @@ func TestOpenMetaEtcdTLS(t *testing.T) {
 	srv := etcdtest.StartWith(t, etcdtest.Options{TLS: &etcdtest.TLSFiles{CertFile: f("etcd.crt"), KeyFile: f("etcd.key"), ClientCAFile: f(certs.CACert)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg, err := selector.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  prefix: /sel/\n  caFile: %s\n  certFile: %s\n  keyFile: %s\n",
+	cfg, err := walconfig.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  prefix: /sel/\n  caFile: %s\n  certFile: %s\n  keyFile: %s\n",
 		srv.Endpoints()[0], f(certs.CACert), f("app.crt"), f("app.key"))))
 	require.NoError(t, err)
-	s, err := selector.OpenMeta(ctx, cfg)
+	s, err := walconfig.OpenMeta(ctx, cfg)
 	require.NoError(t, err)
 	_, err = s.Put(ctx, "k", []byte("v"), 0)
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 
-	cfg, err = selector.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  caFile: %s\n  certFile: %s\n  keyFile: %s\n",
+	cfg, err = walconfig.Parse([]byte(fmt.Sprintf("meta:\n  store: etcd\n  endpoints: [%s]\n  caFile: %s\n  certFile: %s\n  keyFile: %s\n",
 		srv.Endpoints()[0], f(certs.CACert), f("app.crt"), f("etcd.key"))))
 	require.NoError(t, err)
-	_, err = selector.OpenMeta(ctx, cfg)
+	_, err = walconfig.OpenMeta(ctx, cfg)
 	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
 	require.Contains(t, err.Error(), "meta.keyFile "+f("etcd.key")+": not the key of the certificate meta.certFile "+f("app.crt"))
 }

@@ -1,4 +1,4 @@
-package selector_test
+package walconfig_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/streamwal/streamwal/selector"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/memory"
 )
@@ -17,14 +17,14 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestDefaultIsLocal(t *testing.T) {
-	cfg, err := selector.Parse(nil)
+	cfg, err := walconfig.Parse(nil)
 	require.NoError(t, err)
 	require.Equal(t, "local", cfg.Default())
 
 	dir := t.TempDir()
-	cfg, err = selector.Parse([]byte("local:\n  dir: " + dir + "\n  sync: none\n"))
+	cfg, err = walconfig.Parse([]byte("local:\n  dir: " + dir + "\n  sync: none\n"))
 	require.NoError(t, err)
-	o, err := selector.Build(context.Background(), cfg, selector.Deps{})
+	o, err := walconfig.Build(context.Background(), cfg, walconfig.Deps{})
 	require.NoError(t, err)
 	require.True(t, o.Capabilities().Fencing)
 	require.Equal(t, "local", o.Name)
@@ -41,11 +41,11 @@ func TestDefaultIsLocal(t *testing.T) {
 }
 
 func TestExplicitChoiceWins(t *testing.T) {
-	cfg, err := selector.Parse([]byte("backend: memory\nmemory:\n  maxMessageBytes: 1024\nlocal:\n  dir: /nonexistent/never/used\n"))
+	cfg, err := walconfig.Parse([]byte("backend: memory\nmemory:\n  maxMessageBytes: 1024\nlocal:\n  dir: /nonexistent/never/used\n"))
 	require.NoError(t, err)
-	reg, err := selector.Registry(memory.NewCluster())
+	reg, err := walconfig.Registry(memory.NewCluster())
 	require.NoError(t, err)
-	o, err := selector.Build(context.Background(), cfg, selector.Deps{Registry: reg})
+	o, err := walconfig.Build(context.Background(), cfg, walconfig.Deps{Registry: reg})
 	require.NoError(t, err)
 	require.Equal(t, 1024, o.Capabilities().MaxMessageBytes)
 	require.NotNil(t, o.Memory)
@@ -54,23 +54,23 @@ func TestExplicitChoiceWins(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
-	_, err := selector.Parse([]byte("backend: [unclosed"))
+	_, err := walconfig.Parse([]byte("backend: [unclosed"))
 	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
 
-	cfg, err := selector.Parse([]byte("backend: rocksdb\n"))
+	cfg, err := walconfig.Parse([]byte("backend: rocksdb\n"))
 	require.NoError(t, err)
-	_, err = selector.Build(context.Background(), cfg, selector.Deps{})
+	_, err = walconfig.Build(context.Background(), cfg, walconfig.Deps{})
 	require.ErrorIs(t, err, walimpls.ErrUnknownBackend)
 	require.Contains(t, err.Error(), "kafka, local, memory, pulsar")
 
-	_, err = selector.Parse([]byte("backend: memory\nmemory:\n  maxMesageBytes: 1024\n"))
+	_, err = walconfig.Parse([]byte("backend: memory\nmemory:\n  maxMesageBytes: 1024\n"))
 	require.ErrorIs(t, err, walimpls.ErrInvalidConfig, "a misspelt key is an error, not a silent default")
 
-	cfg, err = selector.Parse([]byte("local:\n  sync: sometimes\n  dir: " + t.TempDir() + "\n"))
+	cfg, err = walconfig.Parse([]byte("local:\n  sync: sometimes\n  dir: " + t.TempDir() + "\n"))
 	require.NoError(t, err)
-	_, err = selector.Build(context.Background(), cfg, selector.Deps{})
+	_, err = walconfig.Build(context.Background(), cfg, walconfig.Deps{})
 	require.ErrorIs(t, err, walimpls.ErrInvalidConfig)
 
-	_, err = selector.Load(filepath.Join(t.TempDir(), "missing.yaml"))
+	_, err = walconfig.Load(filepath.Join(t.TempDir(), "missing.yaml"))
 	require.Error(t, err)
 }

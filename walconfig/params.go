@@ -1,4 +1,4 @@
-package selector
+package walconfig
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ type (
 
 // params returns the Params of entry e as a compact JSON object; nil for a
 // kind whose data nothing in its settings locates (memory) and for a kind
-// the selector does not know.
+// walconfig does not know.
 func (c Config) params(e entry) (json.RawMessage, error) {
 	var v any
 	switch e.kind {

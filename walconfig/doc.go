@@ -1,4 +1,4 @@
-// Package selector turns configuration into backends: it reads the YAML
+// Package walconfig turns configuration into backends: it reads the YAML
 // configuration, and builds the Opener of each backend it names from the
 // compiled-in backends, registered by explicit calls on a registry value.
 //
@@ -83,7 +83,7 @@
 //	                                           the endpoint without a trailing slash ("" for AWS S3 of the region),
 //	                                           prefix "" for one configured as "/" (no prefix)
 //
-// A kind the selector does not know (a backend of the caller's Registry)
+// A kind walconfig does not know (a backend of the caller's Registry)
 // has no Params. Two entries of one kind with the same Params (two local
 // entries on one directory) are refused: each place has one entry.
 //
@@ -110,6 +110,9 @@
 //	selector: node.yaml:9: backends.kafka-east.seedBroker: unknown key (did you mean "seedBrokers"?)
 //	selector: node.yaml:12: default: "lcoal" is no entry of backends (did you mean "local"?; entries: kafka, kafka-east, local)
 //
+// Errors begin with "selector:", the name this package was first
+// published under: scripts that match the messages keep working.
+//
 // Every such error is a *ConfigError and matches walimpls.ErrInvalidConfig;
 // a file with several problems reports them all, one per line, in the
 // order of the file. Values a backend, the meta store or the pool refuses
@@ -120,4 +123,4 @@
 //
 // The sections a file may hold are those of the backends compiled in (see
 // Registry), besides backend, backends, default, meta and pool.
-package selector
+package walconfig
