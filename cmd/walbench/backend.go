@@ -13,8 +13,8 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/streamwal/streamwal/internal/s3dev"
-	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/utility/backoff"
+	"github.com/streamwal/streamwal/walconfig"
 	"github.com/streamwal/streamwal/walimpls"
 	"github.com/streamwal/streamwal/walimpls/impls/kafka"
 	"github.com/streamwal/streamwal/walimpls/impls/local"
