@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/cockroachdb/errors"
 	"go.uber.org/atomic"
@@ -329,12 +328,12 @@ func (m *Manager) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return errors.Wrapf(ctx.Err(), "walmanager: close: %d channels still closing", m.count(func() int { return m.drivers }))
 	}
-	grace := time.NewTimer(m.opts.CloseGracePeriod)
+	grace := m.opts.Clock.NewTimer(m.opts.CloseGracePeriod)
 	defer grace.Stop()
 	var errs []error
 	select {
 	case <-m.closersDone:
-	case <-grace.C:
+	case <-grace.Chan():
 		errs = append(errs, errors.Wrapf(ErrCloseAbandoned, "walmanager: close: %d wal closes still running", m.count(func() int { return m.closers })))
 	case <-ctx.Done():
 		return errors.Wrapf(ctx.Err(), "walmanager: close: %d wal closes still running", m.count(func() int { return m.closers }))
@@ -427,7 +426,7 @@ func (m *Manager) run(c *channel) {
 // Available channel. Both calls go through callOut: one that never returns
 // (a mock's t.FailNow) is an open failure, not a dead driver.
 func (m *Manager) openWAL(ctx context.Context, name string, term int64) (adaptor.WAL, <-chan struct{}, error) {
-	start := time.Now()
+	start := m.opts.Clock.Now()
 	var (
 		w     adaptor.WAL
 		avail <-chan struct{}
@@ -441,7 +440,7 @@ func (m *Manager) openWAL(ctx context.Context, name string, term int64) (adaptor
 			avail = w.Available()
 		}
 	})
-	m.metrics.openSeconds.Observe(time.Since(start).Seconds())
+	m.metrics.openSeconds.Observe(m.opts.Clock.Since(start).Seconds())
 	switch {
 	case !returned:
 		// An opened WAL whose Available did not return is not used, so it
@@ -460,7 +459,7 @@ func (m *Manager) openWAL(ctx context.Context, name string, term int64) (adaptor
 	switch {
 	case err == nil:
 		m.metrics.transitions.WithLabelValues("open", "ok").Inc()
-		m.log.Info("wal opened", "channel", name, "term", term, "took", time.Since(start))
+		m.log.Info("wal opened", "channel", name, "term", term, "took", m.opts.Clock.Since(start))
 	case ctx.Err() != nil:
 		m.metrics.transitions.WithLabelValues("open", "aborted").Inc()
 		m.log.Debug("wal open aborted", "channel", name, "term", term, "err", err)
@@ -502,7 +501,7 @@ func (m *Manager) closeWAL(name string, term int64, w adaptor.WAL) error {
 		err = w.Close()
 		returned = true
 	}()
-	grace := time.NewTimer(m.opts.CloseGracePeriod)
+	grace := m.opts.Clock.NewTimer(m.opts.CloseGracePeriod)
 	defer grace.Stop()
 	select {
 	case err := <-done:
@@ -514,7 +513,7 @@ func (m *Manager) closeWAL(name string, term int64, w adaptor.WAL) error {
 		m.metrics.transitions.WithLabelValues("close", "ok").Inc()
 		m.log.Info("wal closed", "channel", name, "term", term)
 		return nil
-	case <-grace.C:
+	case <-grace.Chan():
 		abandoned.Store(true)
 		m.metrics.transitions.WithLabelValues("close", "abandoned").Inc()
 		m.log.Error("wal close hangs: abandoned", "channel", name, "term", term, "grace", m.opts.CloseGracePeriod)

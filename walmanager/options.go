@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamwal/streamwal/adaptor"
@@ -55,6 +56,10 @@ type Options struct {
 	// Deleter deletes channels from the backend for Manager.Delete; nil
 	// makes Delete an error.
 	Deleter ChannelDeleter
+	// Clock times the close grace period and the open and close durations
+	// the manager measures; nil is the real clock. Tests pass a
+	// clockwork.FakeClock to step a close past its grace period.
+	Clock clockwork.Clock
 }
 
 // Validate reports settings no manager can run with.
@@ -72,6 +77,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
 	}
 	return o
 }
