@@ -232,8 +232,8 @@ func (n *Node) authenticated(r *http.Request) bool {
 }
 
 // verifiesClients reports whether a TLS configuration verifies client
-// certificates (required or when given): then the liveness stream asks
-// for a node's.
+// certificates (required or when given): without that, no caller can
+// prove it is a node, and the liveness stream is refused to all.
 func verifiesClients(c *tls.Config) bool {
 	return c != nil && (c.ClientAuth == tls.VerifyClientCertIfGiven || c.ClientAuth == tls.RequireAndVerifyClientCert)
 }

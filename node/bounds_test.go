@@ -111,8 +111,10 @@ func openLiveness(ctx context.Context, t *testing.T, hc *http.Client, url string
 // TestLivenessNeedsNodeIdentity: with TLS that verifies client
 // certificates, only a node's certificate holds the liveness stream; a
 // client's certificate (the CA's, named like a node or not) and no
-// certificate are refused and counted. Without TLS it stays open to any
-// caller (the caps bound it).
+// certificate are refused and counted. With TLS that verifies no client
+// certificate no caller can prove it is a node: a node's certificate is
+// refused too. Without TLS it stays open to any caller (the caps bound
+// it).
 func TestLivenessNeedsNodeIdentity(t *testing.T) {
 	c := newTestCluster(t)
 	p := newPKI(t)
@@ -134,6 +136,14 @@ func TestLivenessNeedsNodeIdentity(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, who)
 	}
 	require.EqualValues(t, 3, metricValue(t, reg, "streamwal_node_refused_total", map[string]string{"reason": "no_node_identity"}))
+
+	unverified := newTestCluster(t)
+	server := p.server(t)
+	server.ClientAuth, server.ClientCAs = tls.NoClientCert, nil
+	un, ureg, _ := unverified.startConfigured(t, node.Config{TLS: server}, nil)
+	resp := openLiveness(ctx, t, from("127.0.0.1", peer), "https://"+un.Addr())
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "TLS that verifies no client: not even a node's certificate")
+	require.EqualValues(t, 1, metricValue(t, ureg, "streamwal_node_refused_total", map[string]string{"reason": "no_node_identity"}))
 
 	plain := newTestCluster(t)
 	pn, _, _ := plain.startConfigured(t, node.Config{}, nil)

@@ -36,7 +36,10 @@ type Config struct {
 	// TLS, when set, makes the node serve its API (HTTP/2 and HTTP/1.1,
 	// by ALPN) over TLS with it, e.g. a tlsconf.Config's Server(); with
 	// ClientAuth set it requires client certificates (mutual TLS). Nil
-	// serves plaintext (HTTP/1.1 and h2c).
+	// serves plaintext (HTTP/1.1 and h2c). With TLS the liveness stream
+	// needs a node's verified certificate: a ClientAuth that verifies
+	// none (NoClientCert, RequestClientCert, RequireAnyClientCert)
+	// refuses it to every caller.
 	TLS *tls.Config
 	// SessionTTL is the lease the node registers under: the coordinator
 	// moves its channels this long after the node stops renewing it.

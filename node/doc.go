@@ -42,8 +42,9 @@
 // mapping): a connect interceptor decides each RPC from its decoded
 // request before the service sees it, so a refused request never reaches
 // the WAL; /metrics and /admin/channels are checked in front of their
-// handlers; /healthz stays open, and the liveness stream takes a node's
-// certificate when the API verifies client certificates. A refusal is
+// handlers; /healthz stays open, and with TLS the liveness stream takes
+// only a verified node's certificate (none, when the API verifies no
+// client certificates). A refusal is
 // Unauthenticated or PermissionDenied, and for an append carries the
 // not_stored outcome. With Config.Placement (the channel pool) a vchannel
 // grant holds only on the pchannel the pool allocated the vchannel to.

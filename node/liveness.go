@@ -27,14 +27,17 @@ import (
 // A request naming another node is 404 (the caller's registration of that
 // node points here by mistake); one during Shutdown is 503.
 //
-// Bounds (bounds.go): when the API verifies client certificates, only a
-// node may hold the stream: a caller without a node's certificate
-// (authz.NodeName) is 403. A stream ends once the node could write
+// Bounds (bounds.go): with TLS on, only a node may hold the stream: a
+// caller without a verified node's certificate (authz.NodeName) is 403.
+// A TLS configuration that verifies no client certificate verifies no
+// node either, so it refuses the stream to every caller (Start warns):
+// the coordinators then time this node by its lease alone, which is
+// slower failure detection, never an open door. A stream ends once the node could write
 // nothing on it for Config.LivenessIdle: a heartbeat the caller does not
 // read within it, or, without heartbeats, at that age; heartbeats are at
 // most half of it apart.
 func (n *Node) liveness(w http.ResponseWriter, r *http.Request) {
-	if verifiesClients(n.cfg.TLS) {
+	if n.cfg.TLS != nil {
 		if _, err := authz.NodeName(r.TLS); err != nil {
 			n.refuser.refuse(r.RemoteAddr, reasonNoNodeIdentity, "liveness stream refused: the caller is not a node", "error", err.Error())
 			http.Error(w, "liveness stream: only a node may hold it: "+err.Error(), http.StatusForbidden)

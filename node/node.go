@@ -267,6 +267,11 @@ func (n *Node) Start(ctx context.Context) error {
 		n.retainer.Start()
 	}
 	n.log.Info("node started", "addr", n.addr, "backend", n.cfg.Backend, "tls", n.cfg.TLS != nil)
+	if n.cfg.TLS != nil && !verifiesClients(n.cfg.TLS) {
+		n.log.Warn("TLS verifies no client certificate, so no node can prove it is one: the liveness stream is refused to every caller, " +
+			"and the coordinators detect this node's failure by its lease alone; verify client certificates with the cluster's CA " +
+			"(walnode: -tls-ca or -tls-client-ca)")
+	}
 	n.reportOffDefault(ctx)
 	return nil
 }

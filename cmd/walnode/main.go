@@ -192,7 +192,7 @@ func parseFlags(args []string) (params, *slog.Logger, error) {
 	fs.StringVar(&p.tlsKey, "tls-key", "", "PEM private key of -tls-cert")
 	fs.StringVar(&p.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates of these CAs (mutual TLS)")
 	fs.BoolVar(&p.tlsClientCertOptional, "tls-client-cert-optional", false, "with -tls-client-ca and -authz: let clients without a certificate connect (a bearer token authenticates them)")
-	fs.StringVar(&p.tlsCA, "tls-ca", "", "PEM CA bundle that verifies the other nodes (default -tls-client-ca)")
+	fs.StringVar(&p.tlsCA, "tls-ca", "", "PEM CA bundle that verifies the other nodes (default -tls-client-ca); without -tls-client-ca it also verifies a client certificate given (clients without one still connect), so that only a node holds the liveness stream")
 	fs.BoolVar(&p.insecure, "insecure", false, "serve plaintext on a non-loopback address: anyone who reaches the port can append and read")
 	fs.StringVar(&p.etcdCA, "etcd-ca", "", "PEM CA bundle that verifies etcd (default -tls-ca) when the -etcd endpoints are https")
 	fs.StringVar(&p.etcdCert, "etcd-cert", "", "PEM client certificate for etcd (default -tls-cert when etcd is https)")

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -135,7 +137,9 @@ func mustRead(t *testing.T, path string) []byte {
 
 // -tls-cert and -tls-key alone (no CA flag) with the embedded member: the
 // node reaches its member, pinned to the pair it gave it, and serves;
-// clients verify both with the CA they know.
+// clients verify both with the CA they know. With no CA to verify a node
+// by, the liveness stream is refused to every caller, a node's
+// certificate included, and the node says so when it starts.
 func TestTLSWithoutCAFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a walnode process")
@@ -176,4 +180,10 @@ func TestTLSWithoutCAFlags(t *testing.T) {
 		_, err := cl.Append(ctx, ch, client.Message{Payload: []byte("hello")}, client.Options{})
 		require.NoError(t, err, ch)
 	}
+	asNode, _, err := tlsconf.Config{CAFile: file(certs.CACert), CertFile: file("node.n1.crt"), KeyFile: file("node.n1.key")}.Client()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, livenessStatus(ctx, t, c, "n1", asNode), "no CA: not even a node's certificate")
+	require.Eventually(t, func() bool {
+		return strings.Contains(string(mustRead(t, c.nodes["n1"].log)), "the liveness stream is refused to every caller")
+	}, time.Minute, 20*time.Millisecond, "no warning that the liveness stream is closed")
 }

@@ -129,11 +129,28 @@ func (t tlsConfigs) register(reg prometheus.Registerer) error {
 
 // tlsConfigs reads the files the flags name; an unusable file stops the
 // node before it starts anything, naming the flag, the file and why.
+//
+// With TLS the liveness stream takes only a verified node's certificate
+// (node.Config.TLS). Without -tls-client-ca the API still verifies a
+// client certificate given, against -tls-ca (the CA that verifies the
+// other nodes): clients without one connect as before, a certificate a
+// client presents must chain to that CA, and the leading coordinator's
+// stream holds with the node certificate it presents. With neither CA no
+// certificate can be verified: the stream is refused to every caller and
+// the node warns (node.Node.Start) rather than refuses to start. Nothing
+// is open that way: a node's identity is a URI only a CA the operator
+// runs issues, so without its file there is no node to admit, and
+// failure detection falls back to the lease. Refusing to start would
+// break the documented -tls-cert/-tls-key-alone node for no safety.
 func (p params) tlsConfigs(logger *slog.Logger) (tlsConfigs, error) {
 	var out tlsConfigs
 	if p.tlsCert != "" {
-		server, files, err := tlsconf.Config{CertFile: p.tlsCert, KeyFile: p.tlsKey, ClientCAFile: p.tlsClientCA,
-			ClientCertOptional: p.tlsClientCertOptional, Names: apiNames, Logger: logger}.Server()
+		sc := tlsconf.Config{CertFile: p.tlsCert, KeyFile: p.tlsKey, ClientCAFile: p.tlsClientCA,
+			ClientCertOptional: p.tlsClientCertOptional, Names: apiNames, Logger: logger}
+		if sc.ClientCAFile == "" && p.tlsCA != "" {
+			sc.ClientCAFile, sc.ClientCertOptional, sc.Names.ClientCAFile = p.tlsCA, true, "-tls-ca"
+		}
+		server, files, err := sc.Server()
 		if err != nil {
 			return out, errors.Wrap(err, "walnode")
 		}
