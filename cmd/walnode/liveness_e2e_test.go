@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,19 +49,7 @@ func TestLivenessWithClusterCAOnly(t *testing.T) {
 	}
 	dir := certDir(t, []string{"n1", "n2"}, []string{"alice"})
 	file := func(name string) string { return filepath.Join(dir, name) }
-	etcdAddr := freeAddr(t)
-	c := &e2eCluster{t: t, root: "/clusterca/", etcd: []string{"https://" + etcdAddr}, dir: t.TempDir(), nodes: map[string]*child{}}
-	c.nodes["n1"] = &child{id: "n1", log: filepath.Join(c.dir, "n1.log"), args: []string{
-		"-id", "n1", "-listen", "127.0.0.1:0", "-etcd-listen", etcdAddr, "-root", c.root, "-data", filepath.Join(c.dir, "n1"),
-		"-log-level", "debug", "-tls-cert", file("node.n1.crt"), "-tls-key", file("node.n1.key"), "-tls-ca", file(certs.CACert),
-	}}
-	c.start("n1")
-	t.Cleanup(func() {
-		c.stop("n1", syscall.SIGTERM)
-		if t.Failed() {
-			c.dumpLogs()
-		}
-	})
+	c, _ := embeddedNode(t, "/clusterca/", dir, "-tls-ca", file(certs.CACert))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	as := func(name string, crt, key string) *tls.Config {

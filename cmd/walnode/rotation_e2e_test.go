@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,19 +41,7 @@ func TestRotationEveryFile(t *testing.T) {
 	}
 	dir := certDir(t, []string{"n1"}, []string{"alice"})
 	file := func(name string) string { return filepath.Join(dir, name) }
-	etcdAddr := freeAddr(t)
-	c := &e2eCluster{t: t, root: "/rotation/", etcd: []string{"https://" + etcdAddr}, dir: t.TempDir(), nodes: map[string]*child{}}
-	c.nodes["n1"] = &child{id: "n1", log: filepath.Join(c.dir, "n1.log"), args: []string{
-		"-id", "n1", "-listen", "127.0.0.1:0", "-etcd-listen", etcdAddr, "-root", c.root, "-data", filepath.Join(c.dir, "n1"),
-		"-log-level", "debug", "-tls-cert", file("node.n1.crt"), "-tls-key", file("node.n1.key"), "-tls-client-ca", file(certs.CACert),
-	}}
-	c.start("n1")
-	t.Cleanup(func() {
-		c.stop("n1", syscall.SIGTERM)
-		if t.Failed() {
-			c.dumpLogs()
-		}
-	})
+	c, etcdAddr := embeddedNode(t, "/rotation/", dir, "-tls-client-ca", file(certs.CACert))
 	ready := regexp.MustCompile(`walnode n1 serving on (\S+)`)
 	var apiAddr string
 	require.Eventually(t, func() bool {
@@ -146,19 +133,7 @@ func TestTLSWithoutCAFlags(t *testing.T) {
 	}
 	dir := certDir(t, []string{"n1"}, nil)
 	file := func(name string) string { return filepath.Join(dir, name) }
-	etcdAddr := freeAddr(t)
-	c := &e2eCluster{t: t, root: "/noca/", etcd: []string{"https://" + etcdAddr}, dir: t.TempDir(), nodes: map[string]*child{}}
-	c.nodes["n1"] = &child{id: "n1", log: filepath.Join(c.dir, "n1.log"), args: []string{
-		"-id", "n1", "-listen", "127.0.0.1:0", "-etcd-listen", etcdAddr, "-root", c.root, "-data", filepath.Join(c.dir, "n1"),
-		"-log-level", "debug", "-tls-cert", file("node.n1.crt"), "-tls-key", file("node.n1.key"),
-	}}
-	c.start("n1")
-	t.Cleanup(func() {
-		c.stop("n1", syscall.SIGTERM)
-		if t.Failed() {
-			c.dumpLogs()
-		}
-	})
+	c, _ := embeddedNode(t, "/noca/", dir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tc, _, err := tlsconf.Config{CAFile: file(certs.CACert)}.Client()

@@ -216,22 +216,7 @@ func TestSecureEmbeddedEtcd(t *testing.T) {
 	}
 	dir := certDir(t, []string{"n1"}, []string{"alice"})
 	file := func(name string) string { return filepath.Join(dir, name) }
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	etcdAddr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	c := &e2eCluster{t: t, root: "/secure-embedded/", etcd: []string{"https://" + etcdAddr}, dir: t.TempDir(), nodes: map[string]*child{}}
-	c.nodes["n1"] = &child{id: "n1", log: filepath.Join(c.dir, "n1.log"), args: []string{
-		"-id", "n1", "-listen", "127.0.0.1:0", "-etcd-listen", etcdAddr, "-root", c.root, "-data", filepath.Join(c.dir, "n1"),
-		"-log-level", "debug", "-tls-cert", file("node.n1.crt"), "-tls-key", file("node.n1.key"), "-tls-client-ca", file(certs.CACert),
-	}}
-	c.start("n1")
-	t.Cleanup(func() {
-		c.stop("n1", syscall.SIGTERM)
-		if t.Failed() {
-			c.dumpLogs()
-		}
-	})
+	c, _ := embeddedNode(t, "/secure-embedded/", dir, "-tls-client-ca", file(certs.CACert))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tlsFor := func(cert bool) *tls.Config {
@@ -248,6 +233,7 @@ func TestSecureEmbeddedEtcd(t *testing.T) {
 	require.Eventually(t, func() bool {
 		dctx, dcancel := context.WithTimeout(ctx, time.Second)
 		defer dcancel()
+		var err error
 		ecli, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tlsFor(true)})
 		return err == nil
 	}, time.Minute, 50*time.Millisecond, "the embedded etcd member never answered over TLS")
@@ -268,4 +254,27 @@ func TestSecureEmbeddedEtcd(t *testing.T) {
 	_, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tlsFor(false)})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "certificate required")
+}
+
+// embeddedNode starts walnode n1 with its embedded etcd member on a free
+// loopback address (returned), the TLS pair node.n1.{crt,key} of the
+// certificates in dir and the extra flags, under root; the test's cleanup
+// stops it, and dumps its log when the test failed.
+func embeddedNode(t *testing.T, root, dir string, extra ...string) (*e2eCluster, string) {
+	t.Helper()
+	etcdAddr := freeAddr(t)
+	c := &e2eCluster{t: t, root: root, etcd: []string{"https://" + etcdAddr}, dir: t.TempDir(), nodes: map[string]*child{}}
+	args := []string{
+		"-id", "n1", "-listen", "127.0.0.1:0", "-etcd-listen", etcdAddr, "-root", c.root, "-data", filepath.Join(c.dir, "n1"),
+		"-log-level", "debug", "-tls-cert", filepath.Join(dir, "node.n1.crt"), "-tls-key", filepath.Join(dir, "node.n1.key"),
+	}
+	c.nodes["n1"] = &child{id: "n1", log: filepath.Join(c.dir, "n1.log"), args: append(args, extra...)}
+	c.start("n1")
+	t.Cleanup(func() {
+		c.stop("n1", syscall.SIGTERM)
+		if t.Failed() {
+			c.dumpLogs()
+		}
+	})
+	return c, etcdAddr
 }
