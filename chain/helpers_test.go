@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/chain"
@@ -44,22 +45,24 @@ func eachStore(t *testing.T, f func(t *testing.T, open func() meta.Store)) {
 	})
 }
 
-// clock is a fixed time that moves one second per reading.
-type clock struct {
+// tickingClock is a fake clock that moves one second per reading, so that
+// every time the store records differs from the one before. The mutex makes
+// advancing and reading one step for concurrent readers.
+type tickingClock struct {
+	*clockwork.FakeClock
 	mu sync.Mutex
-	t  time.Time
 }
 
-func (c *clock) now() time.Time {
+func (c *tickingClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.t = c.t.Add(time.Second)
-	return c.t
+	c.Advance(time.Second)
+	return c.FakeClock.Now()
 }
 
 func newStore(kv meta.Store) *chain.Store {
-	c := &clock{t: time.Date(2026, 12, 5, 14, 0, 0, 0, time.UTC)}
-	return chain.NewStore(kv, chain.Options{Now: c.now})
+	c := &tickingClock{FakeClock: clockwork.NewFakeClockAt(time.Date(2026, 12, 5, 14, 0, 0, 0, time.UTC))}
+	return chain.NewStore(kv, chain.Options{Clock: c})
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/streamwal/streamwal/cursor"
 	"github.com/streamwal/streamwal/internal/errmark"
@@ -23,8 +24,9 @@ type Options struct {
 	// chain: for example that its kind is registered and its params build
 	// an opener. Its error refuses the change.
 	CheckBackend func(ctx context.Context, b Backend) error
-	// Now returns the times recorded in the chain; nil is time.Now.
-	Now func() time.Time
+	// Clock gives the times recorded in the chain, in UTC; nil is the real
+	// clock. Tests pass a fake one so that recorded times are known.
+	Clock clockwork.Clock
 }
 
 // Store reads and changes chains in a meta.Store. Every change is a
@@ -38,8 +40,8 @@ type Store struct {
 
 // NewStore returns a Store over kv, which it does not close.
 func NewStore(kv meta.Store, opts Options) *Store {
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
 	}
 	return &Store{kv: kv, opts: opts}
 }
@@ -308,7 +310,7 @@ func (s *Store) checkBackend(ctx context.Context, channel string, b Backend) err
 	return nil
 }
 
-func (s *Store) now() time.Time { return s.opts.Now().UTC() }
+func (s *Store) now() time.Time { return s.opts.Clock.Now().UTC() }
 
 // mismatch is the ErrSegmentMismatch of a caller that decided on segment
 // want of c.

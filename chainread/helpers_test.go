@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -133,7 +134,7 @@ func (bl *builder) withStore() *chain.Store {
 	require.NoError(bl.t, err)
 	bl.t.Cleanup(func() { _ = kv.Close() })
 	require.Len(bl.t, bl.c.Segments, 1, "withStore starts with the chain's first segment")
-	bl.store = chain.NewStore(kv, chain.Options{Now: func() time.Time { return at }})
+	bl.store = chain.NewStore(kv, chain.Options{Clock: clockwork.NewFakeClockAt(at)})
 	_, err = bl.store.Create(testCtx(bl.t), bl.c.Channel, bl.c.Segments[0].Backend, bl.c.Segments[0].FirstTerm)
 	require.NoError(bl.t, err)
 	return bl.store
