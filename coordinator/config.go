@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamwal/streamwal/chain"
@@ -105,6 +106,11 @@ type Config struct {
 	// Registerer receives the coordinator's metrics while Run runs; nil
 	// registers none.
 	Registerer prometheus.Registerer
+	// Clock times the reconcile sweep and its retries, stamps assignments
+	// and decisions, and times nodes' silences in failure detection; nil is
+	// the real clock. etcd's leases and sockets' deadlines keep the
+	// machine's time whatever it is.
+	Clock clockwork.Clock
 }
 
 // Validate reports settings no coordinator can run with.
@@ -186,6 +192,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }

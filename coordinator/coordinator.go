@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -39,7 +40,7 @@ type Coordinator struct {
 	rules   rules
 	log     *slog.Logger
 	metrics *metrics
-	now     func() time.Time
+	clock   clockwork.Clock
 
 	running atomic.Bool
 	leader  atomic.Bool
@@ -109,7 +110,7 @@ func New(cli *clientv3.Client, cfg Config) (*Coordinator, error) {
 		rules:   rules{openTimeout: cfg.OpenTimeout},
 		log:     cfg.Logger.With("coordinator", cfg.ID),
 		metrics: newMetrics(cfg.Registerer),
-		now:     time.Now,
+		clock:   cfg.Clock,
 		leading: make(chan struct{}),
 		overdue: map[string]int64{},
 	}, nil
@@ -273,7 +274,7 @@ func (c *Coordinator) lead(ctx context.Context, f fence) error {
 		det = newDetector(ctx, c.liveness(), c.log, c.metrics)
 		defer det.stop()
 	}
-	tick := time.NewTicker(c.cfg.ReconcileInterval)
+	tick := c.clock.NewTicker(c.cfg.ReconcileInterval)
 	defer tick.Stop()
 	retry := backoff.Config{Initial: 10 * time.Millisecond, Max: c.cfg.ReconcileInterval}
 	failures := 0
@@ -302,7 +303,7 @@ func (c *Coordinator) lead(ctx context.Context, f fence) error {
 			return err
 		}
 		var retryAfter <-chan time.Time
-		var timer *time.Timer
+		var timer clockwork.Timer
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -314,14 +315,14 @@ func (c *Coordinator) lead(ctx context.Context, f fence) error {
 			} else {
 				c.log.Warn("reconcile", "error", err)
 			}
-			timer = time.NewTimer(retry.Delay(failures))
-			retryAfter, changed = timer.C, nil
+			timer = c.clock.NewTimer(retry.Delay(failures))
+			retryAfter, changed = timer.Chan(), nil
 			failures++
 		}
 		select {
 		case <-ctx.Done():
 		case <-changed:
-		case <-tick.C:
+		case <-tick.Chan():
 		case <-retryAfter:
 		case ev := <-det.eventsChan():
 			det.note(ev)
@@ -347,7 +348,7 @@ func (c *Coordinator) liveness() liveness {
 	if dial == nil {
 		dial = dialer(c.cfg.ProbeTimeout)
 	}
-	return liveness{dial: dial, timeout: c.cfg.ProbeTimeout, tls: c.cfg.TLS, now: c.now, log: c.log,
+	return liveness{dial: dial, timeout: c.cfg.ProbeTimeout, tls: c.cfg.TLS, clock: c.clock, log: c.log,
 		retry:     backoff.Config{Initial: 10 * time.Millisecond, Max: time.Second},
 		leaseLeft: c.leaseLeft, metrics: c.metrics}
 }

@@ -86,7 +86,7 @@ func newDetector(ctx context.Context, lv liveness, log *slog.Logger, m *metrics)
 // verdict was premature: the lease was renewed meanwhile, the node alive
 // (counted, logged).
 func (d *detector) sync(s cluster.Snapshot) {
-	now := d.lv.now()
+	now := d.lv.clock.Now()
 	for id, v := range d.verdicts {
 		n, ok := s.Nodes[id]
 		switch {

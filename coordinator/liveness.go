@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/sys/unix"
 
 	"github.com/streamwal/streamwal/cluster"
@@ -78,7 +79,8 @@ type liveness struct {
 	tls *tls.Config
 	// retry paces the attempts after one that proved nothing.
 	retry backoff.Config
-	now   func() time.Time
+	// clock stamps what the watch reports and times silences.
+	clock clockwork.Clock
 	log   *slog.Logger
 	// leaseLeft asks etcd how long a lease has left, in whole seconds as
 	// etcd counts them (zero or less: under a second, or gone); nil:
@@ -123,7 +125,7 @@ type registration struct {
 // that is reported heard. Silence is never proof of death: a silent node
 // that speaks again was alive all along, only not heard.
 func (l liveness) watch(ctx context.Context, reg registration, report func(kind eventKind, at, since time.Time)) {
-	since := l.now()
+	since := l.clock.Now()
 	var last eventKind
 	tell := func(k eventKind, at, since time.Time) {
 		if k != last {
@@ -135,7 +137,7 @@ func (l liveness) watch(ctx context.Context, reg registration, report func(kind 
 	if reg.ttl > 0 {
 		interval = heartbeatFor(reg.ttl)
 	}
-	ear := &ear{s: newSilence(reg.ttl, interval), interval: interval, now: l.now,
+	ear := &ear{s: newSilence(reg.ttl, interval), interval: interval, clock: l.clock,
 		heard: func(at time.Time) { tell(eventHeard, at, at) },
 		judge: func(at time.Time, heard time.Time) time.Duration {
 			wait := l.confirm(ctx, reg, at, heard, interval)
@@ -147,11 +149,11 @@ func (l liveness) watch(ctx context.Context, reg registration, report func(kind 
 	}
 	told := false // errNotANode was logged
 	for attempt := 0; ctx.Err() == nil; {
-		held, err := l.hold(ctx, reg, ear, func() { tell(eventAlive, l.now(), since) })
+		held, err := l.hold(ctx, reg, ear, func() { tell(eventAlive, l.clock.Now(), since) })
 		if ctx.Err() != nil {
 			return
 		}
-		now := l.now()
+		now := l.clock.Now()
 		switch {
 		case refused(err):
 			tell(eventDead, now, since)
@@ -223,7 +225,7 @@ func (l liveness) hold(ctx context.Context, reg registration, ear *ear, establis
 	conn := raw
 	timed := ear.s.timed() && peekable(raw)
 	if timed {
-		ear.s.connected(l.now())
+		ear.s.connected(l.clock.Now())
 		conn = &earConn{Conn: raw, ear: ear}
 	}
 	scheme := "http"
@@ -235,7 +237,7 @@ func (l liveness) hold(ctx context.Context, reg registration, ear *ear, establis
 		}
 		cfg.NextProtos = []string{"http/1.1"} // the stream below is HTTP/1.1
 		tc := tls.Client(conn, cfg)
-		_ = conn.SetDeadline(l.now().Add(l.timeout))
+		_ = conn.SetDeadline(l.clock.Now().Add(l.timeout))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return false, errors.Wrap(err, "liveness tls handshake")
 		}
@@ -252,7 +254,7 @@ func (l liveness) hold(ctx context.Context, reg registration, ear *ear, establis
 	if err != nil {
 		return false, errors.Wrap(err, "liveness request")
 	}
-	_ = conn.SetWriteDeadline(l.now().Add(l.timeout))
+	_ = conn.SetWriteDeadline(l.clock.Now().Add(l.timeout))
 	if err := req.Write(conn); err != nil {
 		return false, errors.Wrap(err, "send liveness request")
 	}
@@ -292,7 +294,7 @@ type ear struct {
 	s *silence
 	// interval is the heartbeat interval asked of the node.
 	interval time.Duration
-	now      func() time.Time
+	clock    clockwork.Clock
 	// heard is called when the node speaks after a verdict.
 	heard func(at time.Time)
 	// judge confirms a verdict on a node found silent at at, last heard at
@@ -331,12 +333,12 @@ func (c *earConn) Read(p []byte) (int, error) {
 		if due := c.ear.s.due(); look && !due.IsZero() && (deadline.IsZero() || due.Before(deadline)) {
 			// due is on the ear's clock, the socket's deadline on the
 			// machine's.
-			deadline, bySilence = time.Now().Add(due.Sub(c.ear.now())), true
+			deadline, bySilence = time.Now().Add(due.Sub(c.ear.clock.Now())), true
 		}
 		_ = c.Conn.SetReadDeadline(deadline)
 		n, err := c.Conn.Read(p)
 		if n > 0 {
-			now := c.ear.now()
+			now := c.ear.clock.Now()
 			if c.ear.s.hear(now) {
 				c.ear.heard(now)
 			}
@@ -345,7 +347,7 @@ func (c *earConn) Read(p []byte) (int, error) {
 		if !bySilence || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
 		}
-		at := c.ear.now()
+		at := c.ear.clock.Now()
 		_ = c.Conn.SetReadDeadline(c.deadline)
 		if pending(c.Conn) {
 			look = false // read what waits

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/atomic"
 
@@ -19,11 +20,21 @@ import (
 )
 
 // offsetClock is the machine's clock, moved forward at will: what a
-// process that was stopped for that long sees when it runs again.
-type offsetClock struct{ off atomic.Int64 }
+// process that was stopped for that long sees when it runs again. It keeps
+// running with real time (a frozen fake clock would not: the ear maps its
+// due time onto the socket's real deadline), so it wraps the real clock
+// and offsets what it reads; timers and tickers, relative, need no offset.
+type offsetClock struct {
+	clockwork.Clock
+	off atomic.Int64
+}
 
-func (c *offsetClock) now() time.Time       { return time.Now().Add(time.Duration(c.off.Load())) }
-func (c *offsetClock) jump(d time.Duration) { c.off.Add(int64(d)) }
+func newOffsetClock() *offsetClock { return &offsetClock{Clock: clockwork.NewRealClock()} }
+
+func (c *offsetClock) Now() time.Time                  { return c.Clock.Now().Add(time.Duration(c.off.Load())) }
+func (c *offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *offsetClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
+func (c *offsetClock) jump(d time.Duration)            { c.off.Add(int64(d)) }
 
 // tcpPair returns both ends of a loopback TCP connection.
 func tcpPair(t *testing.T) (client, server net.Conn) {
@@ -58,9 +69,9 @@ func waitPending(t *testing.T, conn net.Conn) {
 // testEar times a connection made now at a 1 s TTL and 25 ms heartbeats,
 // on clock; judge and heard are the test's.
 func testEar(clock *offsetClock, judge func(at, heard time.Time) time.Duration, heard func(time.Time)) *ear {
-	e := &ear{s: newSilence(time.Second, 25*time.Millisecond), interval: 25 * time.Millisecond, now: clock.now,
+	e := &ear{s: newSilence(time.Second, 25*time.Millisecond), interval: 25 * time.Millisecond, clock: clock,
 		judge: judge, heard: heard}
-	e.s.connected(clock.now())
+	e.s.connected(clock.Now())
 	return e
 }
 
@@ -68,7 +79,7 @@ func testEar(clock *offsetClock, judge func(at, heard time.Time) time.Duration, 
 // arrived while this process did not run are in its socket when its
 // timer fires, and are read, not judged.
 func TestEarReadsWhatWaited(t *testing.T) {
-	clock := &offsetClock{}
+	clock := newOffsetClock()
 	client, server := tcpPair(t)
 	e := testEar(clock, func(at, heard time.Time) time.Duration {
 		t.Errorf("judged silent at %s: a heartbeat waited in the socket", at)
@@ -84,7 +95,7 @@ func TestEarReadsWhatWaited(t *testing.T) {
 	n, err := conn.Read(buf)
 	require.NoError(t, err)
 	require.Equal(t, "\n", string(buf[:n]))
-	require.True(t, e.s.due().After(clock.now()), "heard when read: the silence starts again from then")
+	require.True(t, e.s.due().After(clock.Now()), "heard when read: the silence starts again from then")
 }
 
 // A node that sent nothing for the limit, its socket found empty, is
@@ -92,7 +103,7 @@ func TestEarReadsWhatWaited(t *testing.T) {
 // later; the verdict holds until the node speaks, and its first byte
 // after it is heard.
 func TestEarSilence(t *testing.T) {
-	clock := &offsetClock{}
+	clock := newOffsetClock()
 	client, server := tcpPair(t)
 	var judged, heard []time.Time
 	e := testEar(clock, func(at, last time.Time) time.Duration {
@@ -121,7 +132,7 @@ func TestEarSilence(t *testing.T) {
 // The caller's deadline is kept: a read past it ends with a timeout,
 // whatever the silence; the node's end is returned as it comes.
 func TestEarCallerDeadline(t *testing.T) {
-	clock := &offsetClock{}
+	clock := newOffsetClock()
 	client, server := tcpPair(t)
 	e := testEar(clock, func(time.Time, time.Time) time.Duration {
 		t.Error("judged before the caller's deadline")
@@ -154,7 +165,7 @@ func TestWatchSilence(t *testing.T) {
 	events := make(chan event, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	lv := liveness{dial: dialer(time.Second), timeout: time.Second, now: time.Now,
+	lv := liveness{dial: dialer(time.Second), timeout: time.Second, clock: clockwork.NewRealClock(),
 		log: slog.New(slog.DiscardHandler), retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
 	// ttl below etcd's whole seconds: a test's, for speed (limit 220 ms).
 	reg := registration{node: "n1", addr: l.addr(), lease: 1, ttl: 200 * time.Millisecond}
@@ -190,9 +201,9 @@ func TestWatchSilence(t *testing.T) {
 
 	// Asked, but not heartbeating: not timed.
 	l2 := startLivenessServer(t, "n2")
-	quiet := liveness{dial: dialer(time.Second), timeout: time.Second, now: time.Now,
+	quiet := liveness{dial: dialer(time.Second), timeout: time.Second, clock: clockwork.NewRealClock(),
 		log: slog.New(slog.DiscardHandler), retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
-	e := &ear{s: newSilence(200*time.Millisecond, 20*time.Millisecond), interval: 20 * time.Millisecond, now: time.Now,
+	e := &ear{s: newSilence(200*time.Millisecond, 20*time.Millisecond), interval: 20 * time.Millisecond, clock: clockwork.NewRealClock(),
 		judge: func(time.Time, time.Time) time.Duration { t.Error("judged a node that does not heartbeat"); return 0 },
 		heard: func(time.Time) {}}
 	hctx, hcancel := context.WithCancel(context.Background())
@@ -232,7 +243,7 @@ func TestWatchRefusedNotANode(t *testing.T) {
 	}))
 	defer srv.Close()
 	warned := &warnings{text: "certificate is not a node's"}
-	lv := liveness{dial: dialer(time.Second), timeout: time.Second, now: time.Now, log: slog.New(warned),
+	lv := liveness{dial: dialer(time.Second), timeout: time.Second, clock: clockwork.NewRealClock(), log: slog.New(warned),
 		retry: backoff.Config{Initial: time.Millisecond, Max: time.Millisecond}}
 	ctx, cancel := context.WithCancel(context.Background())
 	events := make(chan eventKind, 16)

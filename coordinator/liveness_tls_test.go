@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/cluster"
@@ -65,7 +66,7 @@ func TestLivenessOverTLS(t *testing.T) {
 		cfg, _, err := c.Client()
 		require.NoError(t, err)
 		events := make(chan eventKind, 16)
-		lv := liveness{dial: dialer(time.Second), timeout: time.Second, tls: cfg, now: time.Now,
+		lv := liveness{dial: dialer(time.Second), timeout: time.Second, tls: cfg, clock: clockwork.NewRealClock(),
 			log: slog.New(slog.DiscardHandler), retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
 		go func() {
 			defer close(events)
@@ -116,7 +117,7 @@ func TestLivenessOverTLS(t *testing.T) {
 	hevents := make(chan event, 16)
 	hctx, hcancel := context.WithCancel(context.Background())
 	watched := make(chan struct{})
-	lv := liveness{dial: dialer(time.Second), timeout: time.Second, tls: peer, now: time.Now,
+	lv := liveness{dial: dialer(time.Second), timeout: time.Second, tls: peer, clock: clockwork.NewRealClock(),
 		log: slog.New(slog.DiscardHandler), retry: backoff.Config{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
 	go func() {
 		defer close(watched)

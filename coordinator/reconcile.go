@@ -30,7 +30,7 @@ func (c *Coordinator) reconcile(ctx context.Context, f fence, h health) error {
 	if err != nil {
 		return errors.Wrap(err, "coordinator: read cluster")
 	}
-	now := c.now()
+	now := c.clock.Now()
 	assigning, overdue := c.rules.status(snap, channels, now)
 	c.metrics.assigning.Set(float64(assigning))
 	c.metrics.overdue.Set(float64(len(overdue)))
@@ -225,7 +225,7 @@ func (c *Coordinator) logApplied(ch change) {
 		if ch.reason == reasonOwnerDead || ch.reason == reasonOwnerSilent {
 			from = ch.detected
 		}
-		c.metrics.decide.WithLabelValues(string(ch.reason)).Observe(c.now().Sub(from).Seconds())
+		c.metrics.decide.WithLabelValues(string(ch.reason)).Observe(c.clock.Since(from).Seconds())
 		attrs := []any{"channel", ch.channel, "node", ch.next.Node, "term", ch.next.Term, "reason", string(ch.reason)}
 		if ch.rev != 0 {
 			attrs = append(attrs, "from", ch.prev.Node, "from_term", ch.prev.Term)
