@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamwal/streamwal/security/authz"
@@ -247,7 +248,7 @@ func verifiesClients(c *tls.Config) bool {
 // is turned away with it until tokens come back.
 type handshakeBudget struct {
 	rate, burst float64
-	now         func() time.Time
+	clock       clockwork.Clock
 
 	mu    sync.Mutex
 	peers map[string]*bucket
@@ -263,8 +264,8 @@ type bucket struct {
 // (the budget fails open rather than grow without bound).
 const maxBudgetPeers = 16384
 
-func newHandshakeBudget(perSecond int, now func() time.Time) *handshakeBudget {
-	return &handshakeBudget{rate: float64(perSecond), burst: 4 * float64(perSecond), now: now, peers: map[string]*bucket{}}
+func newHandshakeBudget(perSecond int, clock clockwork.Clock) *handshakeBudget {
+	return &handshakeBudget{rate: float64(perSecond), burst: 4 * float64(perSecond), clock: clock, peers: map[string]*bucket{}}
 }
 
 // refill brings b to now. Assumes h.mu is held.
@@ -275,7 +276,7 @@ func (h *handshakeBudget) refill(b *bucket, now time.Time) {
 
 // failed takes a token from peer's bucket.
 func (h *handshakeBudget) failed(peer string) {
-	now := h.now()
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b := h.peers[peer]
@@ -299,7 +300,7 @@ func (h *handshakeBudget) failed(peer string) {
 
 // exhausted reports whether peer has no token left.
 func (h *handshakeBudget) exhausted(peer string) bool {
-	now := h.now()
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b := h.peers[peer]

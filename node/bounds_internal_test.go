@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -13,8 +14,8 @@ import (
 // worth, then rate a second; a quiet peer gets its tokens back, and its
 // entry goes.
 func TestHandshakeBudget(t *testing.T) {
-	now := time.Unix(0, 0)
-	h := newHandshakeBudget(2, func() time.Time { return now })
+	clock := clockwork.NewFakeClockAt(time.Unix(0, 0))
+	h := newHandshakeBudget(2, clock)
 	for range 7 {
 		h.failed("10.0.0.1")
 	}
@@ -22,11 +23,11 @@ func TestHandshakeBudget(t *testing.T) {
 	h.failed("10.0.0.1")
 	require.True(t, h.exhausted("10.0.0.1"))
 	require.False(t, h.exhausted("10.0.0.2"), "another peer")
-	now = now.Add(250 * time.Millisecond)
+	clock.Advance(250 * time.Millisecond)
 	require.True(t, h.exhausted("10.0.0.1"), "half a token back")
-	now = now.Add(250 * time.Millisecond)
+	clock.Advance(250 * time.Millisecond)
 	require.False(t, h.exhausted("10.0.0.1"), "a token back: rate 2 a second")
-	now = now.Add(time.Hour)
+	clock.Advance(time.Hour)
 	require.False(t, h.exhausted("10.0.0.1"))
 	require.Empty(t, h.peers, "a full bucket is no entry")
 }
@@ -35,35 +36,35 @@ func TestHandshakeBudget(t *testing.T) {
 // it suppressed on the next line or when the interval is over, and shares
 // one key per reason once its table is full.
 func TestRefusalLimiter(t *testing.T) {
-	now := time.Unix(0, 0)
+	clock := clockwork.NewFakeClockAt(time.Unix(0, 0))
 	suppressed := prometheus.NewCounter(prometheus.CounterOpts{Name: "s"})
-	l := newRefusalLimiter(time.Second, func() time.Time { return now }, suppressed)
+	l := newRefusalLimiter(time.Second, clock, suppressed)
 	l.maxKeys = 2
 	a := refusalKey{"10.0.0.1", "no_grant"}
-	write, prior := l.admit(a, now)
+	write, prior := l.admit(a, clock.Now())
 	require.True(t, write)
 	require.Zero(t, prior)
 	for range 3 {
-		write, _ = l.admit(a, now)
+		write, _ = l.admit(a, clock.Now())
 		require.False(t, write)
 	}
-	require.Empty(t, l.expired(now, false), "the interval is not over")
-	now = now.Add(time.Second)
-	write, prior = l.admit(a, now)
+	require.Empty(t, l.expired(clock.Now(), false), "the interval is not over")
+	clock.Advance(time.Second)
+	write, prior = l.admit(a, clock.Now())
 	require.True(t, write)
 	require.Equal(t, 3, prior, "said on the next line")
-	l.admit(a, now)
-	now = now.Add(time.Second)
-	require.Equal(t, map[refusalKey]int{a: 1}, l.expired(now, false), "or when the interval is over")
+	l.admit(a, clock.Now())
+	clock.Advance(time.Second)
+	require.Equal(t, map[refusalKey]int{a: 1}, l.expired(clock.Now(), false), "or when the interval is over")
 	require.Empty(t, l.keys)
 
-	l.admit(refusalKey{"10.0.0.1", "r"}, now)
-	l.admit(refusalKey{"10.0.0.2", "r"}, now)
-	write, _ = l.admit(refusalKey{"10.0.0.3", "r"}, now)
+	l.admit(refusalKey{"10.0.0.1", "r"}, clock.Now())
+	l.admit(refusalKey{"10.0.0.2", "r"}, clock.Now())
+	write, _ = l.admit(refusalKey{"10.0.0.3", "r"}, clock.Now())
 	require.True(t, write, "a new key beyond the table's size: the shared one, first line")
-	write, _ = l.admit(refusalKey{"10.0.0.4", "r"}, now)
+	write, _ = l.admit(refusalKey{"10.0.0.4", "r"}, clock.Now())
 	require.False(t, write, "the shared key's interval")
-	require.Equal(t, map[refusalKey]int{{"*", "r"}: 1}, l.expired(now, true))
+	require.Equal(t, map[refusalKey]int{{"*", "r"}: 1}, l.expired(clock.Now(), true))
 	require.EqualValues(t, 5, testutil.ToFloat64(suppressed))
 }
 

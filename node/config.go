@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamwal/streamwal/adaptor"
@@ -130,6 +131,10 @@ type Config struct {
 	// (peer, reason); the others are counted and the count said once
 	// (refusallog.go); default 10s.
 	RefusalLogInterval time.Duration
+	// Clock times the failed-handshake budget, the refusal log's rate
+	// limit and the WAL manager (walmanager.Options.Clock); nil is the
+	// real clock.
+	Clock clockwork.Clock
 }
 
 // Defaults of Config.
@@ -221,6 +226,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Registerer == nil {
 		reg := prometheus.NewRegistry()

@@ -119,7 +119,7 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 	}
 	n.metrics = m
 	n.limits = newPeerLimits(cfg.MaxConnsPerPeer, cfg.MaxStreamsPerPeer)
-	n.refusals = newRefusalLimiter(cfg.RefusalLogInterval, time.Now, m.refusalLogsSuppressed)
+	n.refusals = newRefusalLimiter(cfg.RefusalLogInterval, cfg.Clock, m.refusalLogsSuppressed)
 	refusalLog := slog.New(refusalHandler{next: n.log.Handler(), l: n.refusals})
 	n.refuser = refuser{log: refusalLog, refused: m.refused}
 	n.after = time.After
@@ -168,7 +168,7 @@ func New(cli *clientv3.Client, opener walimpls.Opener, cfg Config) (*Node, error
 		}
 		walOpener, deleter = n.chains, n.chains
 	}
-	n.mgr, err = walmanager.New(walOpener, walmanager.Options{Logger: n.log, Registerer: cfg.Registerer, Deleter: deleter})
+	n.mgr, err = walmanager.New(walOpener, walmanager.Options{Logger: n.log, Registerer: cfg.Registerer, Deleter: deleter, Clock: cfg.Clock})
 	if err != nil {
 		return nil, errors.WithStack(fmt.Errorf("%w: %w", err, ErrInvalidConfig))
 	}
@@ -236,7 +236,7 @@ func (n *Node) Start(ctx context.Context) error {
 	var budget *handshakeBudget
 	var failed func(peer string)
 	if n.cfg.TLS != nil {
-		budget = newHandshakeBudget(n.cfg.FailedHandshakesPerPeer, time.Now)
+		budget = newHandshakeBudget(n.cfg.FailedHandshakesPerPeer, n.cfg.Clock)
 		failed = budget.failed
 	}
 	n.srv = &http.Server{Handler: n.guarded(n.bounded(mux)), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.cfg.TLS,
@@ -247,9 +247,9 @@ func (n *Node) Start(ctx context.Context) error {
 	n.wg.Add(4)
 	go func() {
 		defer n.wg.Done()
-		t := time.NewTicker(n.cfg.RefusalLogInterval)
+		t := n.cfg.Clock.NewTicker(n.cfg.RefusalLogInterval)
 		defer t.Stop()
-		n.refusals.run(n.ctx, n.log, t.C)
+		n.refusals.run(n.ctx, n.log, t.Chan())
 	}()
 	go func() {
 		defer n.wg.Done()

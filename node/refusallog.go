@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -40,7 +41,7 @@ type refusalWindow struct {
 type refusalLimiter struct {
 	interval time.Duration
 	maxKeys  int
-	now      func() time.Time
+	clock    clockwork.Clock
 	// suppressed counts the lines not written.
 	suppressed prometheus.Counter
 
@@ -51,8 +52,8 @@ type refusalLimiter struct {
 // maxRefusalKeys bounds the limiter's table.
 const maxRefusalKeys = 4096
 
-func newRefusalLimiter(interval time.Duration, now func() time.Time, suppressed prometheus.Counter) *refusalLimiter {
-	return &refusalLimiter{interval: interval, maxKeys: maxRefusalKeys, now: now, suppressed: suppressed,
+func newRefusalLimiter(interval time.Duration, clock clockwork.Clock, suppressed prometheus.Counter) *refusalLimiter {
+	return &refusalLimiter{interval: interval, maxKeys: maxRefusalKeys, clock: clock, suppressed: suppressed,
 		keys: map[refusalKey]*refusalWindow{}}
 }
 
@@ -132,7 +133,7 @@ func (h refusalHandler) Handle(ctx context.Context, r slog.Record) error {
 	if found < 2 {
 		return h.next.Handle(ctx, r)
 	}
-	write, prior := h.l.admit(key, h.l.now())
+	write, prior := h.l.admit(key, h.l.clock.Now())
 	if !write {
 		return nil
 	}
@@ -154,7 +155,7 @@ func (h refusalHandler) WithGroup(name string) slog.Handler {
 // report writes a "suppressed similar refusals" line for each key whose
 // interval is over (every key when all) and that suppressed lines.
 func (l *refusalLimiter) report(log *slog.Logger, all bool) {
-	for k, n := range l.expired(l.now(), all) {
+	for k, n := range l.expired(l.clock.Now(), all) {
 		log.Warn("suppressed similar refusals", "peer", k.peer, "reason", k.reason, "suppressed", n, "interval", l.interval)
 	}
 }
