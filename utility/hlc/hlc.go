@@ -8,6 +8,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // LogicalBits is the width of the logical counter: 2^18 timeticks per
@@ -24,24 +26,25 @@ func Physical(tt uint64) time.Time { return time.UnixMilli(int64(tt >> LogicalBi
 
 // Clock allocates strictly increasing timeticks. Safe for concurrent use.
 type Clock struct {
-	now  func() time.Time
+	wall clockwork.Clock
 	mu   sync.Mutex
 	last uint64
 }
 
-// New returns a clock reading now (time.Now when nil).
-func New(now func() time.Time) *Clock {
-	if now == nil {
-		now = time.Now
+// New returns a clock whose physical time is wall's (the real clock when
+// nil).
+func New(wall clockwork.Clock) *Clock {
+	if wall == nil {
+		wall = clockwork.NewRealClock()
 	}
-	return &Clock{now: now}
+	return &Clock{wall: wall}
 }
 
 // Allocate returns a timetick above every one it returned or observed.
 func (c *Clock) Allocate(context.Context) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	tt := Compose(c.now(), 0)
+	tt := Compose(c.wall.Now(), 0)
 	if tt <= c.last {
 		tt = c.last + 1
 	}

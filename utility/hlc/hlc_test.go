@@ -5,25 +5,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal/utility/hlc"
 )
 
 func TestStrictlyIncreasingWhenTimeStallsOrStepsBack(t *testing.T) {
-	now := time.UnixMilli(1_700_000_000_000)
-	c := hlc.New(func() time.Time { return now })
+	wall := clockwork.NewFakeClockAt(time.UnixMilli(1_700_000_000_000))
+	c := hlc.New(wall)
 	ctx := context.Background()
 	a, _ := c.Allocate(ctx)
 	b, _ := c.Allocate(ctx)
 	require.Equal(t, a+1, b, "same millisecond: logical counter")
-	now = now.Add(-time.Hour)
+	wall.Advance(-time.Hour)
 	d, _ := c.Allocate(ctx)
 	require.Greater(t, d, b, "clock stepped back")
-	now = now.Add(2 * time.Hour)
+	wall.Advance(2 * time.Hour)
 	e, _ := c.Allocate(ctx)
-	require.Equal(t, hlc.Compose(now, 0), e, "back to physical time once it is ahead")
-	require.Equal(t, now.UnixMilli(), hlc.Physical(e).UnixMilli())
+	require.Equal(t, hlc.Compose(wall.Now(), 0), e, "back to physical time once it is ahead")
+	require.Equal(t, wall.Now().UnixMilli(), hlc.Physical(e).UnixMilli())
 
 	c.Observe(e + 1000)
 	f, _ := c.Allocate(ctx)
