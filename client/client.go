@@ -47,6 +47,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"github.com/cockroachdb/errors"
@@ -109,9 +110,15 @@ type Client struct {
 	layout cluster.Layout
 	log    *slog.Logger
 
+	// lanes are the HTTP clients calls spread over: Config.HTTP alone, or
+	// by default over TLS h2Lanes clients of their own transports (see
+	// h2Lanes).
+	lanes []*http.Client
+	next  atomic.Uint64 // the lane of the next call
+
 	mu     sync.Mutex
 	closed bool
-	conns  map[string]streamwalv1connect.WALServiceClient // by node address
+	conns  map[string][]streamwalv1connect.WALServiceClient // by node address, one per lane
 	// resolveFrom is, per channel, the resolve_from of the newest append
 	// acknowledged to this client: the start of a retry's look.
 	resolveFrom map[string]resolvePoint
@@ -140,15 +147,24 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	lanes := []*http.Client{cfg.HTTP}
 	if cfg.HTTP == nil {
-		cfg.HTTP = defaultHTTP(cfg.TLS)
+		lanes = lanes[:0]
+		n := 1
+		if cfg.TLS != nil {
+			n = h2Lanes
+		}
+		for range n {
+			lanes = append(lanes, defaultHTTP(cfg.TLS))
+		}
+		cfg.HTTP = lanes[0]
 	}
 	view, err := cluster.Watch(ctx, cfg.Etcd, layout, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, view: view, layout: layout, log: cfg.Logger, moves: newMoves(view),
-		conns: map[string]streamwalv1connect.WALServiceClient{}, resolveFrom: map[string]resolvePoint{}, looked: map[string][2]int64{}}, nil
+	return &Client{cfg: cfg, view: view, layout: layout, log: cfg.Logger, moves: newMoves(view), lanes: lanes,
+		conns: map[string][]streamwalv1connect.WALServiceClient{}, resolveFrom: map[string]resolvePoint{}, looked: map[string][2]int64{}}, nil
 }
 
 // Close stops following the cluster; idempotent.
@@ -162,8 +178,10 @@ func (c *Client) Close() {
 	c.mu.Unlock()
 	c.moves.close()
 	c.view.Close()
-	if t, ok := c.cfg.HTTP.Transport.(*http.Transport); ok {
-		t.CloseIdleConnections()
+	for _, l := range c.lanes {
+		if t, ok := l.Transport.(*http.Transport); ok {
+			t.CloseIdleConnections()
+		}
 	}
 }
 
@@ -176,7 +194,7 @@ func (c *Client) conn(addr string) (streamwalv1connect.WALServiceClient, error) 
 	if c.closed {
 		return nil, ErrClosed
 	}
-	cl, ok := c.conns[addr]
+	cls, ok := c.conns[addr]
 	if !ok {
 		scheme := "http://"
 		if c.cfg.TLS != nil {
@@ -186,10 +204,12 @@ func (c *Client) conn(addr string) (streamwalv1connect.WALServiceClient, error) 
 		if c.cfg.Token != "" {
 			opts = append(opts, connect.WithInterceptors(bearer(c.cfg.Token)))
 		}
-		cl = streamwalv1connect.NewWALServiceClient(c.cfg.HTTP, scheme+addr, opts...)
-		c.conns[addr] = cl
+		for _, l := range c.lanes {
+			cls = append(cls, streamwalv1connect.NewWALServiceClient(l, scheme+addr, opts...))
+		}
+		c.conns[addr] = cls
 	}
-	return cl, nil
+	return cls[c.next.Add(1)%uint64(len(cls))], nil
 }
 
 // Message is what Append stores.
