@@ -3,6 +3,7 @@ package authz
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 
 	"github.com/cockroachdb/errors"
 
@@ -25,7 +26,7 @@ func NodeName(state *tls.ConnectionState) (string, error) {
 	}
 	id, err := certs.Identify(state.VerifiedChains[0][0])
 	if err != nil {
-		return "", errors.Wrapf(ErrNotNode, "%v", err)
+		return "", errors.WithStack(fmt.Errorf("%w: %w", ErrNotNode, err))
 	}
 	if id.Kind != certs.Node {
 		return "", errors.Wrapf(ErrNotNode, "the certificate of %q is a client's", id.Name)
