@@ -42,7 +42,8 @@ func TestNodeName(t *testing.T) {
 	} {
 		_, err := authz.NodeName(s)
 		require.True(t, errors.Is(err, authz.ErrNotNode), "%s: %v", what, err)
-	} // An identity certs.Identify cannot read (here: no name at all) keeps
+	}
+	// An identity certs.Identify cannot read (here: no name at all) keeps
 	// its cause beside ErrNotNode.
 	_, err = authz.NodeName(&tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}})
 	require.True(t, errors.Is(err, authz.ErrNotNode), "%v", err)
