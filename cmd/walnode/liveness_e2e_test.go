@@ -10,11 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/cluster"
-	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/security/tlsconf"
 )
@@ -58,24 +55,7 @@ func TestLivenessWithClusterCAOnly(t *testing.T) {
 		return cfg
 	}
 	none := as("no certificate", "", "")
-	var ecli *clientv3.Client
-	require.Eventually(t, func() bool {
-		dctx, dcancel := context.WithTimeout(ctx, time.Second)
-		defer dcancel()
-		var err error
-		ecli, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: none})
-		return err == nil
-	}, time.Minute, 50*time.Millisecond, "the embedded etcd member never answered over TLS")
-	t.Cleanup(func() { _ = ecli.Close() })
-	cl, err := client.New(ctx, client.Config{Etcd: ecli, Root: c.root, TLS: none})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	c.cli, c.view = cl, cl.View()
-	snap := c.waitAssigned(4)
-	for ch := range snap.Assignments {
-		_, err := cl.Append(ctx, ch, client.Message{Payload: []byte("hello")}, client.Options{})
-		require.NoError(t, err, "a client without a certificate, channel %s", ch)
-	}
+	c.connectTLS(ctx, none)
 
 	require.Eventually(t, func() bool {
 		return secureMetrics(ctx, t, c, "n1", none)["streamwal_coordinator_liveness_streams"] == 1

@@ -14,10 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamwal/streamwal/client"
-	"github.com/streamwal/streamwal/meta/etcdstore"
 	"github.com/streamwal/streamwal/security/certs"
 	"github.com/streamwal/streamwal/security/tlsconf"
 )
@@ -138,23 +135,7 @@ func TestTLSWithoutCAFlags(t *testing.T) {
 	defer cancel()
 	tc, _, err := tlsconf.Config{CAFile: file(certs.CACert)}.Client()
 	require.NoError(t, err)
-	var ecli *clientv3.Client
-	require.Eventually(t, func() bool {
-		dctx, dcancel := context.WithTimeout(ctx, time.Second)
-		defer dcancel()
-		ecli, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tc})
-		return err == nil
-	}, time.Minute, 50*time.Millisecond, "the embedded etcd member never answered over TLS")
-	t.Cleanup(func() { _ = ecli.Close() })
-	cl, err := client.New(ctx, client.Config{Etcd: ecli, Root: c.root, TLS: tc})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	c.cli, c.view = cl, cl.View()
-	snap := c.waitAssigned(4)
-	for ch := range snap.Assignments {
-		_, err := cl.Append(ctx, ch, client.Message{Payload: []byte("hello")}, client.Options{})
-		require.NoError(t, err, ch)
-	}
+	c.connectTLS(ctx, tc)
 	asNode, _, err := tlsconf.Config{CAFile: file(certs.CACert), CertFile: file("node.n1.crt"), KeyFile: file("node.n1.key")}.Client()
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, livenessStatus(ctx, t, c, "n1", asNode), "no CA: not even a node's certificate")

@@ -228,30 +228,12 @@ func TestSecureEmbeddedEtcd(t *testing.T) {
 		require.NoError(t, err)
 		return out
 	}
-	// The member starts with the process: wait for it to answer.
-	var ecli *clientv3.Client
-	require.Eventually(t, func() bool {
-		dctx, dcancel := context.WithTimeout(ctx, time.Second)
-		defer dcancel()
-		var err error
-		ecli, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tlsFor(true)})
-		return err == nil
-	}, time.Minute, 50*time.Millisecond, "the embedded etcd member never answered over TLS")
-	t.Cleanup(func() { _ = ecli.Close() })
-	cl, err := client.New(ctx, client.Config{Etcd: ecli, Root: c.root, TLS: tlsFor(true)})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	c.cli, c.view = cl, cl.View()
-	snap := c.waitAssigned(4)
-	for ch := range snap.Assignments {
-		_, err := cl.Append(ctx, ch, client.Message{Payload: []byte("hello")}, client.Options{})
-		require.NoError(t, err)
-	}
+	c.connectTLS(ctx, tlsFor(true))
 
 	// Without a client certificate etcd refuses, and says so.
 	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 	defer dcancel()
-	_, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tlsFor(false)})
+	_, err := etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: tlsFor(false)})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "certificate required")
 }
@@ -277,4 +259,32 @@ func embeddedNode(t *testing.T, root, dir string, extra ...string) (*e2eCluster,
 		}
 	})
 	return c, etcdAddr
+}
+
+// connectTLS reaches the cluster's embedded etcd member over TLS with
+// cfg (waiting for it to answer), makes the cluster's client with cfg,
+// and appends once to each of the four channels it waits to see assigned:
+// the cluster serves that client.
+func (c *e2eCluster) connectTLS(ctx context.Context, cfg *tls.Config) *client.Client {
+	t := c.t
+	t.Helper()
+	var ecli *clientv3.Client
+	require.Eventually(t, func() bool {
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
+		defer dcancel()
+		var err error
+		ecli, err = etcdstore.Dial(dctx, etcdstore.Config{Endpoints: c.etcd, TLS: cfg})
+		return err == nil
+	}, time.Minute, 50*time.Millisecond, "the embedded etcd member never answered over TLS")
+	t.Cleanup(func() { _ = ecli.Close() })
+	cl, err := client.New(ctx, client.Config{Etcd: ecli, Root: c.root, TLS: cfg})
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	c.cli, c.view = cl, cl.View()
+	snap := c.waitAssigned(4)
+	for ch := range snap.Assignments {
+		_, err := cl.Append(ctx, ch, client.Message{Payload: []byte("hello")}, client.Options{})
+		require.NoError(t, err, "channel %s", ch)
+	}
+	return cl
 }
