@@ -149,15 +149,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	lanes := []*http.Client{cfg.HTTP}
 	if cfg.HTTP == nil {
-		lanes = lanes[:0]
 		n := 1
 		if cfg.TLS != nil {
 			n = h2Lanes
 		}
-		for range n {
-			lanes = append(lanes, defaultHTTP(cfg.TLS))
+		lanes = make([]*http.Client, n)
+		for i := range lanes {
+			lanes[i] = defaultHTTP(cfg.TLS)
 		}
-		cfg.HTTP = lanes[0]
 	}
 	view, err := cluster.Watch(ctx, cfg.Etcd, layout, cfg.Logger)
 	if err != nil {
