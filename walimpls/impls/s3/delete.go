@@ -64,9 +64,7 @@ func (o *Opener) Delete(ctx context.Context, name string) error {
 }
 
 // sweep deletes the objects of a deleted channel's epochs (those below
-// below): every one but the manifest and each epoch's fence. A stalled
-// writer's flushes may lie above its fence: the fence is the highest slot
-// whose HEAD says fence.
+// below): every one but the manifest and each epoch's fences.
 func (o *Opener) sweep(ctx context.Context, name string, below uint64) error {
 	prefix := o.keys.channel(name)
 	type epochKeys struct {
@@ -102,19 +100,12 @@ func (o *Opener) sweep(ctx context.Context, name string, below uint64) error {
 			doomed = append(doomed, o.keys.hint(name, e))
 		}
 		slices.Sort(ek.slots)
-		fenceAt := -1
-		for i := len(ek.slots) - 1; i >= 0; i-- {
-			info, err := o.headSlot(ctx, name, e, ek.slots[i])
-			if err != nil {
-				return errors.Wrapf(err, "s3: delete %q", name)
-			}
-			if info.state == slotFence {
-				fenceAt = i
-				break
-			}
+		kept, err := o.fencesOf(ctx, name, e, ek.slots)
+		if err != nil {
+			return errors.Wrapf(err, "s3: delete %q", name)
 		}
-		for i, s := range ek.slots {
-			if i != fenceAt {
+		for _, s := range ek.slots {
+			if !kept[s] {
 				doomed = append(doomed, o.keys.slot(name, e, s))
 			}
 		}
@@ -123,4 +114,37 @@ func (o *Opener) sweep(ctx context.Context, name string, below uint64) error {
 		return errors.Wrapf(err, "s3: delete %q: the tombstone is written, deleting the objects failed", name)
 	}
 	return nil
+}
+
+// fencesOf finds the fences among an epoch's slots (sorted): HEADs from the
+// top find the highest, whose seal-from bounds where the others lie; a
+// stalled writer's flushes may lie above and between them (see the package
+// doc, "Truncating and deleting").
+func (o *Opener) fencesOf(ctx context.Context, name string, epoch uint64, slots []uint64) (map[uint64]bool, error) {
+	kept := map[uint64]bool{}
+	i := len(slots) - 1
+	var top slotInfo
+	for ; i >= 0; i-- {
+		info, err := o.headSlot(ctx, name, epoch, slots[i])
+		if err != nil {
+			return nil, err
+		}
+		if info.state == slotFence {
+			kept[slots[i]], top = true, info
+			break
+		}
+	}
+	if i < 0 || !top.hasSealFrom {
+		return kept, nil
+	}
+	for i--; i >= 0 && slots[i] >= top.sealFrom; i-- {
+		info, err := o.headSlot(ctx, name, epoch, slots[i])
+		if err != nil {
+			return nil, err
+		}
+		if info.state == slotFence {
+			kept[slots[i]] = true
+		}
+	}
+	return kept, nil
 }

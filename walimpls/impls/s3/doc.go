@@ -71,7 +71,9 @@
 // A flush or a fence is one object, written create-only (If-None-Match: *),
 // with user metadata streamwal-kind (data | fence), streamwal-term,
 // streamwal-count (records in it) and streamwal-nonce (16 random bytes in
-// hex, the same for every retry of one flush):
+// hex, the same for every retry of one flush); a fence also carries
+// streamwal-seal-from (below, "Opening ReadWrite") and, left by Delete,
+// streamwal-deleted: true:
 //
 //	object  := header record* trailer
 //	header  := "SWL1" | kind u8 (1 data, 2 fence) | 0 u8 | 0 u16 |
@@ -101,14 +103,27 @@
 //  2. T below its term: ErrFenced, nothing written.
 //  3. Seal the open epoch e, if any: find its first slot m that holds no
 //     data (the tail, below) and create-only PUT a fence object at e/m. A
-//     412 there means a late flush of e's writer landed (HEAD: data), so
-//     try m+1; or a concurrent open fenced it (a fence), which is as good;
-//     a fence the tail search finds at m (an open that died before its
-//     manifest write) is as good too. From the fence on, e's writer cannot
-//     write at m, and it acknowledges slots in order only, so it
-//     acknowledges nothing at or after m. An epoch sealed with end -1 is
+//     412 there from a concurrent open's fence (HEAD: fence) is as good;
+//     so is a fence the tail search finds at m (an open that died before
+//     its manifest write). A 412 from data means e's writer is still
+//     flushing, and it has up to window flushes in flight: fencing one slot
+//     at a time, two requests a slot, would chase it for as long as it has
+//     appends. So from m+1 the open fences a range at once: parallel
+//     create-only fences at every slot of m+1 .. m+window, each 412 HEADed,
+//     and the first slot of the range that holds a fence (its own or
+//     another's) is the seal. A range wholly of data moves on to the next,
+//     twice as wide (up to 1,024 slots, 64 PUTs in flight): the writer
+//     puts a slot only once every slot a window below it was acknowledged,
+//     so a range wider than what it lands while the fences fly outruns it. The fences this open
+//     put above the seal are then deleted (DeleteObjects; one that stays
+//     is harmless: no reader reads past the seal, and it too stops the
+//     writer). Each fence carries streamwal-seal-from, the first slot of
+//     its range: every fence of an epoch lies at or after the seal, and a
+//     range never starts after it. From the fence on, e's writer cannot
+//     write at the seal, and it acknowledges slots in order only, so it
+//     acknowledges nothing at or after it. An epoch sealed with end -1 is
 //     dropped from the list.
-//  4. Replace the manifest (If-Match): e sealed with end m-1, a new open
+//  4. Replace the manifest (If-Match): e sealed with end the seal - 1, a new open
 //     epoch n = nextEpoch at term T, nextEpoch n+1, term T. A 412 means
 //     another open or a truncation changed it: back to 1 (a higher term
 //     there makes this open ErrFenced; the same term is taken over again:
@@ -116,7 +131,9 @@
 //  5. The WAL writes under epoch n from slot 0.
 //
 // Requests: 1 GET + the tail search + 1 PUT (fence) + 1 PUT (manifest),
-// independent of the log's length; a new channel, 1 GET + 1 PUT.
+// independent of the log's length; a new channel, 1 GET + 1 PUT. Against a
+// writer still flushing, 1 HEAD, then per range as many PUTs and up to as
+// many HEADs as it has slots, in parallel, and 1 DeleteObjects.
 //
 // Finding the tail of an epoch, its first slot holding no data (missing,
 // or a fence): GET its hint (the last slot its writer acknowledged,
@@ -224,9 +241,12 @@
 // Delete(name) seals the open epoch like an open, with a fence that says
 // so (streamwal-deleted: true), writes the tombstone (deleted, the epoch
 // counter kept), then lists the channel's keys and deletes every one but
-// the manifest and the fences: in each epoch's listing, the fence is the
-// highest slot whose HEAD says fence (a stalled writer's flushes in
-// flight may lie just above it). It sweeps only the epochs below the
+// the manifest and the fences: in each epoch's listing, HEADs from the top
+// find the highest fence, and its streamwal-seal-from names the first slot
+// at which any fence of the epoch can lie (a stalled writer's flushes in
+// flight may lie above and between them); the slots from there up are
+// HEADed to keep every fence. A fence without the key (written before it
+// existed) is the only one kept. It sweeps only the epochs below the
 // tombstone's counter: an open that follows the tombstone at once starts
 // its channel at the next epoch, whose objects the listing leaves alone.
 // Delete is the only operation that lists.

@@ -273,3 +273,39 @@ func TestDeleteFenceSaysDeleted(t *testing.T) {
 	require.True(t, fe.Deleted, "%v", err)
 	require.True(t, strings.Contains(err.Error(), "deleted"), "%v", err)
 }
+
+// A seal behind a writer still flushing may leave several fences in an
+// epoch (an open that died before removing its spares), with the writer's
+// late flushes between them: Delete keeps every fence, so that no slot a
+// stalled writer may still put at opens up again, and removes the rest.
+func TestDeleteKeepsEveryFence(t *testing.T) {
+	st := newTestStore(t)
+	o := newOpener(t, st.config(nil))
+	ctx := context.Background()
+	const name = "fences"
+	w := openWAL(t, o, name, 1, walimpls.ReadWrite)
+	for i := range 5 {
+		appendOK(t, w, fmt.Sprint("m", i)) // slots 0..4
+	}
+	require.NoError(t, w.Close())
+	for _, s := range []uint64{5, 7} {
+		fenced, ours, err := o.putFence(ctx, name, 0, s, 5, 2, false)
+		require.NoError(t, err)
+		require.True(t, fenced && ours)
+	}
+	late := map[string]string{metaKind: "data", metaTerm: "1", metaCount: "0", metaNonce: "late"}
+	for _, s := range []uint64{6, 8} {
+		_, err := o.st.put(ctx, reqPut, o.keys.slot(name, 0, s), []byte("late flush"), late, putCond{createOnly: true})
+		require.NoError(t, err)
+	}
+	require.NoError(t, o.Delete(ctx, name))
+	for s := range uint64(9) {
+		info, err := o.headSlot(ctx, name, 0, s)
+		require.NoError(t, err)
+		want := slotMissing
+		if s == 5 || s == 7 {
+			want = slotFence
+		}
+		require.Equal(t, want, info.state, "slot %d", s)
+	}
+}

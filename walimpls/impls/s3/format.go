@@ -40,6 +40,8 @@ const (
 	metaCount   = "streamwal-count"
 	metaNonce   = "streamwal-nonce"
 	metaDeleted = "streamwal-deleted"
+	// metaSealFrom is on a fence: the first slot of the round that put it.
+	metaSealFrom = "streamwal-seal-from"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -3,7 +3,9 @@ package s3
 import (
 	"context"
 	"crypto/rand"
+	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/cockroachdb/errors"
 
@@ -107,6 +109,10 @@ type slotInfo struct {
 	term    int64
 	deleted bool // a fence left by Delete
 	nonce   string
+	// sealFrom is a fence's first slot of its sealing round (hasSealFrom:
+	// the fence says; fences written before the key existed do not).
+	sealFrom    uint64
+	hasSealFrom bool
 }
 
 // headSlot classifies a slot by its metadata.
@@ -131,6 +137,9 @@ func parseSlotMeta(meta map[string]string) slotInfo {
 		info.count = uint32(c)
 	}
 	info.deleted = meta[metaDeleted] == "true"
+	if f, err := strconv.ParseUint(meta[metaSealFrom], 10, 64); err == nil {
+		info.sealFrom, info.hasSealFrom = f, true
+	}
 	return info
 }
 
@@ -244,43 +253,137 @@ func (o *Opener) firstClosed(ctx context.Context, name string, e epochEntry, lo 
 
 // seal fences epoch e of the manifest m at its first slot holding no data
 // and returns its last slot (-1: none). deleted marks a Delete's fence.
+// See the package doc, "Opening ReadWrite at term T", step 3.
 func (o *Opener) seal(ctx context.Context, name string, m *manifest, e epochEntry, term int64, deleted bool) (int64, error) {
-	lo := m.firstSlot(e.Epoch)
+	s, info, err := o.firstClosed(ctx, name, e, m.firstSlot(e.Epoch))
+	if err != nil {
+		return 0, errors.Wrapf(err, "s3: seal epoch %d of %q", e.Epoch, name)
+	}
+	if info.state == slotFence {
+		return int64(s) - 1, nil // fenced already, by a concurrent open
+	}
+	fenced, _, err := o.putFence(ctx, name, e.Epoch, s, s, term, deleted)
+	if err != nil {
+		return 0, err
+	}
+	if fenced {
+		o.log.Info("sealed an epoch", "channel", name, "epoch", e.Epoch, "fence", s, "term", term, "deleted", deleted)
+		return int64(s) - 1, nil
+	}
+	// A late flush of the epoch's writer landed first: it is still
+	// flushing, so fence a range at a time, doubling it while the writer
+	// fills every slot of one before the fences land.
+	from, width := s+1, e.window()
 	for {
-		s, info, err := o.firstClosed(ctx, name, e, lo)
+		fenced, ours, err := o.fenceRange(ctx, name, e.Epoch, from, width, term, deleted)
 		if err != nil {
-			return 0, errors.Wrapf(err, "s3: seal epoch %d of %q", e.Epoch, name)
+			return 0, err
 		}
-		if info.state == slotFence {
-			return int64(s) - 1, nil // fenced already, by a concurrent open
+		if i := slices.Index(fenced, true); i >= 0 {
+			end := from + uint64(i)
+			o.log.Info("sealed an epoch behind a writer still flushing", "channel", name, "epoch", e.Epoch, "fence", end, "term", term, "deleted", deleted, "fencedFrom", s)
+			o.removeSpareFences(ctx, name, e.Epoch, from, end, ours)
+			return int64(end) - 1, nil
 		}
-		// A fence carries a nonce like a flush (doc.go, "An object"); a
-		// retry that meets 412 needs none of it: a fence in the slot seals
-		// the epoch there whoever wrote it.
-		var n nonce
-		_, _ = rand.Read(n[:])
-		meta := map[string]string{metaKind: "fence", metaTerm: strconv.FormatInt(term, 10), metaCount: "0", metaNonce: n.String()}
-		if deleted {
-			meta[metaDeleted] = "true"
+		o.log.Debug("late flushes filled the fenced range: fencing the next", "channel", name, "epoch", e.Epoch, "from", from, "width", width)
+		from, width = from+width, min(2*width, max(e.window(), maxSealWidth))
+	}
+}
+
+const (
+	// maxSealWidth bounds the range of slots one sealing round fences.
+	maxSealWidth = 1024
+	// sealParallel bounds the fences one sealing round has in flight.
+	sealParallel = 64
+)
+
+// fenceRange puts fences at slots from .. from+width-1 in parallel, and
+// reports which hold a fence afterwards and which of those this open put.
+func (o *Opener) fenceRange(ctx context.Context, name string, epoch, from, width uint64, term int64, deleted bool) (fenced, ours []bool, err error) {
+	fenced, ours = make([]bool, width), make([]bool, width)
+	errs := make([]error, width)
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, sealParallel)
+	for i := range width {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			fenced[i], ours[i], errs[i] = o.putFence(ctx, name, epoch, from+i, from, term, deleted)
+		}()
+	}
+	wg.Wait()
+	// A slot after the first fence need not have answered.
+	for i := range width {
+		if errs[i] != nil {
+			return nil, nil, errs[i]
 		}
-		key := o.keys.slot(name, e.Epoch, s)
-		_, err = o.st.put(ctx, reqPut, key, fenceObject(e.Epoch, s, term, n), meta, putCond{createOnly: true})
+		if fenced[i] {
+			break
+		}
+	}
+	return fenced, ours, nil
+}
+
+// removeSpareFences deletes the fences this open put after the seal at end
+// (ours[i]: slot from+i). They are harmless where they are, so a failure
+// is only logged: they then stay until Delete.
+func (o *Opener) removeSpareFences(ctx context.Context, name string, epoch, from, end uint64, ours []bool) {
+	var spare []string
+	for i, mine := range ours {
+		if s := from + uint64(i); mine && s > end {
+			spare = append(spare, o.keys.slot(name, epoch, s))
+		}
+	}
+	if len(spare) == 0 {
+		return
+	}
+	if err := o.st.remove(ctx, spare); err != nil {
+		o.log.Warn("could not remove spare fences above a seal; they stay until Delete", "channel", name, "epoch", epoch, "end", end, "fences", len(spare), "err", err)
+	}
+}
+
+// putFence puts a fence at slot s of an epoch, create-only, and reports
+// whether the slot holds a fence afterwards (fenced; ours: this one), or
+// else data. from is the first slot of the sealing round.
+func (o *Opener) putFence(ctx context.Context, name string, epoch, s, from uint64, term int64, deleted bool) (fenced, ours bool, err error) {
+	// A fence carries a nonce like a flush (doc.go, "An object"); a retry
+	// that meets 412 needs none of it: a fence in the slot seals the epoch
+	// there whoever wrote it.
+	var n nonce
+	_, _ = rand.Read(n[:])
+	meta := map[string]string{
+		metaKind: "fence", metaTerm: strconv.FormatInt(term, 10), metaCount: "0", metaNonce: n.String(),
+		metaSealFrom: strconv.FormatUint(from, 10),
+	}
+	if deleted {
+		meta[metaDeleted] = "true"
+	}
+	key := o.keys.slot(name, epoch, s)
+	for {
+		_, err := o.st.put(ctx, reqPut, key, fenceObject(epoch, s, term, n), meta, putCond{createOnly: true})
 		if err == nil {
-			o.log.Info("fenced an epoch", "channel", name, "epoch", e.Epoch, "slot", s, "term", term, "deleted", deleted)
-			return int64(s) - 1, nil
+			return true, true, nil
 		}
 		if !errors.Is(err, errPrecondition) {
-			return 0, errors.Wrapf(err, "s3: fence %s", key)
+			return false, false, errors.Wrapf(err, "s3: fence %s", key)
 		}
-		info, err = o.headSlot(ctx, name, e.Epoch, s)
+		info, err := o.headSlot(ctx, name, epoch, s)
 		if err != nil {
-			return 0, errors.Wrapf(err, "s3: fence %s", key)
+			return false, false, errors.Wrapf(err, "s3: fence %s", key)
 		}
 		switch info.state {
 		case slotFence:
-			return int64(s) - 1, nil
+			return true, false, nil
 		case slotData:
-			lo = s + 1 // a late flush of the epoch's writer landed first
+			return false, false, nil
+		}
+		// Gone between the two: a Delete's sweep removes data (never a
+		// fence) of the epoch being sealed; this open's manifest write
+		// will meet its tombstone. Put the fence again.
+		if err := ctx.Err(); err != nil {
+			return false, false, errors.Wrapf(err, "s3: fence %s", key)
 		}
 	}
 }

@@ -66,6 +66,14 @@ func TestTakeoverUnderPipelining(t *testing.T) {
 				seq       atomic.Int64
 				appenders = 4
 			)
+			// The appenders are stopped and joined however this test ends,
+			// before the cleanups close the WAL they append to, so a failure
+			// here is reported as itself and not as theirs after the end.
+			stop, cancel := context.WithCancel(context.Background())
+			defer func() {
+				cancel()
+				wg.Wait()
+			}()
 			for range appenders {
 				wg.Add(1)
 				go func() {
@@ -76,9 +84,9 @@ func TestTakeoverUnderPipelining(t *testing.T) {
 						p := fmt.Sprint("old-", seq.Add(1))
 						m, _ := message.New([]byte(p), nil)
 						began := time.Now().UnixNano()
-						_, err := walimpls.Append(context.Background(), old, m)
+						_, err := walimpls.Append(stop, old, m)
 						if err != nil {
-							if !errors.Is(err, walimpls.ErrFenced) {
+							if stop.Err() == nil && !errors.Is(err, walimpls.ErrFenced) {
 								t.Errorf("the old writer failed with %v, not fenced", err)
 							}
 							return
@@ -92,7 +100,7 @@ func TestTakeoverUnderPipelining(t *testing.T) {
 					}
 				}()
 			}
-			require.Eventually(t, func() bool { return seq.Load() > 40 }, 20*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return seq.Load() > 40 }, time.Minute, time.Millisecond)
 			nw := openWAL(t, newNode, name, 2, walimpls.ReadWrite)
 			openedAt.Store(time.Now().UnixNano())
 			wg.Wait()
@@ -111,5 +119,84 @@ func TestTakeoverUnderPipelining(t *testing.T) {
 				require.True(t, seen[p], "acknowledged %s is not read back", p)
 			}
 		})
+	}
+}
+
+// delay holds every request for a fixed time before sending it (an open on
+// a slow link, racing a writer on a fast one).
+type delay struct {
+	next http.RoundTripper
+	d    time.Duration
+}
+
+func (l delay) RoundTrip(r *http.Request) (*http.Response, error) {
+	t := time.NewTimer(l.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return l.next.RoundTrip(r)
+}
+
+// A takeover over a slow link while the old writer, on a fast one, keeps
+// flushing many slots during each of the new open's requests: the seal
+// must outrun the writer, not chase it slot by slot for as long as it has
+// appends; and what the writer acknowledged stays readable.
+func TestSealOutrunsAFastWriter(t *testing.T) {
+	st := newTestStore(t)
+	fast := st.config(nil)
+	fast.FlushInterval = time.Millisecond
+	fast.FlushRecords = 1
+	slow := st.config(func(rt http.RoundTripper) http.RoundTripper { return delay{next: rt, d: 25 * time.Millisecond} })
+	slow.Prefix = fast.Prefix
+	oldNode, newNode := newOpener(t, fast), newOpener(t, slow)
+	old := openWAL(t, oldNode, "outrun", 1, walimpls.ReadWrite)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		acked    []string
+		appended atomic.Int64
+	)
+	stop, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				p := fmt.Sprintf("old-%d-%d", g, i)
+				m, _ := message.New([]byte(p), nil)
+				if _, err := walimpls.Append(stop, old, m); err != nil {
+					if stop.Err() == nil && !errors.Is(err, walimpls.ErrFenced) {
+						t.Errorf("the old writer failed with %v, not fenced", err)
+					}
+					return
+				}
+				mu.Lock()
+				acked = append(acked, p)
+				mu.Unlock()
+				appended.Add(1)
+			}
+		}()
+	}
+	// The writer is well under way before the takeover starts.
+	require.Eventually(t, func() bool { return appended.Load() > 100 }, time.Minute, time.Millisecond)
+	nw := openWAL(t, newNode, "outrun", 2, walimpls.ReadWrite)
+	wg.Wait()
+	appendOK(t, nw, "new")
+	got := readPayloads(t, openWAL(t, newOpener(t, fast), "outrun", 0, walimpls.ReadOnly), "new")
+	seen := map[string]bool{}
+	for _, p := range got {
+		seen[p] = true
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range acked {
+		require.True(t, seen[p], "acknowledged %s is not read back", p)
 	}
 }
