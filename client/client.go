@@ -47,7 +47,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"github.com/cockroachdb/errors"
@@ -81,15 +80,17 @@ type Config struct {
 	Etcd *clientv3.Client
 	// Root is the cluster's root in etcd; default cluster.DefaultRoot.
 	Root string
-	// HTTP is the client for the nodes' API; default one with a 10 s dial
-	// and response-header timeout and no overall timeout (reads stream),
-	// speaking TLS with the TLS below. An HTTP of your own must carry the
-	// TLS settings itself.
+	// HTTP is the client for the nodes' API, used for every call as it
+	// is; it must carry the TLS settings itself. Default: HTTP clients
+	// with a 10 s dial and response-header timeout and no overall timeout
+	// (reads stream), speaking TLS with the TLS below (see TLS).
 	HTTP *http.Client
-	// TLS, when set, makes the client reach the nodes over TLS (https,
-	// HTTP/2 by ALPN) with it: the CAs that verify the nodes and, for
-	// nodes that require one, a client certificate, e.g. a tlsconf.Config's
-	// Client(). A certificate a node refuses (or that the client refuses)
+	// TLS, when set, makes the client reach the nodes over TLS (https) with
+	// it: appends and the other short calls over HTTP/1.1, up to
+	// MaxConnsPerNode connections to a node, and reads over HTTP/2, every
+	// read to a node on one connection. It holds the CAs that verify the
+	// nodes and, for nodes that require one, a client certificate, e.g. a
+	// tlsconf.Config's Client(). A certificate a node refuses (or that the client refuses)
 	// fails the call at once with ErrRefused: nothing was stored. Nil:
 	// plaintext.
 	TLS *tls.Config
@@ -110,15 +111,14 @@ type Client struct {
 	layout cluster.Layout
 	log    *slog.Logger
 
-	// lanes are the HTTP clients calls spread over: Config.HTTP alone, or
-	// by default over TLS h2Lanes clients of their own transports (see
-	// h2Lanes).
-	lanes []*http.Client
-	next  atomic.Uint64 // the lane of the next call
+	// calls and reads are the HTTP clients of the short calls and of the
+	// reads' streams: Config.HTTP for both, or by default over TLS two of
+	// their own (see defaultHTTP).
+	calls, reads *http.Client
 
 	mu     sync.Mutex
 	closed bool
-	conns  map[string][]streamwalv1connect.WALServiceClient // by node address, one per lane
+	conns  map[string]nodeConn // by node address
 	// resolveFrom is, per channel, the resolve_from of the newest append
 	// acknowledged to this client: the start of a retry's look.
 	resolveFrom map[string]resolvePoint
@@ -147,23 +147,21 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	lanes := []*http.Client{cfg.HTTP}
-	if cfg.HTTP == nil {
-		n := 1
-		if cfg.TLS != nil {
-			n = h2Lanes
-		}
-		lanes = make([]*http.Client, n)
-		for i := range lanes {
-			lanes[i] = defaultHTTP(cfg.TLS)
-		}
+	calls, reads := cfg.HTTP, cfg.HTTP
+	switch {
+	case cfg.HTTP != nil:
+	case cfg.TLS == nil:
+		calls = defaultHTTP(nil, false) // plaintext: HTTP/1.1 for both
+		reads = calls
+	default:
+		calls, reads = defaultHTTP(cfg.TLS, false), defaultHTTP(cfg.TLS, true)
 	}
 	view, err := cluster.Watch(ctx, cfg.Etcd, layout, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, view: view, layout: layout, log: cfg.Logger, moves: newMoves(view), lanes: lanes,
-		conns: map[string][]streamwalv1connect.WALServiceClient{}, resolveFrom: map[string]resolvePoint{}, looked: map[string][2]int64{}}, nil
+	return &Client{cfg: cfg, view: view, layout: layout, log: cfg.Logger, moves: newMoves(view), calls: calls, reads: reads,
+		conns: map[string]nodeConn{}, resolveFrom: map[string]resolvePoint{}, looked: map[string][2]int64{}}, nil
 }
 
 // Close stops following the cluster; idempotent.
@@ -177,8 +175,8 @@ func (c *Client) Close() {
 	c.mu.Unlock()
 	c.moves.close()
 	c.view.Close()
-	for _, l := range c.lanes {
-		if t, ok := l.Transport.(*http.Transport); ok {
+	for _, h := range []*http.Client{c.calls, c.reads} {
+		if t, ok := h.Transport.(*http.Transport); ok {
 			t.CloseIdleConnections()
 		}
 	}
@@ -187,13 +185,30 @@ func (c *Client) Close() {
 // View is the cluster as the client follows it.
 func (c *Client) View() *cluster.View { return c.view }
 
+// nodeConn is the API of one node, through the client's two HTTP clients.
+type nodeConn struct {
+	calls, reads streamwalv1connect.WALServiceClient
+}
+
+// conn is the API of the node at addr for the short calls.
 func (c *Client) conn(addr string) (streamwalv1connect.WALServiceClient, error) {
+	nc, err := c.nodeConn(addr)
+	return nc.calls, err
+}
+
+// readConn is the API of the node at addr for reads.
+func (c *Client) readConn(addr string) (streamwalv1connect.WALServiceClient, error) {
+	nc, err := c.nodeConn(addr)
+	return nc.reads, err
+}
+
+func (c *Client) nodeConn(addr string) (nodeConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, ErrClosed
+		return nodeConn{}, ErrClosed
 	}
-	cls, ok := c.conns[addr]
+	nc, ok := c.conns[addr]
 	if !ok {
 		scheme := "http://"
 		if c.cfg.TLS != nil {
@@ -203,12 +218,13 @@ func (c *Client) conn(addr string) (streamwalv1connect.WALServiceClient, error) 
 		if c.cfg.Token != "" {
 			opts = append(opts, connect.WithInterceptors(bearer(c.cfg.Token)))
 		}
-		for _, l := range c.lanes {
-			cls = append(cls, streamwalv1connect.NewWALServiceClient(l, scheme+addr, opts...))
+		nc = nodeConn{
+			calls: streamwalv1connect.NewWALServiceClient(c.calls, scheme+addr, opts...),
+			reads: streamwalv1connect.NewWALServiceClient(c.reads, scheme+addr, opts...),
 		}
-		c.conns[addr] = cls
+		c.conns[addr] = nc
 	}
-	return cls[c.next.Add(1)%uint64(len(cls))], nil
+	return nc, nil
 }
 
 // Message is what Append stores.

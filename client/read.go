@@ -75,7 +75,7 @@ func (c *Client) Read(ctx context.Context, channel string, opts ReadOptions, fn 
 			return err
 		}
 		addr := tg.addr
-		cl, err := c.conn(addr)
+		cl, err := c.readConn(addr)
 		if err != nil {
 			return err
 		}

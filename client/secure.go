@@ -93,25 +93,34 @@ func handshakeError(err error) bool {
 	return false
 }
 
-// h2Lanes is how many connections the default client opens to a node over
-// TLS. HTTP/2 carries every call on one connection, whose single reader
-// and writer then pace all of them: with 16 appenders in flight, one
-// connection gave mutual TLS about 0.7 of plaintext's throughput (whose
-// HTTP/1.1 opens a connection per call in flight), HTTP/1.1 over TLS 0.98.
-// A few connections keep HTTP/2's multiplexing and spread the load.
-const h2Lanes = 4
+// MaxConnsPerNode bounds the connections the default client opens to a node
+// over TLS for its short calls, well below a node's default bound per peer
+// (256, node.Config's MaxConnsPerPeer); a call beyond it waits for one.
+const MaxConnsPerNode = 64
 
-// defaultHTTP is the client's HTTP client when Config.HTTP is nil.
-func defaultHTTP(tlsCfg *tls.Config) *http.Client {
-	if tlsCfg != nil {
-		tlsCfg = tlsCfg.Clone() // the transport adds its ALPN protocols to it
-	}
-	return &http.Client{Transport: &http.Transport{
+// defaultHTTP is one of the client's HTTP clients when Config.HTTP is nil:
+// over TLS, streams says which. Appends and the other short calls go over
+// HTTP/1.1, a connection per call in flight: on HTTP/2 every call to a node
+// shares one connection whose single reader and writer pace them all, and
+// mutual TLS then gave about 0.7 of plaintext's append throughput, with
+// HTTP/1.1 about 0.9 (BenchmarkAppendTLS; plaintext speaks HTTP/1.1 too).
+// Reads stream for as long as the caller reads: over HTTP/1.1 each would
+// hold a connection, so they share one HTTP/2 connection per node.
+func defaultHTTP(tlsCfg *tls.Config, streams bool) *http.Client {
+	t := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
-		TLSClientConfig:       tlsCfg,
 		TLSHandshakeTimeout:   10 * time.Second,
-		ForceAttemptHTTP2:     tlsCfg != nil, // the dialer and TLS config are ours: ask for h2 by ALPN
 		ResponseHeaderTimeout: 10 * time.Second,
-		MaxIdleConnsPerHost:   64,
-	}}
+		MaxIdleConnsPerHost:   MaxConnsPerNode,
+	}
+	if tlsCfg != nil {
+		t.TLSClientConfig = tlsCfg.Clone() // the transport adds its ALPN protocols to it
+		if streams {
+			t.ForceAttemptHTTP2 = true // the dialer and TLS config are ours: ask for h2 by ALPN
+		} else {
+			t.TLSClientConfig.NextProtos = []string{"http/1.1"}
+			t.MaxConnsPerHost = MaxConnsPerNode
+		}
+	}
+	return &http.Client{Transport: t}
 }

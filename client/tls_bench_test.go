@@ -28,8 +28,8 @@ import (
 // conservative ratio). Rounds alternate between the two so drift of the
 // machine hits both; it reports each mode's throughput and p99, and the
 // ratios TLS ÷ plaintext and TLS with authorization ÷ plaintext (authz-*)
-// as the median of the rounds' (goal: throughput ≥ 0.85, p99 ≤ 1.2). The plaintext client speaks HTTP/1.1 (a connection
-// per appender in flight), the TLS one HTTP/2 (streams on one connection):
+// as the median of the rounds' (goal: throughput ≥ 0.85, p99 ≤ 1.2). Both
+// clients send appends over HTTP/1.1 (a connection per appender in flight),
 // what each gets by default.
 //
 //	go test -run '^$' -bench AppendTLS -benchtime 1x ./client/

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -328,4 +330,62 @@ principals:
 	_, err = as(ca, token).Append(ctx, "orders", client.Message{Payload: []byte("last")}, client.Options{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"by-certificate", "by-token", "last"}, stored(t, mem, "orders", "last"))
+}
+
+// Over TLS, appends go over HTTP/1.1 (a connection per call in flight: one
+// HTTP/2 connection's reader and writer paced them all) and reads over
+// HTTP/2 (a stream each, on one connection per node), as Config.TLS says.
+func TestTLSProtocolsByCall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cli := etcdtest.Client(t, srv.Endpoints())
+	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
+	require.NoError(t, err)
+	p := newTestPKI(t)
+	nodeCert, nodeKey := p.issue("node", certs.Request{})
+	server, _, err := tlsconf.Config{CertFile: nodeCert, KeyFile: nodeKey, ClientCAFile: p.path("ca.crt")}.Server()
+	require.NoError(t, err)
+	startTLSNode(t, cli, l.Root, memory.NewCluster(), "secure", server)
+	assign(t, cli, l, "proto-ch", "secure", 1)
+	cliCert, cliKey := p.issue("alice", certs.Request{Kind: certs.Client})
+	c, err := client.New(ctx, client.Config{Etcd: cli, Root: l.Root,
+		TLS: p.client(tlsconf.Config{CAFile: p.path("ca.crt"), CertFile: cliCert, KeyFile: cliKey})})
+	require.NoError(t, err)
+	defer c.Close()
+
+	// protocols records the ALPN protocol of every connection a call used.
+	var (
+		mu     sync.Mutex
+		protos []string
+	)
+	traced := func(ctx context.Context) context.Context {
+		mu.Lock()
+		protos = nil
+		mu.Unlock()
+		return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+			proto := fmt.Sprintf("no TLS: %T", info.Conn)
+			if tc, ok := info.Conn.(*tls.Conn); ok {
+				proto = tc.ConnectionState().NegotiatedProtocol
+			}
+			mu.Lock()
+			protos = append(protos, proto)
+			mu.Unlock()
+		}})
+	}
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(protos)
+	}
+	_, err = c.Append(traced(ctx), "proto-ch", client.Message{Payload: []byte("x")}, client.Options{})
+	require.NoError(t, err)
+	require.NotEmpty(t, seen())
+	for _, p := range seen() {
+		require.Equal(t, "http/1.1", p, "an append's connection")
+	}
+	require.NoError(t, c.Read(traced(ctx), "proto-ch", client.ReadOptions{UntilCaughtUp: true}, func(*streamwalv1.Delivered) error { return nil }))
+	require.NotEmpty(t, seen())
+	for _, p := range seen() {
+		require.Equal(t, "h2", p, "a read's connection")
+	}
 }
