@@ -71,7 +71,9 @@ type Config struct {
 	FlushInterval time.Duration `yaml:"flushInterval"`
 	FlushBytes    int           `yaml:"flushBytes"`
 	FlushRecords  int           `yaml:"flushRecords"`
-	// MaxInflight bounds the flushes in flight at once.
+	// MaxInflight bounds the flushes in flight at once. A flush may run
+	// up to twice as many slots ahead of the last one acknowledged (the
+	// epoch's window), so that one slow PUT does not hold the others back.
 	MaxInflight int `yaml:"maxInflight"`
 	// MaxBufferedBytes bounds the bytes of appends queued or in flight;
 	// an append beyond it waits.
@@ -174,3 +176,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxMessageBytes, DefaultMaxMessageBytes)
 	return c
 }
+
+// window is the epoch's window a writer opened with c records (see the
+// package doc, "The writer").
+func (c Config) window() int { return 2 * c.MaxInflight }

@@ -76,7 +76,7 @@ func (o *Opener) claim(ctx context.Context, ch walimpls.Channel) (epochEntry, *m
 				}
 			}
 		}
-		e := epochEntry{Epoch: next.NextEpoch, Term: ch.Term, Window: o.cfg.MaxInflight}
+		e := epochEntry{Epoch: next.NextEpoch, Term: ch.Term, Window: o.cfg.window()}
 		next.Epochs = append(next.Epochs, e)
 		next.NextEpoch++
 		next.Term = max(next.Term, ch.Term)

@@ -27,6 +27,7 @@ type Opener struct {
 	m       *metrics
 	clock   clockwork.Clock
 	fencing bool
+	arena   recordArena // the buffers of appends' records
 
 	mu     sync.Mutex
 	closed bool

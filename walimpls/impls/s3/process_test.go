@@ -67,8 +67,8 @@ func killMidFlush(t *testing.T, store *s3test.Store, seed uint64) {
 	tail := startTail(t, openWAL(t, newOpener(t, cfg), name, 0, walimpls.ReadOnly), false)
 	c.until(t, ctx, "50 messages acknowledged", func() bool { return len(c.acked) >= 50 })
 
-	// From now on every data PUT is held in the proxy until the writer's
-	// window of four flushes is full: each before the store or, landed,
+	// From now on every data PUT is held in the proxy until the writer can
+	// put no more (fullWindow): each before the store or, landed,
 	// with its answer held, by its slot (a seeded choice that holds at
 	// least one slot of every four before the store: a hole the takeover
 	// must fence).
@@ -81,11 +81,11 @@ func killMidFlush(t *testing.T, store *s3test.Store, seed uint64) {
 	}
 	proxy.Add(s3test.Rule{Match: s3test.And(dataPut, lands), Fault: s3test.HoldAnswer(gate)},
 		s3test.Rule{Match: s3test.And(dataPut, s3test.Not(lands)), Fault: s3test.Hold(gate)})
-	first, stored := fullWindow(t, ctx, proxy, gate, dataPut)
+	first, last, stored := fullWindow(t, ctx, proxy, gate, dataPut)
 	c.kill(t)
 
-	hole := first // the first slot of the window not in the store
-	for hole < first+4 && stored[hole] {
+	hole := first // the first slot not in the store
+	for hole <= last && stored[hole] {
 		hole++
 	}
 	epoch := c.epoch
@@ -96,7 +96,7 @@ func killMidFlush(t *testing.T, store *s3test.Store, seed uint64) {
 	}
 	require.Empty(t, c.failed, "nothing failed before the kill")
 	t.Logf("killed with %d messages acknowledged; the window %d..%d held (%v in the store; mask %04b), its first hole at %d",
-		len(c.acked), first, first+3, stored, mask, hole)
+		len(c.acked), first, last, stored, mask, hole)
 
 	owner := openWAL(t, newOpener(t, cfg), name, 2, walimpls.ReadWrite)
 	// The dead writer's held PUTs go on to the store now, those whose
@@ -213,7 +213,7 @@ func killMidTakeover(t *testing.T, store *s3test.Store) {
 }
 
 // TestProcessStoppedZombie: a writer process appending with sixteen
-// appenders is stopped (SIGSTOP) with its window of four flushes held in
+// appenders is stopped (SIGSTOP) with the flushes it has in flight held in
 // the proxy before the store. A new owner takes over at a higher term and
 // appends; the writer is then resumed (SIGCONT) and its held PUTs let
 // through (the first meets the fence, those after it land past it). The
@@ -240,12 +240,12 @@ func stoppedZombie(t *testing.T, store *s3test.Store) {
 	c.until(t, ctx, "50 messages acknowledged", func() bool { return len(c.acked) >= 50 })
 
 	// From now on every data PUT is held in the proxy before the store,
-	// until the writer's window of four flushes is full; then the writer
-	// is stopped.
+	// until the writer can put no more (fullWindow); then the writer is
+	// stopped.
 	gate := s3test.NewGate()
 	dataPut := s3test.And(s3test.Method("PUT"), s3test.KeyMatches(slotKeyRe(prefix, name)))
 	proxy.Add(s3test.Rule{Match: dataPut, Fault: s3test.Hold(gate)})
-	first, stored := fullWindow(t, ctx, proxy, gate, dataPut)
+	first, last, stored := fullWindow(t, ctx, proxy, gate, dataPut)
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
 	waitStopped(t, ctx, c.cmd.Process.Pid)
 
@@ -271,7 +271,7 @@ func stoppedZombie(t *testing.T, store *s3test.Store) {
 			require.Equal(t, want, r.Status, "the zombie's PUT of slot %d", s)
 		}
 	}
-	t.Logf("the window %d..%d held (%v in the store before the takeover)", first, first+3, stored)
+	t.Logf("the window %d..%d held (%v in the store before the takeover)", first, last, stored)
 	c.until(t, ctx, "every appender stopped", func() bool { return c.done })
 	require.NoError(t, c.wait(), "stderr: %s", c.stderr.String())
 
@@ -475,14 +475,16 @@ func slotOf(t *testing.T, id string) (uint64, uint64) {
 	return e, s
 }
 
-// fullWindow waits until a writer's window of four flushes is held up in
-// the proxy: the lowest slot s whose PUT a gate holds, a PUT of each slot
-// s..s+3, the ones not held answered, the held ones at the gate (so that
-// those held after the store are in it). The writer can then put no
-// other slot until s is answered. It returns s and, for each slot of the
-// window, whether it is in the store.
-func fullWindow(t *testing.T, ctx context.Context, p *s3test.Proxy, g *s3test.Gate, dataPut s3test.Matcher) (uint64, map[uint64]bool) {
+// fullWindow waits until a writer (MaxInflight 4, so a window of 8) can put
+// no other slot until the lowest slot s whose PUT a gate holds is
+// answered: a PUT of each slot s..last, the ones not held answered, the
+// held ones at the gate (so that those held after the store are in it),
+// and either 4 held (MaxInflight in flight) or last = s+7 (the window used
+// up). It checks that the writer kept both bounds, and returns s, last
+// and, for each slot of s..last, whether it is in the store.
+func fullWindow(t *testing.T, ctx context.Context, p *s3test.Proxy, g *s3test.Gate, dataPut s3test.Matcher) (first, last uint64, stored map[uint64]bool) {
 	t.Helper()
+	const maxInflight, window = 4, 8 // the epoch's window is twice MaxInflight (package doc)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -507,18 +509,22 @@ func fullWindow(t *testing.T, ctx context.Context, p *s3test.Proxy, g *s3test.Ga
 			puts[s] = r
 		}
 		if held > 0 && settled && g.Arrived() == held {
+			last := slices.Max(slices.Collect(maps.Keys(puts)))
 			stored := map[uint64]bool{}
-			for s := first; s < first+4; s++ {
+			for s := first; s <= last; s++ {
 				r, ok := puts[s]
 				if !ok {
-					stored = nil
+					stored = nil // a slot is put in order: one to come
 					break
 				}
 				stored[s] = r.Status == 200 || slices.Contains(r.Faults, "hold-answer")
 			}
 			if stored != nil {
-				require.Equal(t, 4, len(puts)-countBelow(puts, first), "PUTs beyond the window: %v", slices.Sorted(maps.Keys(puts)))
-				return first, stored
+				require.LessOrEqual(t, held, maxInflight, "PUTs in flight at once")
+				require.LessOrEqual(t, last+1-first, uint64(window), "PUTs beyond the window: %v", slices.Sorted(maps.Keys(puts)))
+				if held == maxInflight || last+1-first == window {
+					return first, last, stored
+				}
 			}
 		}
 		select {

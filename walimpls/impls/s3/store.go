@@ -193,8 +193,13 @@ type putCond struct {
 
 // put writes body at key under cond and returns the new ETag.
 func (s *store) put(ctx context.Context, kind, key string, body []byte, meta map[string]string, cond putCond) (string, error) {
-	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))), Metadata: meta}
+	return s.putBody(ctx, kind, key, bytes.NewReader(body), int64(len(body)), meta, cond)
+}
+
+// putBody is put of size bytes read from body, which the SDK seeks back
+// to hash it and to retry.
+func (s *store) putBody(ctx context.Context, kind, key string, body io.ReadSeeker, size int64, meta map[string]string, cond putCond) (string, error) {
+	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: body, ContentLength: aws.Int64(size), Metadata: meta}
 	if cond.createOnly {
 		in.IfNoneMatch = aws.String("*")
 	}
@@ -205,7 +210,7 @@ func (s *store) put(ctx context.Context, kind, key string, body []byte, meta map
 	if err = s.classify(kind, err); err != nil {
 		return "", err
 	}
-	s.m.putBytes.Add(float64(len(body)))
+	s.m.putBytes.Add(float64(size))
 	return aws.ToString(out.ETag), nil
 }
 

@@ -74,7 +74,7 @@ func (w *wal) encode(msgs []message.Message) ([]byte, int, error) {
 		}
 		n += recordSize(m)
 	}
-	b := make([]byte, 0, n)
+	b := w.o.arena.alloc(n)
 	for i, m := range msgs {
 		var err error
 		if b, err = appendRecord(b, m); err != nil {

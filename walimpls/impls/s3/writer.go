@@ -41,7 +41,7 @@ type request struct {
 type flush struct {
 	slot    uint64
 	reqs    []*request
-	body    []byte
+	body    objectBody
 	nonce   nonce
 	records int
 	start   time.Time
@@ -256,7 +256,7 @@ func (wr *writer) run() {
 // and arms the timer for the next one.
 func (wr *writer) startFlushes() {
 	cfg := &wr.o.cfg
-	for wr.failed == nil && wr.nextSlot < wr.ackNext+wr.window {
+	for wr.failed == nil && wr.nextSlot < wr.ackNext+wr.window && len(wr.inflight) < wr.o.cfg.MaxInflight {
 		wr.dropCancelled()
 		if len(wr.queue) == 0 {
 			break
@@ -322,14 +322,12 @@ func (wr *writer) startFlush() {
 	if len(f.reqs) == 0 {
 		return
 	}
-	body := make([]byte, 0, headerSize+bytes+crcSize)
-	body = appendHeader(body, objectHeader{kind: kindData, epoch: wr.epoch, term: wr.w.ch.Term, slot: f.slot,
-		count: uint32(f.records), nonce: f.nonce})
-	for _, r := range f.reqs {
-		body = append(body, r.recs...)
-		r.recs = nil
+	recs := make([][]byte, len(f.reqs))
+	for i, r := range f.reqs {
+		recs[i] = r.recs
 	}
-	f.body = sealObject(body)
+	f.body = newDataBody(objectHeader{kind: kindData, epoch: wr.epoch, term: wr.w.ch.Term, slot: f.slot,
+		count: uint32(f.records), nonce: f.nonce}, recs)
 	wr.nextSlot++
 	wr.inflight[f.slot] = f
 	wr.wg.Add(1)
@@ -343,7 +341,7 @@ func (wr *writer) put(f *flush) {
 	key := o.keys.slot(wr.w.ch.Name, wr.epoch, f.slot)
 	meta := map[string]string{metaKind: "data", metaTerm: strconv.FormatInt(wr.w.ch.Term, 10),
 		metaCount: strconv.Itoa(f.records), metaNonce: f.nonce.String()}
-	_, err := o.st.put(wr.putCtx, reqPut, key, f.body, meta, putCond{createOnly: true})
+	_, err := o.st.putBody(wr.putCtx, reqPut, key, f.body.reader(), int64(f.body.size), meta, putCond{createOnly: true})
 	if errors.Is(err, errPrecondition) {
 		err = wr.resolve412(key, f)
 	} else if err != nil {
@@ -465,13 +463,13 @@ func (wr *writer) answerFlush(f *flush, err error) {
 // messages, and now and then the epoch a hint.
 func (wr *writer) ack(f *flush) {
 	o := wr.o
-	o.m.flushed(len(f.body), f.records, f.start)
+	o.m.flushed(f.body.size, f.records, f.start)
 	// Decoding a flush costs as much as encoding it: done only for live
 	// scanners, on the writer's goroutine, which acknowledges nothing
 	// meanwhile.
 	var obj *object
 	if wr.w.hub.hasReaders() {
-		obj, _ = decodeObject("", f.body, wr.epoch, f.slot)
+		obj, _ = decodeObject("", f.body.bytes(), wr.epoch, f.slot)
 	}
 	wr.w.hub.publish(wr.epoch, f.slot, obj)
 	index := uint32(0)

@@ -1,0 +1,56 @@
+package s3
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A body in pieces reads, and seeks, as the one buffer it stands for, and
+// decodes as the object it is.
+func TestObjectBodyReadsAsOneBuffer(t *testing.T) {
+	recs := [][]byte{[]byte("abc"), {}, bytes.Repeat([]byte("x"), 1000), []byte("z")}
+	b := newDataBody(objectHeader{kind: kindData, epoch: 3, term: 7, slot: 9, count: 0}, recs)
+	whole := b.bytes()
+	require.Len(t, whole, b.size)
+	var want []byte
+	want = appendHeader(want, objectHeader{kind: kindData, epoch: 3, term: 7, slot: 9, count: 0})
+	for _, r := range recs {
+		want = append(want, r...)
+	}
+	require.Equal(t, sealObject(want), whole)
+
+	for _, chunk := range []int{1, 2, 7, 64, 4096} {
+		r := b.reader()
+		var got []byte
+		buf := make([]byte, chunk)
+		for {
+			n, err := r.Read(buf)
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err)
+		}
+		require.Equal(t, whole, got, "read %d at a time", chunk)
+	}
+	r := b.reader()
+	for _, off := range []int64{0, 1, headerSize, headerSize + 3, int64(b.size) - 1, int64(b.size)} {
+		at, err := r.Seek(off, io.SeekStart)
+		require.NoError(t, err)
+		require.Equal(t, off, at)
+		rest, err := io.ReadAll(r)
+		require.NoError(t, err)
+		require.Equal(t, whole[off:], rest, "from %d", off)
+	}
+	end, err := r.Seek(-2, io.SeekEnd)
+	require.NoError(t, err)
+	require.Equal(t, int64(b.size-2), end)
+	rest, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Equal(t, whole[b.size-2:], rest)
+	_, err = r.Seek(-1, io.SeekStart)
+	require.Error(t, err)
+}
