@@ -472,6 +472,13 @@ func (wr *writer) ack(f *flush) {
 		obj, _ = decodeObject("", f.body.bytes(), wr.epoch, f.slot)
 	}
 	wr.w.hub.publish(wr.epoch, f.slot, obj)
+	// The flush's room in the budget goes back at once: one wake-up of the
+	// appenders waiting for it, not one per request.
+	room := 0
+	for _, r := range f.reqs {
+		room += r.size
+	}
+	wr.budget.release(room)
 	index := uint32(0)
 	for _, r := range f.reqs {
 		ids := make([]message.ID, r.count)
@@ -479,7 +486,6 @@ func (wr *writer) ack(f *flush) {
 			ids[i] = pos{epoch: wr.epoch, slot: f.slot, index: index}.id()
 			index++
 		}
-		wr.budget.release(r.size)
 		r.done(ids, nil)
 	}
 	wr.w.acked.Store(f.slot + 1)
