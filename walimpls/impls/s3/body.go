@@ -73,6 +73,33 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// WriteTo writes the rest of the body in chunks of up to bodyChunk bytes:
+// a flush's records are small pieces, and a write each (what io.Copy through
+// a 4 KiB buffer comes to) made a system call each.
+func (r *bodyReader) WriteTo(w io.Writer) (int64, error) {
+	buf := make([]byte, min(bodyChunk, max(r.size-r.off, 0)))
+	var written int64
+	for r.off < r.size {
+		n, _ := r.Read(buf)
+		m, err := w.Write(buf[:n])
+		written += int64(m)
+		if err == nil && m < n {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			// Where the reader is now is past what was written: put it
+			// right for a caller that retries from here.
+			_, _ = r.Seek(r.off-int64(n-m), io.SeekStart)
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// bodyChunk is the most WriteTo writes at once (its buffer, one per PUT
+// of a flush: small beside the flush).
+const bodyChunk = 256 << 10
+
 func (r *bodyReader) Seek(offset int64, whence int) (int64, error) {
 	abs := offset
 	switch whence {

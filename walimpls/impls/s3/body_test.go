@@ -54,3 +54,27 @@ func TestObjectBodyReadsAsOneBuffer(t *testing.T) {
 	_, err = r.Seek(-1, io.SeekStart)
 	require.Error(t, err)
 }
+
+// WriteTo writes what Read would read, from where the reader is, and
+// leaves it at the end.
+func TestObjectBodyWriteTo(t *testing.T) {
+	recs := make([][]byte, 3000)
+	for i := range recs {
+		recs[i] = bytes.Repeat([]byte{byte(i)}, 100+i%7)
+	}
+	b := newDataBody(objectHeader{kind: kindData, epoch: 1, slot: 2}, recs)
+	whole := b.bytes()
+	for _, from := range []int64{0, 5, int64(b.size) / 2, int64(b.size)} {
+		r := b.reader()
+		_, err := r.Seek(from, io.SeekStart)
+		require.NoError(t, err)
+		var out bytes.Buffer
+		n, err := r.WriteTo(&out)
+		require.NoError(t, err)
+		require.Equal(t, int64(b.size)-from, n)
+		require.True(t, bytes.Equal(whole[from:], out.Bytes()), "written from %d", from)
+		rest, err := io.ReadAll(r)
+		require.NoError(t, err)
+		require.Empty(t, rest)
+	}
+}
