@@ -535,16 +535,6 @@ func fullWindow(t *testing.T, ctx context.Context, p *s3test.Proxy, g *s3test.Ga
 	}
 }
 
-func countBelow(m map[uint64]s3test.Request, s uint64) int {
-	n := 0
-	for k := range m {
-		if k < s {
-			n++
-		}
-	}
-	return n
-}
-
 // parseSlotKey returns the epoch and slot of a slot's key.
 func parseSlotKey(key string) (epoch, slot uint64, ok bool) {
 	parts := strings.Split(key, "/")
