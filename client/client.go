@@ -90,9 +90,9 @@ type Config struct {
 	// MaxConnsPerNode connections to a node, and reads over HTTP/2, every
 	// read to a node on one connection. It holds the CAs that verify the
 	// nodes and, for nodes that require one, a client certificate, e.g. a
-	// tlsconf.Config's Client(). A certificate a node refuses (or that the client refuses)
-	// fails the call at once with ErrRefused: nothing was stored. Nil:
-	// plaintext.
+	// tlsconf.Config's Client(). A certificate a node refuses (or that the
+	// client refuses) fails the call at once with ErrRefused: nothing was
+	// stored. Nil: plaintext.
 	TLS *tls.Config
 	// Retry is the backoff between attempts while no owner answers.
 	Retry backoff.Config
@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	calls, reads := cfg.HTTP, cfg.HTTP
 	switch {
-	case cfg.HTTP != nil:
+	case cfg.HTTP != nil: // yours, as it is
 	case cfg.TLS == nil:
 		calls = defaultHTTP(nil, false) // plaintext: HTTP/1.1 for both
 		reads = calls
