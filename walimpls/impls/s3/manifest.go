@@ -374,8 +374,8 @@ func (o *Opener) putFence(ctx context.Context, name string, epoch, s, from uint6
 			return false, false, errors.Wrapf(err, "s3: fence %s", key)
 		}
 		switch info.state {
-		case slotFence:
-			return true, false, nil
+		case slotFence: // this open's own, when an earlier try landed
+			return true, info.nonce == n.String(), nil
 		case slotData:
 			return false, false, nil
 		}
