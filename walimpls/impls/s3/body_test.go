@@ -2,6 +2,7 @@ package s3
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"io"
 	"testing"
 
@@ -76,5 +77,24 @@ func TestObjectBodyWriteTo(t *testing.T) {
 		rest, err := io.ReadAll(r)
 		require.NoError(t, err)
 		require.Empty(t, rest)
+	}
+}
+
+// Into a hash, WriteTo gives what Read would, from where the reader is.
+func TestObjectBodyHashes(t *testing.T) {
+	b := newDataBody(objectHeader{kind: kindData, epoch: 1, slot: 2}, [][]byte{[]byte("abc"), bytes.Repeat([]byte("d"), 5000)})
+	for _, from := range []int64{0, 7, int64(b.size)} {
+		r := b.reader()
+		_, err := r.Seek(from, io.SeekStart)
+		require.NoError(t, err)
+		h := sha256.New()
+		n, err := r.WriteTo(h)
+		require.NoError(t, err)
+		require.Equal(t, int64(b.size)-from, n)
+		want := sha256.Sum256(b.bytes()[from:])
+		require.Equal(t, want[:], h.Sum(nil), "from %d", from)
+		at, err := r.Seek(0, io.SeekCurrent)
+		require.NoError(t, err)
+		require.Equal(t, int64(b.size), at)
 	}
 }
