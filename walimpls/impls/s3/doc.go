@@ -306,8 +306,9 @@
 //   - 16 appenders of 1 KiB keeping 64 MiB in flight at a 20 ms interval,
 //     the median of five rounds of 128 MiB each alternating with raw
 //     create-only PUTs of the same 4 MiB objects (with a flush's metadata)
-//     four at a time: on versitygw 0.81, 0.81, 0.83, 0.64 and 0.96 in five
-//     runs (260-310 MiB/s when the store is fresh, 130-185 once its disk
+//     four at a time: on versitygw 0.835, 0.862 and 0.855 in three runs of
+//     the final tree (0.81, 0.81, 0.83, 0.64 and 0.96 before its last two
+//     cuts; 260-310 MiB/s when the store is fresh, 130-185 once its disk
 //     holds gigabytes), on gofakes3 0.78 and 0.89 (the store shares the
 //     process, its CPU and its garbage collector); goal 0.9: missed. The
 //     store, the SDK's payload hashing (a third of the process's CPU over
@@ -315,8 +316,10 @@
 //     add per message (encoding, hand-over, acknowledgement: 16-18% of the
 //     process's CPU in a profile) is what separates the two. Cut so far:
 //     a window twice MaxInflight (0.71-0.76 before, 0.78-0.81 after, one
-//     session), the flush body sent in pieces without a 4 MiB copy, records
-//     carved from 64 KiB chunks, one budget release per flush.
+//     session), the flush body sent in pieces without a 4 MiB copy (and
+//     hashed by the SDK piece by piece), records carved from 64 KiB chunks,
+//     one budget release per flush, one reading of the clock per batch of
+//     appends handed over.
 //   - One synchronous appender at a 20 ms interval: p50 the interval +
 //     1.4-1.9 ms (gofakes3; a raw PUT's p50 0.2-0.4 ms) and + 4.1-4.4 ms
 //     (versitygw; raw 2.6 ms); p99 1.05-1.07 of the interval + 1.5 raw PUT
