@@ -66,6 +66,17 @@ func (p *testPKI) issue(name string, req certs.Request) (string, string) {
 	return p.path(name + ".crt"), p.path(name + ".key")
 }
 
+// nodeServer issues the node certificate "node" and returns the server
+// configuration of a node that requires client certificates of this CA,
+// and the source that reloads its pair.
+func (p *testPKI) nodeServer() (*tls.Config, *tlsconf.Source) {
+	p.t.Helper()
+	cert, key := p.issue("node", certs.Request{})
+	server, src, err := tlsconf.Config{CertFile: cert, KeyFile: key, ClientCAFile: p.path("ca.crt")}.Server()
+	require.NoError(p.t, err)
+	return server, src
+}
+
 func (p *testPKI) client(c tlsconf.Config) *tls.Config {
 	p.t.Helper()
 	cfg, _, err := c.Client()
@@ -116,9 +127,7 @@ func TestTLSRefusals(t *testing.T) {
 	require.NoError(t, err)
 	p := newTestPKI(t)
 	other := newTestPKI(t)
-	nodeCert, nodeKey := p.issue("node", certs.Request{})
-	server, _, err := tlsconf.Config{CertFile: nodeCert, KeyFile: nodeKey, ClientCAFile: p.path("ca.crt")}.Server()
-	require.NoError(t, err)
+	server, _ := p.nodeServer()
 	mem := memory.NewCluster()
 	startTLSNode(t, cli, l.Root, mem, "secure", server)
 	startTLSNode(t, cli, l.Root, mem, "plain", nil)
@@ -191,9 +200,7 @@ func TestTLSRotation(t *testing.T) {
 	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
 	require.NoError(t, err)
 	p := newTestPKI(t)
-	nodeCert, nodeKey := p.issue("node", certs.Request{})
-	server, src, err := tlsconf.Config{CertFile: nodeCert, KeyFile: nodeKey, ClientCAFile: p.path("ca.crt")}.Server()
-	require.NoError(t, err)
+	server, src := p.nodeServer()
 	mem := memory.NewCluster()
 	startTLSNode(t, cli, l.Root, mem, "n1", server)
 	assign(t, cli, l, "ch", "n1", 1)
@@ -342,9 +349,7 @@ func TestTLSProtocolsByCall(t *testing.T) {
 	l, err := cluster.NewLayout(etcdtest.Prefix(t) + "cluster/")
 	require.NoError(t, err)
 	p := newTestPKI(t)
-	nodeCert, nodeKey := p.issue("node", certs.Request{})
-	server, _, err := tlsconf.Config{CertFile: nodeCert, KeyFile: nodeKey, ClientCAFile: p.path("ca.crt")}.Server()
-	require.NoError(t, err)
+	server, _ := p.nodeServer()
 	startTLSNode(t, cli, l.Root, memory.NewCluster(), "secure", server)
 	assign(t, cli, l, "proto-ch", "secure", 1)
 	cliCert, cliKey := p.issue("alice", certs.Request{Kind: certs.Client})
