@@ -17,26 +17,34 @@ import (
 	"github.com/streamwal/streamwal/walimpls"
 )
 
-// jitter delays each request by a random latency (a slow store whose
-// pipelined PUTs land out of order).
-type jitter struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	r    *rand.Rand
+// slowLink holds each request for latency() before sending it: a random
+// latency makes a slow store whose pipelined PUTs land out of order; a
+// fixed one an open on a slow link.
+type slowLink struct {
+	next    http.RoundTripper
+	latency func() time.Duration
 }
 
-func (j *jitter) RoundTrip(r *http.Request) (*http.Response, error) {
-	j.mu.Lock()
-	d := time.Duration(j.r.IntN(4000)) * time.Microsecond
-	j.mu.Unlock()
-	t := time.NewTimer(d)
+func (l slowLink) RoundTrip(r *http.Request) (*http.Response, error) {
+	t := time.NewTimer(l.latency())
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-r.Context().Done():
 		return nil, r.Context().Err()
 	}
-	return j.next.RoundTrip(r)
+	return l.next.RoundTrip(r)
+}
+
+// jitter is a latency of up to 4 ms drawn from a seeded source.
+func jitter(seed uint64) func() time.Duration {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(seed, 1))
+	return func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Duration(r.IntN(4000)) * time.Microsecond
+	}
 }
 
 // Takeovers while a writer pipelines through a jittery store: nothing the
@@ -48,7 +56,7 @@ func TestTakeoverUnderPipelining(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			cfg := st.config(func(rt http.RoundTripper) http.RoundTripper {
-				return &jitter{next: rt, r: rand.New(rand.NewPCG(seed, 1))}
+				return slowLink{next: rt, latency: jitter(seed)}
 			})
 			cfg.FlushInterval = time.Millisecond
 			cfg.FlushRecords = 3
@@ -122,24 +130,6 @@ func TestTakeoverUnderPipelining(t *testing.T) {
 	}
 }
 
-// delay holds every request for a fixed time before sending it (an open on
-// a slow link, racing a writer on a fast one).
-type delay struct {
-	next http.RoundTripper
-	d    time.Duration
-}
-
-func (l delay) RoundTrip(r *http.Request) (*http.Response, error) {
-	t := time.NewTimer(l.d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
-	}
-	return l.next.RoundTrip(r)
-}
-
 // A takeover over a slow link while the old writer, on a fast one, keeps
 // flushing many slots during each of the new open's requests: the seal
 // must outrun the writer, not chase it slot by slot for as long as it has
@@ -149,7 +139,9 @@ func TestSealOutrunsAFastWriter(t *testing.T) {
 	fast := st.config(nil)
 	fast.FlushInterval = time.Millisecond
 	fast.FlushRecords = 1
-	slow := st.config(func(rt http.RoundTripper) http.RoundTripper { return delay{next: rt, d: 25 * time.Millisecond} })
+	slow := st.config(func(rt http.RoundTripper) http.RoundTripper {
+		return slowLink{next: rt, latency: func() time.Duration { return 25 * time.Millisecond }}
+	})
 	slow.Prefix = fast.Prefix
 	oldNode, newNode := newOpener(t, fast), newOpener(t, slow)
 	old := openWAL(t, oldNode, "outrun", 1, walimpls.ReadWrite)
