@@ -262,18 +262,11 @@ func (o *Opener) seal(ctx context.Context, name string, m *manifest, e epochEntr
 	if info.state == slotFence {
 		return int64(s) - 1, nil // fenced already, by a concurrent open
 	}
-	fenced, _, err := o.putFence(ctx, name, e.Epoch, s, s, term, deleted)
-	if err != nil {
-		return 0, err
-	}
-	if fenced {
-		o.log.Info("sealed an epoch", "channel", name, "epoch", e.Epoch, "fence", s, "term", term, "deleted", deleted)
-		return int64(s) - 1, nil
-	}
-	// A late flush of the epoch's writer landed first: it is still
-	// flushing, so fence a range at a time, doubling it while the writer
-	// fills every slot of one before the fences land.
-	from, width := s+1, e.window()
+	// One fence at the tail. Should a late flush of the epoch's writer land
+	// there first, it is still flushing: fence a range at a time from the
+	// next slot, a window wide and then doubling while the writer fills
+	// every slot of one before the fences land.
+	from, width := s, uint64(1)
 	for {
 		fenced, ours, err := o.fenceRange(ctx, name, e.Epoch, from, width, term, deleted)
 		if err != nil {
@@ -281,12 +274,12 @@ func (o *Opener) seal(ctx context.Context, name string, m *manifest, e epochEntr
 		}
 		if i := slices.Index(fenced, true); i >= 0 {
 			end := from + uint64(i)
-			o.log.Info("sealed an epoch behind a writer still flushing", "channel", name, "epoch", e.Epoch, "fence", end, "term", term, "deleted", deleted, "fencedFrom", s)
+			o.log.Info("sealed an epoch", "channel", name, "epoch", e.Epoch, "fence", end, "term", term, "deleted", deleted, "tail", s)
 			o.removeSpareFences(ctx, name, e.Epoch, from, end, ours)
 			return int64(end) - 1, nil
 		}
 		o.log.Debug("late flushes filled the fenced range: fencing the next", "channel", name, "epoch", e.Epoch, "from", from, "width", width)
-		from, width = from+width, min(2*width, max(e.window(), maxSealWidth))
+		from, width = from+width, min(max(2*width, e.window()), max(e.window(), maxSealWidth))
 	}
 }
 
