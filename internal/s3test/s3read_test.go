@@ -29,8 +29,7 @@ import (
 //
 // Here the objects are encoded by encodeObject from the doc's format; the
 // same check on objects the backend itself wrote is in
-// s3read_backend_test.go (build tag s3backend until the backend is on
-// main).
+// s3read_backend_test.go.
 
 // record is one message as an object holds it.
 type record struct {
@@ -134,30 +133,52 @@ func (a *awsCLI) run(t *testing.T, args ...string) []byte {
 	return out
 }
 
-// fetchAndDecode lists the channel's objects under prefix with the aws
-// CLI, fetches every slot (data and fences, not the manifest or hints),
-// checks its user metadata and decodes it with s3read.py.
+// fetchAndDecode fetches the channel's objects under prefix with the aws
+// CLI (one "s3 cp --recursive": a run of the CLI costs about a second of
+// start-up, so not one per object), decodes every slot (data and fences,
+// not the manifest or hints) with one run of s3read.py, and checks the user
+// metadata of the first object of each kind against its header (the
+// backend writes each kind's metadata in one place).
 func fetchAndDecode(t *testing.T, a *awsCLI, prefix string) map[string]decoded {
 	t.Helper()
-	var list struct {
-		Contents []struct{ Key string }
-	}
-	if err := json.Unmarshal(a.run(t, "s3api", "list-objects-v2", "--bucket", a.s.Bucket, "--prefix", prefix), &list); err != nil {
+	dir := t.TempDir()
+	a.run(t, "s3", "cp", "--recursive", "--only-show-errors", "s3://"+a.s.Bucket+"/"+prefix, dir)
+	slot := regexp.MustCompile(`/e\d{20}/\d{20}$`)
+	var files, keys []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		if key := prefix + filepath.ToSlash(rel); slot.MatchString(key) {
+			files, keys = append(files, path), append(keys, key)
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	slot := regexp.MustCompile(`/e\d{20}/\d{20}$`)
-	dir := t.TempDir()
 	got := map[string]decoded{}
-	for i, c := range list.Contents {
-		if !slot.MatchString(c.Key) {
+	if len(files) == 0 {
+		return got
+	}
+	for _, d := range s3readAll(t, files, keys) {
+		got[d.Key] = d
+	}
+	checked := map[string]bool{}
+	for _, key := range keys { // WalkDir's lexical order: the log's
+		d := got[key]
+		if checked[d.Kind] {
 			continue
 		}
-		file := filepath.Join(dir, strconv.Itoa(i))
+		checked[d.Kind] = true
 		var head struct{ Metadata map[string]string }
-		if err := json.Unmarshal(a.run(t, "s3api", "get-object", "--bucket", a.s.Bucket, "--key", c.Key, file), &head); err != nil {
+		if err := json.Unmarshal(a.run(t, "s3api", "head-object", "--bucket", a.s.Bucket, "--key", key), &head); err != nil {
 			t.Fatal(err)
 		}
-		d := s3read(t, file, c.Key)
 		// Header names are case-insensitive; gofakes3 gives them
 		// capitalised, and the CLI passes them on as they came.
 		meta := map[string]string{}
@@ -167,17 +188,42 @@ func fetchAndDecode(t *testing.T, a *awsCLI, prefix string) map[string]decoded {
 		if meta["streamwal-kind"] != d.Kind || meta["streamwal-term"] != strconv.FormatInt(d.Term, 10) ||
 			meta["streamwal-count"] != strconv.Itoa(d.Count) || meta["streamwal-nonce"] != d.Nonce {
 			t.Errorf("%s: metadata %v does not match the header (kind %s, term %d, count %d, nonce %s)",
-				c.Key, head.Metadata, d.Kind, d.Term, d.Count, d.Nonce)
+				key, head.Metadata, d.Kind, d.Term, d.Count, d.Nonce)
 		}
-		got[c.Key] = d
 	}
 	return got
+}
+
+// s3readAll decodes files, the objects at keys, with one run of
+// scripts/s3read.py.
+func s3readAll(t *testing.T, files, keys []string) []decoded {
+	t.Helper()
+	args := []string{"--json"}
+	for _, k := range keys {
+		args = append(args, "--key", k)
+	}
+	out, stderr, err := runS3read(append(args, files...)...)
+	if err != nil {
+		t.Fatalf("s3read.py: %v\n%s", err, stderr)
+	}
+	var all []decoded
+	for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+		var d decoded
+		if err := json.Unmarshal(line, &d); err != nil {
+			t.Fatalf("s3read.py printed %q: %v", line, err)
+		}
+		all = append(all, d)
+	}
+	if len(all) != len(files) {
+		t.Fatalf("s3read.py decoded %d objects of %d", len(all), len(files))
+	}
+	return all
 }
 
 // s3read decodes file, the object at key, with scripts/s3read.py.
 func s3read(t *testing.T, file, key string) decoded {
 	t.Helper()
-	out, stderr, err := runS3read(file, key)
+	out, stderr, err := runS3read("--json", "--key", key, file)
 	if err != nil {
 		t.Fatalf("s3read.py %s: %v\n%s", key, err, stderr)
 	}
@@ -188,12 +234,12 @@ func s3read(t *testing.T, file, key string) decoded {
 	return d
 }
 
-func runS3read(file, key string) (stdout []byte, stderr string, err error) {
+func runS3read(args ...string) (stdout []byte, stderr string, err error) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		return nil, "", fmt.Errorf("no python3: %w", err)
 	}
-	cmd := exec.Command(python, filepath.Join("..", "..", "scripts", "s3read.py"), "--json", "--key", key, file)
+	cmd := exec.Command(python, append([]string{filepath.Join("..", "..", "scripts", "s3read.py")}, args...)...)
 	var e bytes.Buffer
 	cmd.Stderr = &e
 	stdout, err = cmd.Output()
@@ -330,7 +376,7 @@ func TestS3ReadRefuses(t *testing.T) {
 			if err := os.WriteFile(file, tc.data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			out, stderr, err := runS3read(file, tc.key)
+			out, stderr, err := runS3read("--json", "--key", tc.key, file)
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 || len(out) != 0 {
 				t.Fatalf("s3read.py: %v, printed %q, want exit status 1 and nothing printed", err, out)

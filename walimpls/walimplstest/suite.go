@@ -25,8 +25,29 @@ type Option func(*options)
 
 type options struct {
 	waitTimeout time.Duration
-	features    featureSet // declared through Implements
+	features    featureSet      // declared through Implements
+	only        map[string]bool // OnlyParts; nil runs every part
 }
+
+// OnlyParts runs the named parts alone (under Batches and Async too, where
+// they run there). It is for a second configuration of a backend whose
+// default configuration runs the whole suite: a size limit runs the parts
+// that send large messages, say, rather than the whole suite again. A
+// backend that runs only some parts in every configuration does not pass
+// the suite. Run fails on a name that is not a part.
+func OnlyParts(names ...string) Option {
+	return func(o *options) {
+		if o.only == nil {
+			o.only = map[string]bool{}
+		}
+		for _, n := range names {
+			o.only[n] = true
+		}
+	}
+}
+
+// runs reports whether the part named name runs.
+func (o *options) runs(name string) bool { return o.only == nil || o.only[name] }
 
 // WithWaitTimeout sets the watchdog on every wait (default 30s): how long a
 // message may take to arrive before the part fails.
@@ -47,7 +68,15 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	for name := range o.only {
+		if !isPart(name) {
+			t.Fatalf("walimplstest.OnlyParts: %q is not a part of the suite", name)
+		}
+	}
 	for _, p := range parts {
+		if !o.runs(p.name) {
+			continue
+		}
 		t.Run(p.name, func(t *testing.T) {
 			p.fn(t, newEnv(t, f(t), o, plainVariant))
 		})
@@ -57,7 +86,7 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 			t.Skip(undeclaredSkip(BatchRead, "Batches"))
 		}
 		for _, p := range parts {
-			if !batchParts[p.name] {
+			if !batchParts[p.name] || !o.runs(p.name) {
 				continue
 			}
 			t.Run(p.name, func(t *testing.T) {
@@ -70,17 +99,34 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 			t.Skip(undeclaredSkip(AsyncAppend, "Async"))
 		}
 		for _, p := range parts {
-			if !asyncParts[p.name] {
+			if !asyncParts[p.name] || !o.runs(p.name) {
 				continue
 			}
 			t.Run(p.name, func(t *testing.T) {
 				p.fn(t, newEnv(t, f(t), o, asyncVariant))
 			})
 		}
+		if !o.runs("AsyncPipeline") {
+			return
+		}
 		t.Run("AsyncPipeline", func(t *testing.T) {
 			testAsyncPipeline(t, newEnv(t, f(t), o, asyncVariant))
 		})
 	})
+}
+
+// isPart reports whether name names a part (AsyncPipeline runs under
+// Async alone).
+func isPart(name string) bool {
+	if name == "AsyncPipeline" {
+		return true
+	}
+	for _, p := range parts {
+		if p.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // parts are the suite's parts, in the order they run.

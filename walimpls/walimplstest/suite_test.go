@@ -1004,3 +1004,18 @@ func (r reversed) Compare(o message.IDValue) int {
 	}
 	return 0
 }
+
+// TestOnlyParts: the suite runs the named parts alone, under Batches and
+// Async too, each on a cluster of its own.
+func TestOnlyParts(t *testing.T) {
+	var made []string
+	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
+		made = append(made, t.Name())
+		return brokenCluster{c: memory.NewCluster(), broken: "none", names: &brokenNames{
+			maxTerm: map[string]int64{}, deleted: map[string]bool{}}}
+	}, walimplstest.Implements(declared("none")...), walimplstest.OnlyParts("Lifecycle", "Last", "AsyncPipeline"))
+	require.Equal(t, []string{
+		"TestOnlyParts/Lifecycle", "TestOnlyParts/Last",
+		"TestOnlyParts/Async/Lifecycle", "TestOnlyParts/Async/AsyncPipeline",
+	}, made)
+}
