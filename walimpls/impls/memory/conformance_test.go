@@ -38,11 +38,13 @@ func TestConformance(t *testing.T) {
 	}, implementsOptional)
 }
 
-// A size limit exercises the suite's large-message and too-large paths.
+// A size limit changes the suite's large-message and too-large paths: the
+// parts that send messages at or above the limit run again under it.
 func TestConformanceWithSizeLimit(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
 		return cluster{c: memory.NewCluster(), cfg: memory.Config{MaxMessageBytes: 64 << 10}}
-	}, implementsOptional)
+	}, implementsOptional,
+		walimplstest.OnlyParts("DeclaredInterfaces", "Lifecycle", "SizeLimit", "CallerBuffers", "AppendBatch", "TruncateOvertakesScanner"))
 }
 
 func TestAdaptor(t *testing.T) {
@@ -52,14 +54,18 @@ func TestAdaptor(t *testing.T) {
 }
 
 // With backend fencing off, memory is a backend that cannot fence: the
-// suite skips what it declares it cannot do, and the adaptor's log-level
-// fence alone protects readers.
+// parts about opening, fencing and taking over run again and skip what it
+// declares it cannot do (the adaptor's log-level fence alone protects
+// readers: TestAdaptorNoFencing). Its appends and reads are the fenced
+// cluster's.
 func TestConformanceNoFencing(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
 		c := memory.NewCluster()
 		c.SetFencing(false)
 		return cluster{c: c}
-	}, implementsOptional)
+	}, implementsOptional,
+		walimplstest.OnlyParts("DeclaredInterfaces", "Lifecycle", "OpenerClose", "ReadOnly", "ReadOnlyCreatesNothing",
+			"Fencing", "SameTermTakeover", "RefusedOpen", "Delete", "DeleteFencesOtherNodes"))
 }
 
 func TestAdaptorNoFencing(t *testing.T) {
