@@ -94,18 +94,31 @@ func (n nonce) String() string { return hex.EncodeToString(n[:]) }
 
 // recordSize is the bytes m takes encoded as a record.
 func recordSize(m message.Message) int {
-	n := recordFixed + len(m.Payload())
-	for k, v := range m.Properties().Pairs() {
+	return recordHeadSize(m) + len(m.Payload())
+}
+
+// recordHeadSize is the bytes of m's record before its payload.
+func recordHeadSize(m message.Message) int {
+	n := recordFixed
+	props := m.Properties()
+	if props.Len() == 0 {
+		return n
+	}
+	for k, v := range props.Pairs() {
 		n += propOverhead + len(k) + len(v)
 	}
 	return n
 }
 
-// appendRecord encodes m as a record. A property key longer than a record
-// can hold is a TooLargeError.
-func appendRecord(b []byte, m message.Message) ([]byte, error) {
+// appendRecordHead encodes m's record up to its payload, which follows it
+// in the object. A property key longer than a record can hold is a
+// TooLargeError.
+func appendRecordHead(b []byte, m message.Message) ([]byte, error) {
 	props := m.Properties()
 	b = binary.BigEndian.AppendUint32(b, uint32(props.Len()))
+	if props.Len() == 0 {
+		return binary.BigEndian.AppendUint32(b, uint32(len(m.Payload()))), nil
+	}
 	for k, v := range props.Pairs() {
 		if len(k) > maxKeyLen {
 			return nil, &walimpls.TooLargeError{Size: len(k), Limit: maxKeyLen, What: "the largest property key an object holds"}
@@ -115,8 +128,7 @@ func appendRecord(b []byte, m message.Message) ([]byte, error) {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
 		b = append(b, v...)
 	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(m.Payload())))
-	return append(b, m.Payload()...), nil
+	return binary.BigEndian.AppendUint32(b, uint32(len(m.Payload()))), nil
 }
 
 // objectHeader is an object's header.

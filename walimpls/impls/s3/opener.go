@@ -27,7 +27,9 @@ type Opener struct {
 	m       *metrics
 	clock   clockwork.Clock
 	fencing bool
-	arena   recordArena // the buffers of appends' records
+	arena   recordArena // the buffers of appends' records' heads
+	// bodyBufs are the flushes' send buffers (bodyReader.WriteTo).
+	bodyBufs sync.Pool
 
 	mu     sync.Mutex
 	closed bool

@@ -25,9 +25,12 @@ const (
 	reqGone
 )
 
-// request is one batch handed to the writer: its records, encoded.
+// request is one batch handed to the writer: its records, as the pieces
+// the object's body is made of (see wal.encode).
 type request struct {
-	recs   []byte
+	pieces [][]byte
+	inline [2][]byte // pieces of a batch of one message
+	bytes  int       // the records' bytes
 	count  int
 	size   int // bytes reserved in the budget
 	queued time.Time
@@ -124,8 +127,9 @@ func (wr *writer) failure() error {
 
 func (wr *writer) setSticky(err error) { wr.sticky.CompareAndSwap(nil, &err) }
 
-// submit hands a batch over; done is called exactly once.
-func (wr *writer) submit(ctx context.Context, recs []byte, count, size int, done func([]message.ID, error)) *request {
+// submit hands a batch over; done is called exactly once. It returns r
+// once queued, nil when it was answered at once.
+func (wr *writer) submit(ctx context.Context, r *request, done func([]message.ID, error)) *request {
 	ch := wr.w.ch
 	if err := wr.failure(); err != nil {
 		done(nil, walimpls.MarkNotStored(err))
@@ -135,7 +139,7 @@ func (wr *writer) submit(ctx context.Context, recs []byte, count, size int, done
 		done(nil, walimpls.MarkNotStored(errors.Wrapf(err, "s3: append to %s", ch)))
 		return nil
 	}
-	reserved, err := wr.budget.acquire(ctx, wr.stop, size)
+	reserved, err := wr.budget.acquire(ctx, wr.stop, r.bytes)
 	if err != nil {
 		if errors.Is(err, errStopped) {
 			err = errors.Wrapf(walimpls.ErrClosed, "s3: append to %s", ch)
@@ -145,7 +149,7 @@ func (wr *writer) submit(ctx context.Context, recs []byte, count, size int, done
 		done(nil, walimpls.MarkNotStored(err))
 		return nil
 	}
-	r := &request{recs: recs, count: count, size: reserved, done: done}
+	r.size, r.done = reserved, done
 	r.stopCtx = noWatch
 	if ctx.Done() != nil { // a context that can end: watched while queued
 		r.stopCtx = context.AfterFunc(ctx, func() { wr.cancel(r, ctx.Err()) })
@@ -182,7 +186,7 @@ func (wr *writer) takePending(stopping bool) {
 	wr.pendMu.Unlock()
 	for _, r := range rs {
 		wr.queue = append(wr.queue, r)
-		wr.queuedBytes += len(r.recs)
+		wr.queuedBytes += r.bytes
 		wr.queuedRecs += r.count
 	}
 }
@@ -298,7 +302,7 @@ func (wr *writer) dropCancelled() {
 		r := wr.queue[0]
 		wr.queue[0] = nil
 		wr.queue = wr.queue[1:]
-		wr.queuedBytes -= len(r.recs)
+		wr.queuedBytes -= r.bytes
 		wr.queuedRecs -= r.count
 	}
 }
@@ -313,18 +317,18 @@ func (wr *writer) startFlush() {
 	n := 0
 	for n < len(wr.queue) {
 		r := wr.queue[n]
-		if len(f.reqs) > 0 && (bytes+len(r.recs) > cfg.FlushBytes || f.records+r.count > cfg.FlushRecords) {
+		if len(f.reqs) > 0 && (bytes+r.bytes > cfg.FlushBytes || f.records+r.count > cfg.FlushRecords) {
 			break
 		}
 		n++
-		wr.queuedBytes -= len(r.recs)
+		wr.queuedBytes -= r.bytes
 		wr.queuedRecs -= r.count
 		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
 			continue // cancelled
 		}
 		r.stopCtx()
 		f.reqs = append(f.reqs, r)
-		bytes += len(r.recs)
+		bytes += r.bytes
 		f.records += r.count
 	}
 	clear(wr.queue[:n])
@@ -332,12 +336,16 @@ func (wr *writer) startFlush() {
 	if len(f.reqs) == 0 {
 		return
 	}
-	recs := make([][]byte, len(f.reqs))
-	for i, r := range f.reqs {
-		recs[i] = r.recs
+	n = 0
+	for _, r := range f.reqs {
+		n += len(r.pieces)
+	}
+	pieces := make([][]byte, 0, n)
+	for _, r := range f.reqs {
+		pieces = append(pieces, r.pieces...)
 	}
 	f.body = newDataBody(objectHeader{kind: kindData, epoch: wr.epoch, term: wr.w.ch.Term, slot: f.slot,
-		count: uint32(f.records), nonce: f.nonce}, recs)
+		count: uint32(f.records), nonce: f.nonce}, pieces)
 	wr.nextSlot++
 	wr.inflight[f.slot] = f
 	wr.wg.Add(1)
@@ -351,7 +359,11 @@ func (wr *writer) put(f *flush) {
 	key := o.keys.slot(wr.w.ch.Name, wr.epoch, f.slot)
 	meta := map[string]string{metaKind: "data", metaTerm: strconv.FormatInt(wr.w.ch.Term, 10),
 		metaCount: strconv.Itoa(f.records), metaNonce: f.nonce.String()}
-	_, err := o.st.putBody(wr.putCtx, reqPut, key, f.body.reader(), int64(f.body.size), meta, putCond{createOnly: true})
+	body := f.body.reader(&o.bodyBufs)
+	_, err := o.st.putBody(wr.putCtx, reqPut, key, body, int64(f.body.size), meta, putCond{createOnly: true})
+	// The appenders may reuse their payloads once answered: no read of
+	// them after this (see bodyReader).
+	body.end()
 	if errors.Is(err, errPrecondition) {
 		err = wr.resolve412(key, f)
 	} else if err != nil {
@@ -489,14 +501,15 @@ func (wr *writer) ack(f *flush) {
 		room += r.size
 	}
 	wr.budget.release(room)
-	index := uint32(0)
+	// One slice of IDs for the flush, each request answered with its part
+	// (capped: an append to one never runs into the next).
+	all := make([]message.ID, f.records)
+	for i := range all {
+		all[i] = pos{epoch: wr.epoch, slot: f.slot, index: uint32(i)}.id()
+	}
 	for _, r := range f.reqs {
-		ids := make([]message.ID, r.count)
-		for i := range ids {
-			ids[i] = pos{epoch: wr.epoch, slot: f.slot, index: index}.id()
-			index++
-		}
-		r.done(ids, nil)
+		r.done(all[:r.count:r.count], nil)
+		all = all[r.count:]
 	}
 	wr.w.acked.Store(f.slot + 1)
 	if he := uint64(o.cfg.HintEvery); (f.slot+1)%he == 0 && !wr.hintBusy && wr.putCtx.Err() == nil {
