@@ -101,8 +101,16 @@ var rawMeta = map[string]string{"streamwal-kind": "data", "streamwal-term": "176
 // rawPuts PUTs n create-only objects of size bytes, conc at a time, each
 // after a pause of gap (none for 0), with the SDK's client, and returns
 // the time it took and each PUT's latency.
+//
+// The bodies are distinct buffers, 64 MiB of them or one per PUT when
+// fewer, taken in turn: as much memory as the appenders' payloads in the
+// throughput benchmark, so that neither side is measured from a cache the
+// other does not have.
 func (sb *storeBench) rawPuts(b *testing.B, n, size, conc int, gap time.Duration) (time.Duration, []time.Duration) {
-	body := bytes.Repeat([]byte("r"), size)
+	bodies := make([][]byte, min(n, max(1, distinctBytes/size)))
+	for i := range bodies {
+		bodies[i] = bytes.Repeat([]byte{byte(i)}, size)
+	}
 	run := benchPrefixes.Add(1)
 	var (
 		next atomic.Int64
@@ -127,7 +135,7 @@ func (sb *storeBench) rawPuts(b *testing.B, n, size, conc int, gap time.Duration
 				_, err := sb.raw.PutObject(context.Background(), &awss3.PutObjectInput{
 					Bucket:      aws.String(sb.cfg.Bucket),
 					Key:         aws.String(fmt.Sprintf("%sraw/%d/%d", sb.cfg.Prefix, run, i)),
-					Body:        bytes.NewReader(body),
+					Body:        bytes.NewReader(bodies[int(i)%len(bodies)]),
 					IfNoneMatch: aws.String("*"),
 					Metadata:    rawMeta,
 				})
@@ -161,22 +169,36 @@ func forEachStore(b *testing.B, f func(b *testing.B, store *s3test.Store)) {
 	}
 }
 
-// appendAsync appends n copies of m through w, each of appenders keeping
-// up to window appends in flight, and returns when all are acknowledged.
-func appendAsync(b *testing.B, w walimpls.WALImpl, m message.Message, appenders, n, window int) {
+// distinctBytes is how much distinct memory the appends' payloads and the
+// raw PUTs' bodies of a benchmark span.
+const distinctBytes = 64 << 20
+
+// payloads returns messages of size bytes whose payloads are distinct
+// buffers, spanning distinctBytes (at least one message).
+func payloads(size int) []message.Message {
+	ms := make([]message.Message, max(1, distinctBytes/size))
+	for i := range ms {
+		ms[i], _ = message.New(bytes.Repeat([]byte{byte(i)}, size), nil)
+	}
+	return ms
+}
+
+// appendAsync appends n messages through w, taken in turn from ms, each
+// of appenders keeping up to window appends in flight, and returns when
+// all are acknowledged.
+func appendAsync(b *testing.B, w walimpls.WALImpl, ms []message.Message, appenders, n, window int) {
 	aa, ok := w.(walimpls.AsyncAppender)
 	require.True(b, ok)
 	var wg sync.WaitGroup
-	for range appenders {
+	for g := range appenders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			slots := make(chan struct{}, window)
 			var mine sync.WaitGroup
-			// One batch slice and one callback for all of this appender's
-			// appends (the backend keeps neither): two allocations per
-			// append less of the harness's own in what is measured.
-			batch := []message.Message{m}
+			// One callback for all of this appender's appends, and batches
+			// made up front: the harness's own allocations are not the
+			// backend's.
 			done := func(_ []message.ID, err error) {
 				if err != nil {
 					b.Error(err)
@@ -184,10 +206,16 @@ func appendAsync(b *testing.B, w walimpls.WALImpl, m message.Message, appenders,
 				<-slots
 				mine.Done()
 			}
+			batches := make([][]message.Message, len(ms))
+			for i := range batches {
+				batches[i] = ms[i : i+1 : i+1]
+			}
+			next := g * len(ms) / appenders
 			for range n / appenders {
 				slots <- struct{}{}
 				mine.Add(1)
-				aa.AppendBatchAsync(context.Background(), batch, done)
+				aa.AppendBatchAsync(context.Background(), batches[next], done)
+				next = (next + 1) % len(ms)
 			}
 			mine.Wait()
 		}()
@@ -195,21 +223,22 @@ func appendAsync(b *testing.B, w walimpls.WALImpl, m message.Message, appenders,
 	wg.Wait()
 }
 
-// 16 appenders of 1 KiB messages, each keeping 2,048 appends in flight (32
-// MiB in all: the writer's MaxInflight flushes of FlushBytes in flight and
-// as much queued behind them), on one channel at the default flush bounds
+// 16 appenders of 1 KiB messages (64 MiB of distinct payloads, taken in
+// turn), each keeping 4,096 appends in flight (64 MiB in all, the
+// default MaxBufferedBytes), on one channel at the default flush bounds
 // but for a 20 ms interval (at 200 ms, the run's last, partial object
-// waits out most of the interval, which a finite run counts and a
-// steady stream does not): append throughput against raw create-only PUTs
-// of objects of the mean size the backend wrote, as many at once as the
-// writer's MaxInflight, with a flush's metadata. Five rounds alternate
-// appends and raw PUTs (128 MiB each); append/raw is the median of the rounds' ratios, so that a burst
-// of load from elsewhere on the machine hits one round, not the figure.
-// Also PUTs per MiB written.
+// waits out most of the interval, which a finite run counts and a steady
+// stream does not): append throughput against raw create-only PUTs of
+// objects of the mean size the backend wrote (64 MiB of distinct bodies),
+// as many at once as the writer's MaxInflight, with a flush's metadata.
+// Five rounds alternate appends and raw PUTs (128 MiB each); append/raw
+// is the median of the rounds' ratios, so that a burst of load from
+// elsewhere on the machine hits one round, not the figure. Also PUTs per
+// MiB written.
 func BenchmarkStoresAppendThroughput(b *testing.B) {
 	forEachStore(b, func(b *testing.B, store *s3test.Store) {
 		sb := newStoreBench(b, store, func(c *s3.Config) { c.FlushInterval = 20 * time.Millisecond })
-		m, _ := message.New(bytes.Repeat([]byte("p"), 1024), nil)
+		ms := payloads(1024)
 		const appenders, total, window, rounds = 16, 128 << 10, 4096, 5 // 128 MiB a round, 64 MiB in flight
 		for b.Loop() {
 			var (
@@ -222,7 +251,7 @@ func BenchmarkStoresAppendThroughput(b *testing.B) {
 				require.NoError(b, err)
 				puts0, bytes0 := sb.puts(b), sb.putBytes(b)
 				start := time.Now()
-				appendAsync(b, w, m, appenders, total, window)
+				appendAsync(b, w, ms, appenders, total, window)
 				elapsed := time.Since(start)
 				puts, objBytes := sb.puts(b)-puts0, sb.putBytes(b)-bytes0
 				require.NoError(b, w.Close())
@@ -298,7 +327,7 @@ func BenchmarkStoresOpenBigLog(b *testing.B) {
 		fill := func(name string, mib int) {
 			w, err := sb.o.Open(context.Background(), walimpls.Channel{Name: name, Term: 1})
 			require.NoError(b, err)
-			appendAsync(b, w, m, 4, mib*16, 64)
+			appendAsync(b, w, []message.Message{m}, 4, mib*16, 64)
 			require.NoError(b, w.Close())
 		}
 		fill("big", 1024)
@@ -336,7 +365,7 @@ func BenchmarkStoresCatchUpRead(b *testing.B) {
 		const msgs = 4096 // 64 MiB
 		w, err := sb.o.Open(context.Background(), walimpls.Channel{Name: "catchup", Term: 1})
 		require.NoError(b, err)
-		appendAsync(b, w, m, 4, msgs, 64)
+		appendAsync(b, w, []message.Message{m}, 4, msgs, 64)
 		require.NoError(b, w.Close())
 		reader, err := s3.New(context.Background(), sb.cfg)
 		require.NoError(b, err)
