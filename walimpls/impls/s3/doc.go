@@ -31,7 +31,8 @@
 // One JSON object per channel:
 //
 //	{"v":1,"channel":"orders","rev":31,"term":7,"nextEpoch":12,
-//	 "epochs":[{"epoch":10,"term":6,"window":8,"sealed":true,"end":41},{"epoch":11,"term":7,"window":8}],
+//	 "epochs":[{"epoch":10,"term":6,"window":8,"sealed":true,"end":41},
+//	           {"epoch":11,"term":7,"window":8,"claim":"9f0c…"}],
 //	 "truncated":{"epoch":10,"slot":3,"index":5},"removed":{"epoch":10,"slot":3,"index":4}}
 //
 // Its fields:
@@ -48,7 +49,8 @@
 //     epoch that holds nothing (end -1). window is how far ahead of its
 //     acknowledged slots the epoch's writer puts (twice its MaxInflight;
 //     see "The writer"): what the tail search and the readers of the epoch
-//     need to know of its pipelining.
+//     need to know of its pipelining. claim is a nonce of the open that
+//     recorded the epoch (16 random bytes in hex; below, step 4).
 //   - truncated: the first message kept (an ID, below); every position
 //     before it is gone (walimpls.ErrPositionGone), whatever objects the
 //     store still holds.
@@ -128,7 +130,11 @@
 //     epoch n = nextEpoch at term T, nextEpoch n+1, term T. A 412 means
 //     another open or a truncation changed it: back to 1 (a higher term
 //     there makes this open ErrFenced; the same term is taken over again:
-//     the later open wins).
+//     the later open wins). The new epoch carries the open's claim nonce:
+//     when the write landed and its answer was lost, the client's retry
+//     meets 412, and the open, reading the manifest again, finds its own
+//     claim on the open epoch and takes it (rather than sealing it and
+//     recording another).
 //  5. The WAL writes under epoch n from slot 0.
 //
 // Requests: 1 GET + the tail search + 1 PUT (fence) + 1 PUT (manifest),

@@ -309,3 +309,35 @@ func TestDeleteKeepsEveryFence(t *testing.T) {
 		require.Equal(t, want, info.state, "slot %d", s)
 	}
 }
+
+// An open whose manifest write landed and whose answer was lost meets 412
+// on the client's retry, reads the manifest again and finds its own claim
+// on the open epoch: it writes there, with no other epoch recorded and
+// nothing fenced.
+func TestLostManifestAnswerFindsItsClaim(t *testing.T) {
+	st := newTestStore(t)
+	const name = "claim-own"
+	plain := st.config(nil)
+	first := newOpener(t, plain)
+	w := openWAL(t, first, name, 1, walimpls.ReadWrite)
+	appendOK(t, w, "first")
+	require.NoError(t, w.Close())
+
+	drop := &dropResponse{pick: putTo("/" + name + "/manifest"), forward: true, next: st.base}
+	cfg := plain
+	cfg.HTTPClient = &http.Client{Transport: drop}
+	o := newOpener(t, cfg)
+	w2 := openWAL(t, o, name, 2, walimpls.ReadWrite)
+	require.True(t, drop.done.Load(), "the manifest write's answer was dropped")
+	m, _, err := o.getManifest(t.Context(), name)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), m.NextEpoch, "epochs recorded: %s", m.describe())
+	require.Len(t, m.Epochs, 2, m.describe())
+	require.Equal(t, int64(2), m.Epochs[1].Term)
+	require.False(t, m.Epochs[1].Sealed)
+	require.Equal(t, 0.0, counterValue(t, o.m.preconditions.WithLabelValues("fenced")))
+
+	id := appendOK(t, w2, "second")
+	require.Equal(t, "1.0.0", id.Marshal())
+	require.Equal(t, []string{"first", "second"}, readPayloads(t, w2, "second"))
+}

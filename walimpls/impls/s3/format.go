@@ -292,6 +292,11 @@ type epochEntry struct {
 	Window int    `json:"window"`
 	Sealed bool   `json:"sealed,omitempty"`
 	End    *int64 `json:"end,omitempty"`
+	// Claim is the nonce of the open that recorded the epoch: an open
+	// whose manifest write landed and whose answer was lost finds its own
+	// epoch when it reads the manifest again (manifests written before
+	// the field have none).
+	Claim string `json:"claim,omitempty"`
 }
 
 // end returns the last slot of a sealed epoch (-1: none).

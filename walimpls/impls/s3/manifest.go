@@ -41,6 +41,9 @@ func (o *Opener) putManifest(ctx context.Context, name string, m *manifest, etag
 // ReadWrite at term T"): it seals the open epoch and records a new one,
 // which it returns with the manifest written.
 func (o *Opener) claim(ctx context.Context, ch walimpls.Channel) (epochEntry, *manifest, error) {
+	var id nonce
+	_, _ = rand.Read(id[:])
+	claimID := id.String()
 	for {
 		if err := ctx.Err(); err != nil {
 			return epochEntry{}, nil, err
@@ -60,6 +63,12 @@ func (o *Opener) claim(ctx context.Context, ch walimpls.Channel) (epochEntry, *m
 			next = &manifest{Rev: cur.Rev, NextEpoch: cur.NextEpoch}
 			next.Truncated = &manifestPos{Epoch: cur.NextEpoch}
 		default:
+			if e, ok := cur.open(); ok && e.Claim == claimID {
+				// This open's own write, landed on a try whose answer
+				// was lost (its retry met 412).
+				o.log.Info("opened", "channel", ch.Name, "term", ch.Term, "epoch", e.Epoch, "manifest", cur.describe(), "answerLost", true)
+				return e, cur, nil
+			}
 			if ch.Term < cur.Term && o.fencing {
 				return epochEntry{}, nil, errors.Wrapf(fencedError(ch, cur.Term, false), "s3: open %s", ch)
 			}
@@ -76,7 +85,7 @@ func (o *Opener) claim(ctx context.Context, ch walimpls.Channel) (epochEntry, *m
 				}
 			}
 		}
-		e := epochEntry{Epoch: next.NextEpoch, Term: ch.Term, Window: o.cfg.window()}
+		e := epochEntry{Epoch: next.NextEpoch, Term: ch.Term, Window: o.cfg.window(), Claim: claimID}
 		next.Epochs = append(next.Epochs, e)
 		next.NextEpoch++
 		next.Term = max(next.Term, ch.Term)
