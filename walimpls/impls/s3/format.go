@@ -92,11 +92,6 @@ type nonce [16]byte
 
 func (n nonce) String() string { return hex.EncodeToString(n[:]) }
 
-// recordSize is the bytes m takes encoded as a record.
-func recordSize(m message.Message) int {
-	return recordHeadSize(m) + len(m.Payload())
-}
-
 // recordHeadSize is the bytes of m's record before its payload.
 func recordHeadSize(m message.Message) int {
 	n := recordFixed
