@@ -282,9 +282,10 @@ func BenchmarkStoresAppendThroughput(b *testing.B) {
 // PUTs are measured twice: back to back, and one per interval, as the
 // appender's flushes come (a PUT after 20 ms of quiet costs the store and
 // the client more than one in a stream: waking the goroutines of both
-// ends; the ratio is reported against each).
+// ends; the ratio is reported against each). Appends and paced raw PUTs
+// alternate in three rounds.
 func BenchmarkStoresAppendLatency(b *testing.B) {
-	const interval, latencySamples = 20 * time.Millisecond, 300
+	const interval, latencySamples, latencyRounds = 20 * time.Millisecond, 300, 3
 	forEachStore(b, func(b *testing.B, store *s3test.Store) {
 		sb := newStoreBench(b, store, func(c *s3.Config) { c.FlushInterval = interval })
 		m, _ := message.New(bytes.Repeat([]byte("l"), 1024), nil)
@@ -292,17 +293,23 @@ func BenchmarkStoresAppendLatency(b *testing.B) {
 			w, err := sb.o.Open(context.Background(), walimpls.Channel{Name: "lat", Term: time.Now().UnixNano()})
 			require.NoError(b, err)
 			bytes0, puts0 := sb.putBytes(b), sb.puts(b)
-			var lat []time.Duration
-			for range latencySamples {
-				t0 := time.Now()
-				_, err := walimpls.Append(context.Background(), w, m)
-				require.NoError(b, err)
-				lat = append(lat, time.Since(t0))
+			// Three rounds alternate appends and paced raw PUTs, so that
+			// both see the process and the store in the same state.
+			var lat, paced []time.Duration
+			for range latencyRounds {
+				for range latencySamples / latencyRounds {
+					t0 := time.Now()
+					_, err := walimpls.Append(context.Background(), w, m)
+					require.NoError(b, err)
+					lat = append(lat, time.Since(t0))
+				}
+				size := int((sb.putBytes(b) - bytes0) / (sb.puts(b) - puts0))
+				_, p := sb.rawPuts(b, latencySamples/latencyRounds, size, 1, interval)
+				paced = append(paced, p...)
 			}
 			size := int((sb.putBytes(b) - bytes0) / (sb.puts(b) - puts0))
 			require.NoError(b, w.Close())
 			_, raw := sb.rawPuts(b, latencySamples, size, 1, 0)
-			_, paced := sb.rawPuts(b, latencySamples, size, 1, interval)
 			p99, rawP99, pacedP99 := pct(lat, 0.99), pct(raw, 0.99), pct(paced, 0.99)
 			b.ReportMetric(float64(pct(lat, 0.5).Microseconds()), "p50-µs")
 			b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
