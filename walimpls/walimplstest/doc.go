@@ -24,6 +24,11 @@
 // disagree either way, and a part under Batches or Async fails when a WAL
 // it opens lacks the declared interface.
 //
+// A backend with a second configuration (a size limit, fencing off, an
+// admin API) may run only the parts that setting changes, with OnlyParts,
+// beside the whole suite in its default configuration; running some parts
+// in every configuration is not passing the suite.
+//
 // The parts:
 //
 //	DeclaredInterfaces   the Opener and the WALs (ReadWrite and ReadOnly)
