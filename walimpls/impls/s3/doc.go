@@ -176,12 +176,14 @@
 // alone). An idle WAL makes no request at all: its only timer is armed
 // while an append waits.
 //
-// A flush's object is sent from the appenders' own payloads, not a copy:
-// walimpls lets a backend hold them until it answers the append. Only
-// each record's head (its properties and lengths) is encoded. A PUT's body
-// reader is ended when the PUT returns, so that an HTTP transport still
-// reading a body after its round trip (net/http allows it) reads nothing
-// an appender may have reused since.
+// A flush's object is sent from the async appenders' own payloads, not a
+// copy: walimpls lets a backend hold them until it answers the append.
+// Only each record's head (its properties and lengths) is encoded. A PUT's
+// body reader is ended when the PUT returns, so that an HTTP transport
+// still reading a body after its round trip (net/http allows it) reads
+// nothing an appender may have reused since. AppendBatch copies its
+// records: it returns when its context ends, also while its flush is on
+// its way, and its caller may reuse the payloads from then on.
 //
 // A flush is acknowledged once its PUT succeeded and every flush of a
 // lower slot was acknowledged: acknowledgements are in slot order. When a

@@ -64,12 +64,15 @@ func (w *wal) checkWrite(ctx context.Context, op string) error {
 }
 
 // encode checks a batch and lays it out as a request: one record per
-// message, each its head (encoded here) and its payload (the caller's
-// bytes, not copied: the caller may reuse them once done is called, and
-// the writer is done with them by then; a copy of every payload into a
-// buffer of the backend's own was the most of its CPU after the SDK's
-// hash).
-func (w *wal) encode(msgs []message.Message) (*request, error) {
+// message, each its head (encoded here) and its payload. With keep false
+// the payload is the caller's bytes, not copied: an async caller may reuse
+// them only once done is called, and the writer is done with them by then
+// (a copy of every payload into a buffer of the backend's own was the
+// most of its CPU after the SDK's hash). With keep true the records are
+// copied into one buffer of the backend's: AppendBatch may return while
+// its flush is still on its way (its context ended), and its caller may
+// then reuse what it passed.
+func (w *wal) encode(msgs []message.Message, keep bool) (*request, error) {
 	limit := w.o.cfg.MaxMessageBytes
 	heads, payloads := 0, 0
 	for i, m := range msgs {
@@ -81,6 +84,18 @@ func (w *wal) encode(msgs []message.Message) (*request, error) {
 		payloads += len(m.Payload())
 	}
 	r := &request{count: len(msgs), bytes: heads + payloads}
+	if keep {
+		b := w.o.arena.alloc(heads + payloads)
+		for i, m := range msgs {
+			var err error
+			if b, err = appendRecordHead(b, m); err != nil {
+				return nil, errors.Wrapf(err, "s3: append to %s: message %d of %d", w.ch, i, len(msgs))
+			}
+			b = append(b, m.Payload()...)
+		}
+		r.pieces = append(r.inline[:0], b)
+		return r, nil
+	}
 	if len(msgs) == 1 {
 		r.pieces = r.inline[:0]
 	} else {
@@ -107,7 +122,7 @@ func (w *wal) AppendBatchAsync(ctx context.Context, msgs []message.Message, done
 		done(nil, err)
 		return
 	}
-	r, err := w.encode(msgs)
+	r, err := w.encode(msgs, false)
 	if err != nil {
 		done(nil, err)
 		return
@@ -125,7 +140,7 @@ func (w *wal) AppendBatch(ctx context.Context, msgs []message.Message) ([]messag
 	if err := w.checkWrite(ctx, "append"); err != nil {
 		return nil, err
 	}
-	r, err := w.encode(msgs)
+	r, err := w.encode(msgs, true) // it may return before the flush ends
 	if err != nil {
 		return nil, err
 	}

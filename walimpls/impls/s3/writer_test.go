@@ -183,3 +183,50 @@ func TestCorruptObjectFailsTheScanner(t *testing.T) {
 	require.Contains(t, s.Error().Error(), key)
 	require.Contains(t, s.Error().Error(), "CRC")
 }
+
+// holdPut holds the first request pick matches until release is closed.
+type holdPut struct {
+	next             http.RoundTripper
+	pick             func(*http.Request) bool
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (h *holdPut) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h.pick(r) {
+		h.once.Do(func() {
+			close(h.entered)
+			<-h.release
+		})
+	}
+	return h.next.RoundTrip(r)
+}
+
+// An AppendBatch whose context ends while its flush is on its way returns
+// at once (outcome unknown), and its caller may then reuse its payload:
+// the flush, landing after, stores what was appended, not what the buffer
+// holds by then.
+func TestAppendBatchReturnsBeforeItsFlush(t *testing.T) {
+	st := newTestStore(t)
+	const name = "early-return"
+	hold := &holdPut{next: st.base, pick: putTo(slotPath(name, 0, 0)), entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := st.config(nil)
+	cfg.HTTPClient = &http.Client{Transport: hold}
+	o := newOpener(t, cfg)
+	w := openWAL(t, o, name, 1, walimpls.ReadWrite)
+
+	payload := []byte("appended")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-hold.entered
+		cancel()
+	}()
+	_, err := w.AppendBatch(ctx, []message.Message{message.Restore(payload, nil)})
+	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, walimpls.NotStored(err), "on its way: the outcome is unknown")
+	copy(payload, "XXXXXXXX") // the caller's to reuse now
+	close(hold.release)
+
+	appendOK(t, w, "next")
+	require.Equal(t, []string{"appended", "next"}, readPayloads(t, w, "next"))
+}
