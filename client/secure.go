@@ -69,9 +69,11 @@ func connectionLost(err error) bool {
 	}
 	// What a lost connection looks like under connect's Unavailable, not
 	// an answer of the node's own.
+	// net.ErrClosed: the transport closed the connection under a write
+	// when its reader met the server's alert.
 	var op *net.OpError
 	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		strings.Contains(err.Error(), "http2: ")
+		errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "http2: ")
 }
 
 // handshakeError reports whether err is a TLS handshake that failed for a
