@@ -46,6 +46,20 @@ func OnlyParts(names ...string) Option {
 	}
 }
 
+// SizeLimitParts is OnlyParts of the parts a message size limit changes:
+// those that send messages at or above it.
+func SizeLimitParts() Option {
+	return OnlyParts("DeclaredInterfaces", "Lifecycle", "SizeLimit", "CallerBuffers", "AppendBatch", "TruncateOvertakesScanner")
+}
+
+// OpeningParts is OnlyParts of the parts about opening, fencing, taking a
+// channel over and deleting it: what a backend's fencing setting, or the
+// API it takes channels over and deletes them through, changes.
+func OpeningParts() Option {
+	return OnlyParts("DeclaredInterfaces", "Lifecycle", "OpenerClose", "ReadOnly", "ReadOnlyCreatesNothing",
+		"Fencing", "SameTermTakeover", "RefusedOpen", "Delete", "DeleteFencesOtherNodes")
+}
+
 // runs reports whether the part named name runs.
 func (o *options) runs(name string) bool { return o.only == nil || o.only[name] }
 

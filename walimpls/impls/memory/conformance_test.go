@@ -43,8 +43,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceWithSizeLimit(t *testing.T) {
 	walimplstest.Run(t, func(t *testing.T) walimplstest.Cluster {
 		return cluster{c: memory.NewCluster(), cfg: memory.Config{MaxMessageBytes: 64 << 10}}
-	}, implementsOptional,
-		walimplstest.OnlyParts("DeclaredInterfaces", "Lifecycle", "SizeLimit", "CallerBuffers", "AppendBatch", "TruncateOvertakesScanner"))
+	}, implementsOptional, walimplstest.SizeLimitParts())
 }
 
 func TestAdaptor(t *testing.T) {
@@ -63,9 +62,7 @@ func TestConformanceNoFencing(t *testing.T) {
 		c := memory.NewCluster()
 		c.SetFencing(false)
 		return cluster{c: c}
-	}, implementsOptional,
-		walimplstest.OnlyParts("DeclaredInterfaces", "Lifecycle", "OpenerClose", "ReadOnly", "ReadOnlyCreatesNothing",
-			"Fencing", "SameTermTakeover", "RefusedOpen", "Delete", "DeleteFencesOtherNodes"))
+	}, implementsOptional, walimplstest.OpeningParts())
 }
 
 func TestAdaptorNoFencing(t *testing.T) {

@@ -46,9 +46,7 @@ func TestConformance(t *testing.T) {
 // through the admin API: the parts that do either run again. (Appends and
 // reads are the binary protocol's, as without it.)
 func TestConformanceOverAdminAPI(t *testing.T) {
-	walimplstest.Run(t, adminFactory, implementsOptional,
-		walimplstest.OnlyParts("DeclaredInterfaces", "Lifecycle", "OpenerClose", "ReadOnlyCreatesNothing",
-			"Fencing", "SameTermTakeover", "RefusedOpen", "Delete", "DeleteFencesOtherNodes"))
+	walimplstest.Run(t, adminFactory, implementsOptional, walimplstest.OpeningParts())
 }
 
 func TestAdaptor(t *testing.T) {

@@ -95,12 +95,10 @@ func (n nonce) String() string { return hex.EncodeToString(n[:]) }
 // recordHeadSize is the bytes of m's record before its payload.
 func recordHeadSize(m message.Message) int {
 	n := recordFixed
-	props := m.Properties()
-	if props.Len() == 0 {
-		return n
-	}
-	for k, v := range props.Pairs() {
-		n += propOverhead + len(k) + len(v)
+	if props := m.Properties(); props.Len() > 0 { // no walk for none: the common record
+		for k, v := range props.Pairs() {
+			n += propOverhead + len(k) + len(v)
+		}
 	}
 	return n
 }
@@ -111,17 +109,16 @@ func recordHeadSize(m message.Message) int {
 func appendRecordHead(b []byte, m message.Message) ([]byte, error) {
 	props := m.Properties()
 	b = binary.BigEndian.AppendUint32(b, uint32(props.Len()))
-	if props.Len() == 0 {
-		return binary.BigEndian.AppendUint32(b, uint32(len(m.Payload()))), nil
-	}
-	for k, v := range props.Pairs() {
-		if len(k) > maxKeyLen {
-			return nil, &walimpls.TooLargeError{Size: len(k), Limit: maxKeyLen, What: "the largest property key an object holds"}
+	if props.Len() > 0 {
+		for k, v := range props.Pairs() {
+			if len(k) > maxKeyLen {
+				return nil, &walimpls.TooLargeError{Size: len(k), Limit: maxKeyLen, What: "the largest property key an object holds"}
+			}
+			b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+			b = append(b, k...)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
 		}
-		b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
-		b = append(b, k...)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-		b = append(b, v...)
 	}
 	return binary.BigEndian.AppendUint32(b, uint32(len(m.Payload()))), nil
 }

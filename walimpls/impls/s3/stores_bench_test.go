@@ -277,13 +277,12 @@ func BenchmarkStoresAppendThroughput(b *testing.B) {
 
 // One appender, 300 appends of one 1 KiB message at a time (so that p99
 // is not the one slowest), at a flush interval of 20 ms: append latency
-// p50/p99 beside the interval plus raw PUT p50/p99
-// of objects of its size (the goal: p99 ≤ interval + 1.5 × raw p99). Raw
-// PUTs are measured twice: back to back, and one per interval, as the
-// appender's flushes come (a PUT after 20 ms of quiet costs the store and
-// the client more than one in a stream: waking the goroutines of both
-// ends; the ratio is reported against each). Appends and paced raw PUTs
-// alternate in three rounds.
+// p50/p99 beside the interval plus raw PUT p50/p99 of objects of its size
+// (the goal: p99 ≤ interval + 1.5 × raw p99). Raw PUTs are measured twice:
+// back to back, and one per interval, as the appender's flushes come (a
+// PUT after 20 ms of quiet costs the store and the client more than one
+// in a stream: waking the goroutines of both ends; the ratio is reported
+// against each). Appends and paced raw PUTs alternate in three rounds.
 func BenchmarkStoresAppendLatency(b *testing.B) {
 	const interval, latencySamples, latencyRounds = 20 * time.Millisecond, 300, 3
 	forEachStore(b, func(b *testing.B, store *s3test.Store) {
@@ -295,7 +294,10 @@ func BenchmarkStoresAppendLatency(b *testing.B) {
 			bytes0, puts0 := sb.putBytes(b), sb.puts(b)
 			// Three rounds alternate appends and paced raw PUTs, so that
 			// both see the process and the store in the same state.
-			var lat, paced []time.Duration
+			var (
+				lat, paced []time.Duration
+				size       int // the mean object the appends wrote
+			)
 			for range latencyRounds {
 				for range latencySamples / latencyRounds {
 					t0 := time.Now()
@@ -303,11 +305,10 @@ func BenchmarkStoresAppendLatency(b *testing.B) {
 					require.NoError(b, err)
 					lat = append(lat, time.Since(t0))
 				}
-				size := int((sb.putBytes(b) - bytes0) / (sb.puts(b) - puts0))
+				size = int((sb.putBytes(b) - bytes0) / (sb.puts(b) - puts0))
 				_, p := sb.rawPuts(b, latencySamples/latencyRounds, size, 1, interval)
 				paced = append(paced, p...)
 			}
-			size := int((sb.putBytes(b) - bytes0) / (sb.puts(b) - puts0))
 			require.NoError(b, w.Close())
 			_, raw := sb.rawPuts(b, latencySamples, size, 1, 0)
 			p99, rawP99, pacedP99 := pct(lat, 0.99), pct(raw, 0.99), pct(paced, 0.99)

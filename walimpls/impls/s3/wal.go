@@ -84,34 +84,31 @@ func (w *wal) encode(msgs []message.Message, keep bool) (*request, error) {
 		payloads += len(m.Payload())
 	}
 	r := &request{count: len(msgs), bytes: heads + payloads}
+	size := heads
+	r.pieces = r.inline[:0]
 	if keep {
-		b := w.o.arena.alloc(heads + payloads)
-		for i, m := range msgs {
-			var err error
-			if b, err = appendRecordHead(b, m); err != nil {
-				return nil, errors.Wrapf(err, "s3: append to %s: message %d of %d", w.ch, i, len(msgs))
-			}
-			b = append(b, m.Payload()...)
-		}
-		r.pieces = append(r.inline[:0], b)
-		return r, nil
-	}
-	if len(msgs) == 1 {
-		r.pieces = r.inline[:0]
-	} else {
+		size += payloads
+	} else if len(msgs) > 1 {
 		r.pieces = make([][]byte, 0, 2*len(msgs))
 	}
-	b := w.o.arena.alloc(heads)
+	b := w.o.arena.alloc(size)
 	for i, m := range msgs {
 		start := len(b)
 		var err error
 		if b, err = appendRecordHead(b, m); err != nil {
 			return nil, errors.Wrapf(err, "s3: append to %s: message %d of %d", w.ch, i, len(msgs))
 		}
+		if keep {
+			b = append(b, m.Payload()...)
+			continue
+		}
 		r.pieces = append(r.pieces, b[start:len(b):len(b)])
 		if p := m.Payload(); len(p) > 0 {
 			r.pieces = append(r.pieces, p)
 		}
+	}
+	if keep {
+		r.pieces = append(r.pieces, b) // the records, whole
 	}
 	return r, nil
 }

@@ -336,11 +336,11 @@ func (wr *writer) startFlush() {
 	if len(f.reqs) == 0 {
 		return
 	}
-	n = 0
+	npieces := 0
 	for _, r := range f.reqs {
-		n += len(r.pieces)
+		npieces += len(r.pieces)
 	}
-	pieces := make([][]byte, 0, n)
+	pieces := make([][]byte, 0, npieces)
 	for _, r := range f.reqs {
 		pieces = append(pieces, r.pieces...)
 	}

@@ -61,7 +61,7 @@ func TestConformanceOnVersitygw(t *testing.T) {
 // on both stores.)
 func TestConformanceWithSizeLimit(t *testing.T) {
 	walimplstest.Run(t, factory(s3test.FakeH2C(t), func(c *s3.Config) { c.MaxMessageBytes = 64 << 10 }), implementsOptional,
-		walimplstest.OnlyParts("DeclaredInterfaces", "Lifecycle", "SizeLimit", "CallerBuffers", "AppendBatch", "TruncateOvertakesScanner"))
+		walimplstest.SizeLimitParts())
 }
 
 // Unfenced, the backend declares no fencing and opens without the term
@@ -70,6 +70,5 @@ func TestConformanceWithSizeLimit(t *testing.T) {
 // the fenced backend's.)
 func TestConformanceUnfenced(t *testing.T) {
 	walimplstest.Run(t, factory(s3test.FakeH2C(t), func(c *s3.Config) { c.Unfenced = true }), implementsOptional,
-		walimplstest.OnlyParts("DeclaredInterfaces", "Lifecycle", "OpenerClose", "ReadOnly", "ReadOnlyCreatesNothing",
-			"Fencing", "SameTermTakeover", "RefusedOpen", "Delete", "DeleteFencesOtherNodes"))
+		walimplstest.OpeningParts())
 }
